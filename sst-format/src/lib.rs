@@ -1,0 +1,86 @@
+//! Pure-Rust readers for the on-disk formats rockstate must understand without RocksDB.
+//!
+//! * **RocksDB SST tails.** [`read_sst_meta`] (a file, positioned reads of the tail only) and
+//!   [`parse_sst_meta`] (bytes in memory) decode and verify the footer of a block-based table
+//!   (format_version 2..=7; checksum types CRC32C, xxHash32, xxHash64, XXH3 and none; the
+//!   fv >= 6 footer checksum and per-block context checksums), the metaindex block, the
+//!   properties block and the index block's checksum, and return [`SstMeta`]: the
+//!   [`TableProperties`] and the file's [`SstUniqueId`] (DB identity, session identity, file
+//!   number). [`parse_footer`] decodes a footer alone. A format_version above 7 is
+//!   [`Error::UnsupportedFormatVersion`], not corruption.
+//! * **Checkpoint manifests.** [`encode_manifest`] / [`decode_manifest`] implement the
+//!   `_metadata` format of design.md §6 (`"RSTM" | u16 version | u32 length |
+//!   zstd(postcard(body)) | crc32`) for the body type [`CheckpointManifest`].
+//!
+//! Every decoder returns [`Result`] and never panics, whatever the input: all indexing is
+//! bounds-checked, arithmetic on untrusted values is checked, and allocations are bounded by the
+//! input's length (or, for decompression, by [`MAX_MANIFEST_BODY_BYTES`]). The crate is fuzzed
+//! (`fuzz/`) and contains no `unsafe` code.
+//!
+//! Byte-level documentation: `docs/sst-format.md` and `docs/manifest-format.md`.
+//!
+//! ```
+//! use sst_format::{decode_manifest, encode_manifest, CheckpointManifest};
+//! let m = CheckpointManifest {
+//!     checkpoint_id: 7,
+//!     backend_id: "op-1/3".into(),
+//!     key_group_start: 0,
+//!     key_group_end: 41,
+//!     max_parallelism: 128,
+//!     states: vec![],
+//!     shared_files: vec![],
+//!     private_files: vec![],
+//!     operator_state: vec![],
+//!     created_at_ms: 1_700_000_000_000,
+//! };
+//! let bytes = encode_manifest(&m).unwrap();
+//! assert_eq!(&bytes[..4], b"RSTM");
+//! assert_eq!(decode_manifest(&bytes).unwrap(), m);
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod block;
+pub mod checksum;
+mod coding;
+pub mod error;
+pub mod footer;
+pub mod manifest;
+pub mod meta;
+pub mod properties;
+pub mod savepoint;
+pub mod sst;
+
+pub use checksum::ChecksumType;
+pub use error::{Error, Result};
+pub use footer::{parse_footer, BlockHandle, Footer, FOOTER_LEN};
+pub use manifest::{
+    decode_manifest, decode_manifest_body, encode_manifest, MANIFEST_MAGIC, MANIFEST_VERSION,
+    MAX_MANIFEST_BODY_BYTES,
+};
+pub use meta::{
+    CheckpointManifest, OperatorListState, PrivateFile, RedistributionMode, SharedFile, StateKind,
+    StateMeta,
+};
+pub use properties::TableProperties;
+pub use savepoint::{
+    IndexEntry, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats, SavepointWriter,
+    SAVEPOINT_MAGIC, SAVEPOINT_VERSION,
+};
+pub use sst::{
+    parse_sst_meta, read_sst_meta, read_sst_meta_with_stats, SstMeta, SstUniqueId, TailReadStats,
+};
+
+/// Entry points that skip checksum comparisons, for fuzzing the parsers that sit behind the
+/// checksums. Never use them to accept a file.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// [`crate::parse_sst_meta`] without footer/block checksum comparisons.
+    pub use crate::sst::parse_sst_meta_unverified;
+
+    /// [`crate::parse_footer`] without the fv >= 6 footer checksum comparison.
+    pub fn parse_footer_unverified(tail: &[u8], file_size: u64) -> crate::Result<crate::Footer> {
+        crate::footer::parse_footer_impl(tail, file_size, false)
+    }
+}

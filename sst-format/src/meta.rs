@@ -1,0 +1,117 @@
+//! The body types of the checkpoint manifest (`chk-<id>/_metadata`, design.md §6), version 1.
+//!
+//! This module owns the *content* of a manifest; [`crate::manifest`] owns its *framing*
+//! (magic, version, length, zstd, CRC). The types are serialized with postcard, which encodes
+//! struct fields in declaration order and enum variants by their index, so **field order and
+//! variant order are part of the on-disk format**: never reorder or remove fields or variants;
+//! any change to these types needs a new [`crate::MANIFEST_VERSION`] and a decoder for the old
+//! one. `docs/manifest-format.md` lists every field's encoding.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sst::SstUniqueId;
+
+/// Everything needed to restore one completed checkpoint of one backend instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointManifest {
+    /// The checkpoint id this manifest commits.
+    pub checkpoint_id: u64,
+    /// Identity of the backend instance that took it (operator + subtask, chosen by the caller).
+    pub backend_id: String,
+    /// First key group owned by the backend (inclusive).
+    pub key_group_start: u16,
+    /// Last key group owned by the backend (**inclusive**).
+    pub key_group_end: u16,
+    /// The job's max parallelism (number of key groups); never changes for a job.
+    pub max_parallelism: u32,
+    /// Registered keyed states (one RocksDB column family each).
+    pub states: Vec<StateMeta>,
+    /// SSTs, uploaded once under `shared/` and referenced by every checkpoint containing them.
+    pub shared_files: Vec<SharedFile>,
+    /// Files uploaded for this checkpoint only (MANIFEST, CURRENT, OPTIONS).
+    pub private_files: Vec<PrivateFile>,
+    /// Operator (non-keyed) list states.
+    pub operator_state: Vec<OperatorListState>,
+    /// Wall-clock creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+}
+
+/// The kind of a keyed state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StateKind {
+    /// One value per key and namespace.
+    Value,
+    /// A list per key and namespace.
+    List,
+    /// A map per key and namespace.
+    Map,
+    /// A value folded with a reduce function.
+    Reducing,
+    /// A value folded with an aggregate function.
+    Aggregating,
+}
+
+/// Persisted metadata of one registered state, checked on re-registration and restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateMeta {
+    /// State name (also its column family name).
+    pub name: String,
+    /// State kind.
+    pub kind: StateKind,
+    /// Identifier of the value codec.
+    pub codec: String,
+    /// Version of the value codec.
+    pub codec_version: u32,
+    /// Whether values carry a TTL timestamp.
+    pub ttl: bool,
+}
+
+/// An SST in shared storage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedFile {
+    /// Object name under the storage root (e.g. `shared/<hex>.sst`).
+    pub remote_name: String,
+    /// File name inside the RocksDB directory (e.g. `000009.sst`).
+    pub local_name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC-32 (IEEE) of the whole file.
+    pub crc32: u32,
+    /// The SST's unique identity from its properties block.
+    pub sst_id: SstUniqueId,
+}
+
+/// A file stored for one checkpoint only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrivateFile {
+    /// Object name under the storage root (e.g. `chk-7/MANIFEST-000005`).
+    pub remote_name: String,
+    /// File name inside the RocksDB directory.
+    pub local_name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC-32 (IEEE) of the whole file.
+    pub crc32: u32,
+}
+
+/// How an operator list state is redistributed when parallelism changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RedistributionMode {
+    /// Elements are spread evenly over the new instances.
+    Split,
+    /// Every new instance gets all elements of all old instances.
+    Union,
+    /// Every instance holds an identical copy.
+    Broadcast,
+}
+
+/// One named operator list state of one instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorListState {
+    /// State name.
+    pub name: String,
+    /// Redistribution mode.
+    pub mode: RedistributionMode,
+    /// Serialized elements.
+    pub elements: Vec<Vec<u8>>,
+}

@@ -1,0 +1,647 @@
+//! The canonical savepoint format (design.md §8): one self-contained, portable file holding a
+//! backend's keyed state (and operator state), independent of RocksDB and of parallelism.
+//!
+//! ```text
+//! preamble   "RSSP" | u16 version (LE) | u16 flags = 0
+//! header     u32 len (LE) | postcard(SavepointHeader) | u32 crc32(postcard bytes)
+//! blocks     per key group that has entries, in ascending key-group order:
+//!            u16 key group (LE) | u32 entry count | u32 raw len | u32 compressed len
+//!            | zstd(raw entries) | u32 crc32(everything from the key group to the last zstd byte)
+//! index      u32 count | count × (u16 key group | u64 block offset | u32 block len | u32 entries)
+//!            | u32 crc32(count and entries)
+//! footer     u64 index offset | u32 index len | u32 crc32(the 12 bytes before) | "RSSP"
+//! ```
+//! All integers little-endian. A raw entry is
+//! `varint state | varint len, key | varint len, namespace | varint len, suffix | varint len, value`
+//! where `state` indexes `SavepointHeader::states`, `suffix` is the map user key or the list
+//! element's position, and `value` is stored as the backend stores it (TTL states: with their
+//! 8-byte timestamp). See `docs/savepoint-format.md`.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::meta::{OperatorListState, StateMeta};
+
+/// First four bytes (and last four) of every savepoint.
+pub const SAVEPOINT_MAGIC: [u8; 4] = *b"RSSP";
+/// The version this build writes and reads.
+pub const SAVEPOINT_VERSION: u16 = 1;
+/// Length of the fixed footer.
+pub const SAVEPOINT_FOOTER_LEN: u64 = 20;
+const PREAMBLE_LEN: u64 = 8;
+const BLOCK_HEADER_LEN: usize = 14;
+const INDEX_ENTRY_LEN: usize = 18;
+/// Largest accepted header (postcard bytes).
+pub const MAX_HEADER_BYTES: u32 = 64 << 20;
+/// Largest accepted uncompressed key-group block.
+pub const MAX_BLOCK_BYTES: u32 = 1 << 30;
+
+/// Everything in a savepoint besides the keyed entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavepointHeader {
+    /// Number of key groups of the job.
+    pub max_parallelism: u32,
+    /// First key group covered (inclusive).
+    pub key_group_start: u16,
+    /// Last key group covered (inclusive).
+    pub key_group_end: u16,
+    /// The states; entries refer to them by position.
+    pub states: Vec<StateMeta>,
+    /// Operator (non-keyed) state.
+    pub operator_state: Vec<OperatorListState>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+}
+
+/// One keyed entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavepointEntry<'a> {
+    /// Position of the entry's state in [`SavepointHeader::states`].
+    pub state: u32,
+    /// Serialized key.
+    pub key: &'a [u8],
+    /// Serialized namespace.
+    pub namespace: &'a [u8],
+    /// Map user key, list element position, or empty.
+    pub suffix: &'a [u8],
+    /// Stored value.
+    pub value: &'a [u8],
+}
+
+/// Where one key group's block lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// The key group.
+    pub key_group: u16,
+    /// File offset of the block.
+    pub offset: u64,
+    /// Block length including its header and crc.
+    pub len: u32,
+    /// Entries in the block.
+    pub entries: u32,
+}
+
+/// Totals of a written savepoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SavepointStats {
+    /// Entries written.
+    pub entries: u64,
+    /// Key-group blocks written.
+    pub blocks: u64,
+    /// Uncompressed entry bytes.
+    pub raw_bytes: u64,
+    /// Bytes of the whole file.
+    pub file_bytes: u64,
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn corrupt(what: impl Into<String>) -> Error {
+    Error::Corrupt { what: what.into() }
+}
+
+/// Streams a savepoint out: header first, then entries in ascending key-group order, then
+/// [`SavepointWriter::finish`] writes the index and footer.
+pub struct SavepointWriter<W: Write> {
+    out: W,
+    offset: u64,
+    level: i32,
+    key_group_start: u16,
+    key_group_end: u16,
+    states: u32,
+    index: Vec<IndexEntry>,
+    current: Option<(u16, u32)>,
+    raw: Vec<u8>,
+    stats: SavepointStats,
+}
+
+impl<W: Write> SavepointWriter<W> {
+    /// Writes the preamble and header; `zstd_level` compresses the key-group blocks.
+    pub fn new(mut out: W, header: &SavepointHeader, zstd_level: i32) -> Result<Self> {
+        if header.key_group_start > header.key_group_end {
+            return Err(corrupt("savepoint key-group range start after end"));
+        }
+        let body = postcard::to_stdvec(header).map_err(Error::Decode)?;
+        let body_len = u32::try_from(body.len())
+            .ok()
+            .filter(|l| *l <= MAX_HEADER_BYTES)
+            .ok_or(Error::TooLarge {
+                what: "savepoint header",
+                size: body.len() as u64,
+                limit: u64::from(MAX_HEADER_BYTES),
+            })?;
+        let mut pre = Vec::with_capacity(16 + body.len());
+        pre.extend_from_slice(&SAVEPOINT_MAGIC);
+        pre.extend_from_slice(&SAVEPOINT_VERSION.to_le_bytes());
+        pre.extend_from_slice(&0u16.to_le_bytes());
+        pre.extend_from_slice(&body_len.to_le_bytes());
+        pre.extend_from_slice(&body);
+        pre.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.write_all(&pre)?;
+        Ok(SavepointWriter {
+            out,
+            offset: pre.len() as u64,
+            level: zstd_level,
+            key_group_start: header.key_group_start,
+            key_group_end: header.key_group_end,
+            states: header.states.len() as u32,
+            index: Vec::new(),
+            current: None,
+            raw: Vec::new(),
+            stats: SavepointStats::default(),
+        })
+    }
+
+    /// Adds an entry of `key_group`. Key groups must not decrease and must lie in the header's
+    /// range; the state must exist in the header.
+    pub fn add(&mut self, key_group: u16, entry: SavepointEntry<'_>) -> Result<()> {
+        if key_group < self.key_group_start || key_group > self.key_group_end {
+            return Err(corrupt(format!(
+                "entry of key group {key_group} outside the savepoint's range"
+            )));
+        }
+        if entry.state >= self.states {
+            return Err(corrupt(format!("entry of unknown state {}", entry.state)));
+        }
+        match self.current {
+            Some((g, _)) if g == key_group => {}
+            Some((g, _)) if g > key_group => {
+                return Err(corrupt("savepoint entries out of key-group order"));
+            }
+            _ => {
+                self.flush_block()?;
+                self.current = Some((key_group, 0));
+            }
+        }
+        let raw = &mut self.raw;
+        put_varint(raw, u64::from(entry.state));
+        for part in [entry.key, entry.namespace, entry.suffix, entry.value] {
+            put_varint(raw, part.len() as u64);
+            raw.extend_from_slice(part);
+        }
+        if raw.len() > MAX_BLOCK_BYTES as usize {
+            return Err(Error::TooLarge {
+                what: "savepoint key-group block",
+                size: raw.len() as u64,
+                limit: u64::from(MAX_BLOCK_BYTES),
+            });
+        }
+        if let Some((_, n)) = &mut self.current {
+            *n += 1;
+        }
+        self.stats.entries += 1;
+        Ok(())
+    }
+
+    fn flush_block(&mut self) -> Result<()> {
+        let Some((key_group, entries)) = self.current.take() else {
+            return Ok(());
+        };
+        let compressed = zstd::bulk::compress(&self.raw, self.level).map_err(Error::Decompress)?;
+        let mut block = Vec::with_capacity(BLOCK_HEADER_LEN + compressed.len() + 4);
+        block.extend_from_slice(&key_group.to_le_bytes());
+        block.extend_from_slice(&entries.to_le_bytes());
+        block.extend_from_slice(&(self.raw.len() as u32).to_le_bytes());
+        block.extend_from_slice(&(compressed.len() as u32).to_le_bytes());
+        block.extend_from_slice(&compressed);
+        let crc = crc32fast::hash(&block);
+        block.extend_from_slice(&crc.to_le_bytes());
+        self.out.write_all(&block)?;
+        self.index.push(IndexEntry {
+            key_group,
+            offset: self.offset,
+            len: block.len() as u32,
+            entries,
+        });
+        self.offset += block.len() as u64;
+        self.stats.blocks += 1;
+        self.stats.raw_bytes += self.raw.len() as u64;
+        self.raw.clear();
+        Ok(())
+    }
+
+    /// Writes the last block, the index and the footer; returns the writer and totals.
+    pub fn finish(mut self) -> Result<(W, SavepointStats)> {
+        self.flush_block()?;
+        let mut index = Vec::with_capacity(8 + self.index.len() * INDEX_ENTRY_LEN);
+        index.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
+        for e in &self.index {
+            index.extend_from_slice(&e.key_group.to_le_bytes());
+            index.extend_from_slice(&e.offset.to_le_bytes());
+            index.extend_from_slice(&e.len.to_le_bytes());
+            index.extend_from_slice(&e.entries.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&index);
+        index.extend_from_slice(&crc.to_le_bytes());
+        let mut footer = Vec::with_capacity(SAVEPOINT_FOOTER_LEN as usize);
+        footer.extend_from_slice(&self.offset.to_le_bytes());
+        footer.extend_from_slice(&(index.len() as u32).to_le_bytes());
+        let fcrc = crc32fast::hash(&footer);
+        footer.extend_from_slice(&fcrc.to_le_bytes());
+        footer.extend_from_slice(&SAVEPOINT_MAGIC);
+        self.out.write_all(&index)?;
+        self.out.write_all(&footer)?;
+        self.out.flush()?;
+        self.stats.file_bytes = self.offset + index.len() as u64 + footer.len() as u64;
+        Ok((self.out, self.stats))
+    }
+}
+
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn check_crc(block: &'static str, offset: u64, bytes: &[u8], stored: u32) -> Result<()> {
+    let computed = crc32fast::hash(bytes);
+    if computed != stored {
+        return Err(Error::ChecksumMismatch {
+            block,
+            offset,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+fn read_exact_at<R: Read + Seek>(
+    r: &mut R,
+    offset: u64,
+    len: usize,
+    what: &'static str,
+    size: u64,
+) -> Result<Vec<u8>> {
+    if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+        return Err(Error::Truncated {
+            what,
+            needed: offset.saturating_add(len as u64),
+            available: size,
+        });
+    }
+    r.seek(SeekFrom::Start(offset))?;
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// Reads a savepoint: footer, index and header are read and verified on open; key-group blocks
+/// are read and verified one at a time.
+pub struct SavepointReader<R: Read + Seek> {
+    input: R,
+    size: u64,
+    header: SavepointHeader,
+    index: Vec<IndexEntry>,
+}
+
+impl<R: Read + Seek> SavepointReader<R> {
+    /// Opens and verifies the footer, index and header.
+    pub fn open(mut input: R) -> Result<Self> {
+        let size = input.seek(SeekFrom::End(0))?;
+        let min = PREAMBLE_LEN + 8 + 4 + 4 + SAVEPOINT_FOOTER_LEN;
+        if size < min {
+            return Err(Error::Truncated {
+                what: "savepoint",
+                needed: min,
+                available: size,
+            });
+        }
+        let pre = read_exact_at(
+            &mut input,
+            0,
+            PREAMBLE_LEN as usize + 4,
+            "savepoint preamble",
+            size,
+        )?;
+        if pre[..4] != SAVEPOINT_MAGIC {
+            return Err(Error::BadMagic {
+                what: "savepoint",
+                expected: SAVEPOINT_MAGIC.to_vec(),
+                found: pre[..4].to_vec(),
+            });
+        }
+        let version = le_u16(&pre, 4);
+        if version != SAVEPOINT_VERSION {
+            return Err(Error::Unsupported(format!(
+                "savepoint version {version} (this build reads {SAVEPOINT_VERSION})"
+            )));
+        }
+        if le_u16(&pre, 6) != 0 {
+            return Err(Error::Unsupported("savepoint flags".into()));
+        }
+        let footer_at = size - SAVEPOINT_FOOTER_LEN;
+        let footer = read_exact_at(
+            &mut input,
+            footer_at,
+            SAVEPOINT_FOOTER_LEN as usize,
+            "savepoint footer",
+            size,
+        )?;
+        if footer[16..20] != SAVEPOINT_MAGIC {
+            return Err(Error::BadMagic {
+                what: "savepoint footer",
+                expected: SAVEPOINT_MAGIC.to_vec(),
+                found: footer[16..20].to_vec(),
+            });
+        }
+        check_crc(
+            "savepoint footer",
+            footer_at,
+            &footer[..12],
+            le_u32(&footer, 12),
+        )?;
+        let index_offset = le_u64(&footer, 0);
+        let index_len = le_u32(&footer, 8) as u64;
+        if index_offset.checked_add(index_len) != Some(footer_at) || index_len < 8 {
+            return Err(corrupt("savepoint index does not end at the footer"));
+        }
+
+        let header_len = u64::from(le_u32(&pre, 8));
+        if header_len > u64::from(MAX_HEADER_BYTES) {
+            return Err(Error::TooLarge {
+                what: "savepoint header",
+                size: header_len,
+                limit: u64::from(MAX_HEADER_BYTES),
+            });
+        }
+        let header_end = PREAMBLE_LEN + 4 + header_len + 4;
+        if header_end > index_offset {
+            return Err(corrupt("savepoint header overlaps the index"));
+        }
+        let hbytes = read_exact_at(
+            &mut input,
+            PREAMBLE_LEN + 4,
+            header_len as usize + 4,
+            "savepoint header",
+            size,
+        )?;
+        let (body, crc) = hbytes.split_at(header_len as usize);
+        check_crc("savepoint header", PREAMBLE_LEN, body, le_u32(crc, 0))?;
+        let (header, rest): (SavepointHeader, _) =
+            postcard::take_from_bytes(body).map_err(Error::Decode)?;
+        if !rest.is_empty() || header.key_group_start > header.key_group_end {
+            return Err(corrupt("savepoint header"));
+        }
+
+        let ibytes = read_exact_at(
+            &mut input,
+            index_offset,
+            index_len as usize,
+            "savepoint index",
+            size,
+        )?;
+        let (ibody, icrc) = ibytes.split_at(ibytes.len() - 4);
+        check_crc("savepoint index", index_offset, ibody, le_u32(icrc, 0))?;
+        let count = le_u32(ibody, 0) as usize;
+        if ibody.len() != 4 + count.saturating_mul(INDEX_ENTRY_LEN) {
+            return Err(corrupt("savepoint index length does not match its count"));
+        }
+        let mut index = Vec::with_capacity(count);
+        let mut next_free = header_end;
+        for i in 0..count {
+            let at = 4 + i * INDEX_ENTRY_LEN;
+            let e = IndexEntry {
+                key_group: le_u16(ibody, at),
+                offset: le_u64(ibody, at + 2),
+                len: le_u32(ibody, at + 10),
+                entries: le_u32(ibody, at + 14),
+            };
+            let in_range =
+                e.key_group >= header.key_group_start && e.key_group <= header.key_group_end;
+            let ordered = index
+                .last()
+                .is_none_or(|p: &IndexEntry| p.key_group < e.key_group);
+            let placed = e.offset == next_free && (e.len as usize) >= BLOCK_HEADER_LEN + 4;
+            if !in_range || !ordered || !placed {
+                return Err(corrupt(format!(
+                    "savepoint index entry {i} (key group {})",
+                    e.key_group
+                )));
+            }
+            next_free = e.offset + u64::from(e.len);
+            index.push(e);
+        }
+        if next_free != index_offset {
+            return Err(corrupt("savepoint blocks do not end at the index"));
+        }
+        Ok(SavepointReader {
+            input,
+            size,
+            header,
+            index,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &SavepointHeader {
+        &self.header
+    }
+
+    /// The blocks, in key-group order.
+    pub fn index(&self) -> &[IndexEntry] {
+        &self.index
+    }
+
+    /// Reads, verifies and decompresses one block; returns its raw entry bytes.
+    pub fn read_block(&mut self, entry: &IndexEntry) -> Result<Vec<u8>> {
+        let bytes = read_exact_at(
+            &mut self.input,
+            entry.offset,
+            entry.len as usize,
+            "savepoint block",
+            self.size,
+        )?;
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        check_crc("savepoint block", entry.offset, body, le_u32(crc, 0))?;
+        let (key_group, entries, raw_len, comp_len) = (
+            le_u16(body, 0),
+            le_u32(body, 2),
+            le_u32(body, 6),
+            le_u32(body, 10),
+        );
+        if key_group != entry.key_group || entries != entry.entries {
+            return Err(corrupt("savepoint block header disagrees with the index"));
+        }
+        if comp_len as usize != body.len() - BLOCK_HEADER_LEN || raw_len > MAX_BLOCK_BYTES {
+            return Err(corrupt("savepoint block lengths"));
+        }
+        let raw = zstd::bulk::decompress(&body[BLOCK_HEADER_LEN..], raw_len as usize)
+            .map_err(Error::Decompress)?;
+        if raw.len() != raw_len as usize {
+            return Err(corrupt("savepoint block decompressed to another length"));
+        }
+        Ok(raw)
+    }
+
+    /// Calls `f` for every entry of the block at `entry`, in stored order.
+    pub fn for_each_entry(
+        &mut self,
+        entry: &IndexEntry,
+        mut f: impl FnMut(SavepointEntry<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let raw = self.read_block(entry)?;
+        let states = self.header.states.len() as u64;
+        let mut rest: &[u8] = &raw;
+        let mut seen = 0u32;
+        while !rest.is_empty() {
+            let (state, r) = take_varint(rest)?;
+            if state >= states {
+                return Err(corrupt(format!("savepoint entry of unknown state {state}")));
+            }
+            let (key, r) = take_bytes(r)?;
+            let (namespace, r) = take_bytes(r)?;
+            let (suffix, r) = take_bytes(r)?;
+            let (value, r) = take_bytes(r)?;
+            rest = r;
+            seen += 1;
+            f(SavepointEntry {
+                state: state as u32,
+                key,
+                namespace,
+                suffix,
+                value,
+            })?;
+        }
+        if seen != entry.entries {
+            return Err(corrupt("savepoint block entry count"));
+        }
+        Ok(())
+    }
+}
+
+fn take_varint(b: &[u8]) -> Result<(u64, &[u8])> {
+    let mut v = 0u64;
+    for (i, byte) in b.iter().enumerate().take(10) {
+        if i == 9 && *byte > 1 {
+            break;
+        }
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok((v, &b[i + 1..]));
+        }
+    }
+    Err(corrupt("savepoint varint"))
+}
+
+fn take_bytes(b: &[u8]) -> Result<(&[u8], &[u8])> {
+    let (len, rest) = take_varint(b)?;
+    if len > rest.len() as u64 {
+        return Err(corrupt("savepoint entry length beyond its block"));
+    }
+    Ok(rest.split_at(len as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::StateKind;
+    use std::io::Cursor;
+
+    fn header() -> SavepointHeader {
+        SavepointHeader {
+            max_parallelism: 128,
+            key_group_start: 0,
+            key_group_end: 127,
+            states: vec![StateMeta {
+                name: "s".into(),
+                kind: StateKind::Value,
+                codec: "bytes".into(),
+                codec_version: 1,
+                ttl: false,
+            }],
+            operator_state: vec![],
+            created_at_ms: 7,
+        }
+    }
+
+    fn sample() -> Vec<u8> {
+        let mut w = SavepointWriter::new(Vec::new(), &header(), 3).unwrap();
+        for g in [3u16, 3, 9, 127] {
+            w.add(
+                g,
+                SavepointEntry {
+                    state: 0,
+                    key: &g.to_be_bytes(),
+                    namespace: b"",
+                    suffix: b"",
+                    value: b"value",
+                },
+            )
+            .unwrap();
+        }
+        w.finish().unwrap().0
+    }
+
+    #[test]
+    fn round_trip() {
+        let bytes = sample();
+        let mut r = SavepointReader::open(Cursor::new(&bytes)).unwrap();
+        assert_eq!(r.header(), &header());
+        let index = r.index().to_vec();
+        assert_eq!(
+            index.iter().map(|e| e.key_group).collect::<Vec<_>>(),
+            vec![3, 9, 127]
+        );
+        let mut n = 0;
+        for e in &index {
+            r.for_each_entry(e, |en| {
+                assert_eq!(en.key, &e.key_group.to_be_bytes());
+                n += 1;
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert_eq!(n, 4);
+    }
+
+    #[test]
+    fn every_byte_flip_and_truncation_is_detected() {
+        let bytes = sample();
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x01;
+            let outcome = SavepointReader::open(Cursor::new(&b)).and_then(|mut r| {
+                let index = r.index().to_vec();
+                for e in &index {
+                    r.for_each_entry(e, |_| Ok(()))?;
+                }
+                Ok(())
+            });
+            assert!(outcome.is_err(), "flip at {i} not detected");
+        }
+        for cut in 0..bytes.len() {
+            assert!(SavepointReader::open(Cursor::new(&bytes[..cut])).is_err());
+        }
+    }
+
+    #[test]
+    fn writer_refuses_bad_order_range_and_state() {
+        let mut w = SavepointWriter::new(Vec::new(), &header(), 3).unwrap();
+        let e = SavepointEntry {
+            state: 0,
+            key: b"k",
+            namespace: b"",
+            suffix: b"",
+            value: b"v",
+        };
+        w.add(5, e).unwrap();
+        assert!(w.add(4, e).is_err());
+        assert!(w.add(200, e).is_err());
+        assert!(w.add(6, SavepointEntry { state: 1, ..e }).is_err());
+    }
+}
