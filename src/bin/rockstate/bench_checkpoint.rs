@@ -1,0 +1,369 @@
+//! `rockstate bench checkpoint`: the issue-4 checkpoint workload, with its baselines measured
+//! in the same process: a bare RocksDB checkpoint (sync phase), a plain parallel copy of the
+//! same files (async phase) and `cp -r` (restore).
+//!
+//! Workload: insert `keys` keys with `value_bytes`-byte random values through a value state →
+//! cp1; update every 100th key → cp2; no change → cp3; update 1% random keys → cp4; then
+//! `rounds` rounds of (update 1% random keys → checkpoint). The same again with incremental
+//! checkpoints off ("full"). One line per checkpoint.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+use rockstate::{
+    CheckpointOptions, CheckpointStats, CodecId, DbOptions, Error, KeyedBackend, LocalStorage,
+    MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
+};
+
+/// Which checkpoint modes to run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Reuse SSTs of the last completed checkpoint.
+    Incremental,
+    /// Upload every file every time.
+    Full,
+    /// Both, one after the other.
+    Both,
+}
+
+/// Arguments of `bench checkpoint`.
+#[derive(clap::Args, Debug)]
+pub struct CheckpointArgs {
+    /// Number of keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Rounds of (update 1% random keys → checkpoint) after cp4.
+    #[arg(long, default_value_t = 50)]
+    rounds: u64,
+    /// Checkpoint mode(s).
+    #[arg(long, value_enum, default_value_t = Mode::Both)]
+    mode: Mode,
+    /// Parallel file transfers.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+struct Run<'a> {
+    args: &'a CheckpointArgs,
+    backend: KeyedBackend,
+    state: RawValueState,
+    rng: SmallRng,
+    value: Vec<u8>,
+    next_id: u64,
+    mode: &'static str,
+    cumulative: u64,
+}
+
+impl Run<'_> {
+    fn put(&mut self, key: u64) -> rockstate::Result<()> {
+        self.rng.fill_bytes(&mut self.value);
+        self.state.put(&key.to_be_bytes(), &[], &self.value)
+    }
+
+    fn update_random_percent(&mut self) -> rockstate::Result<()> {
+        for _ in 0..(self.args.keys / 100).max(1) {
+            let k = self.rng.random_range(0..self.args.keys);
+            self.put(k)?;
+        }
+        Ok(())
+    }
+
+    /// Sync phase on this thread, async phase on another, then completion.
+    fn checkpoint(&mut self) -> rockstate::Result<CheckpointStats> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let pending = self.backend.snapshot(id)?;
+        let stats = std::thread::spawn(move || pending.upload())
+            .join()
+            .map_err(|_| Error::CheckpointAborted { id })??;
+        self.backend.notify_checkpoint_complete(id)?;
+        self.cumulative += stats.bytes_uploaded;
+        println!(
+            "checkpoint={} mode={} sync_ms={:.1} async_ms={:.1} uploaded_bytes={} uploaded_files={} reused_files={} state_bytes={}",
+            id,
+            self.mode,
+            ms(stats.sync_duration),
+            ms(stats.async_duration),
+            stats.bytes_uploaded,
+            stats.files_uploaded,
+            stats.files_reused,
+            stats.state_bytes
+        );
+        Ok(stats)
+    }
+}
+
+fn open_run<'a>(
+    args: &'a CheckpointArgs,
+    root: &Path,
+    mode: &'static str,
+    budget: &MemoryBudget,
+) -> rockstate::Result<(Run<'a>, Arc<LocalStorage>)> {
+    let storage = Arc::new(LocalStorage::new(root.join(format!("storage-{mode}")))?);
+    let backend = KeyedBackend::builder(root.join(format!("db-{mode}")))
+        .options(DbOptions::default())
+        .memory_budget(budget.clone())
+        .checkpoint_storage(storage.clone())
+        .checkpoint_options(CheckpointOptions {
+            incremental: mode == "incremental",
+            transfer_threads: args.threads,
+            ..CheckpointOptions::default()
+        })
+        .open()?;
+    let state = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    Ok((
+        Run {
+            args,
+            backend,
+            state,
+            rng: SmallRng::seed_from_u64(args.seed),
+            value: vec![0; args.value_bytes],
+            next_id: 1,
+            mode,
+            cumulative: 0,
+        },
+        storage,
+    ))
+}
+
+/// The workload in one mode; returns the run for the baselines.
+fn workload<'a>(
+    args: &'a CheckpointArgs,
+    root: &Path,
+    mode: &'static str,
+    budget: &MemoryBudget,
+) -> rockstate::Result<(Run<'a>, Arc<LocalStorage>)> {
+    let (mut run, storage) = open_run(args, root, mode, budget)?;
+    for k in 0..args.keys {
+        run.put(k)?;
+    }
+    run.checkpoint()?; // cp1
+    for k in (0..args.keys).step_by(100) {
+        run.put(k)?;
+    }
+    run.checkpoint()?; // cp2
+    run.checkpoint()?; // cp3
+    run.update_random_percent()?;
+    run.checkpoint()?; // cp4
+    let after_cp4 = run.cumulative;
+    for _ in 0..args.rounds {
+        run.update_random_percent()?;
+        run.checkpoint()?;
+    }
+    println!(
+        "# mode={mode} rounds={} cumulative_uploaded_bytes={} (cp1..cp4: {}, rounds: {})",
+        args.rounds,
+        run.cumulative,
+        after_cp4,
+        run.cumulative - after_cp4
+    );
+    Ok((run, storage))
+}
+
+/// Copies every file of `from` into the new directory `to` with `threads` threads, fsyncing
+/// each (what a durable upload to a local directory must do).
+fn parallel_copy(from: &Path, to: &Path, threads: usize) -> rockstate::Result<u64> {
+    std::fs::create_dir_all(to).map_err(io(to))?;
+    let mut files: Vec<(PathBuf, u64)> = std::fs::read_dir(from)
+        .map_err(io(from))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
+        .collect();
+    files.sort_by(|a, b| b.1.cmp(&a.1));
+    let total = files.iter().map(|f| f.1).sum();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((path, _)) = files.get(i) else {
+                    return;
+                };
+                let Some(name) = path.file_name() else { return };
+                let dst = to.join(name);
+                let r =
+                    std::fs::copy(path, &dst).and_then(|_| std::fs::File::open(&dst)?.sync_all());
+                if let Err(e) = r {
+                    if let Ok(mut f) = failed.lock() {
+                        *f = Some(Error::Io {
+                            path: dst,
+                            source: e,
+                        });
+                    }
+                    return;
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    Ok(total)
+}
+
+fn dir_bytes(dir: &Path) -> rockstate::Result<u64> {
+    Ok(std::fs::read_dir(dir)
+        .map_err(io(dir))?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum())
+}
+
+/// Sync phase vs bare RocksDB checkpoint, interleaved after identical 1% updates.
+fn compare_sync(run: &mut Run<'_>, root: &Path) -> rockstate::Result<()> {
+    let (mut ours, mut bare) = (Vec::new(), Vec::new());
+    for i in 0..5 {
+        run.update_random_percent()?;
+        let dir = root.join(format!("bare-{i}"));
+        let t = Instant::now();
+        run.backend.bare_rocksdb_checkpoint(&dir)?;
+        bare.push(t.elapsed());
+        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+        run.update_random_percent()?;
+        let stats = run.checkpoint()?;
+        ours.push(stats.sync_duration);
+    }
+    let (o, b) = (median(ours), median(bare));
+    println!(
+        "# sync: rockstate_ms={:.2} bare_rocksdb_checkpoint_ms={:.2} ratio={:.3} (median of 5, target <= 1.1)",
+        ms(o),
+        ms(b),
+        o.as_secs_f64() / b.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Async phase of a full upload vs a plain parallel copy of the same files.
+fn compare_async(run: &mut Run<'_>, root: &Path, threads: usize) -> rockstate::Result<()> {
+    let (mut ours, mut plain) = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for i in 0..3 {
+        let src = root.join(format!("plain-src-{i}"));
+        run.backend.bare_rocksdb_checkpoint(&src)?;
+        let dst = root.join(format!("plain-dst-{i}"));
+        let t = Instant::now();
+        bytes = parallel_copy(&src, &dst, threads)?;
+        plain.push(t.elapsed());
+        std::fs::remove_dir_all(&dst).map_err(io(&dst))?;
+        std::fs::remove_dir_all(&src).map_err(io(&src))?;
+        let stats = run.checkpoint()?;
+        ours.push(stats.async_duration);
+    }
+    let (o, p) = (median(ours), median(plain));
+    println!(
+        "# async (full upload): rockstate_ms={:.1} plain_parallel_copy_ms={:.1} bytes={} threads={} ratio={:.3} (median of 3, target <= 1.2)",
+        ms(o),
+        ms(p),
+        bytes,
+        threads,
+        o.as_secs_f64() / p.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Restore of the last checkpoint vs `cp -r` of the same files.
+fn compare_restore(
+    storage: &Arc<LocalStorage>,
+    run: &Run<'_>,
+    root: &Path,
+    budget: &MemoryBudget,
+) -> rockstate::Result<()> {
+    let src = root.join("cp-src");
+    run.backend.bare_rocksdb_checkpoint(&src)?;
+    let bytes = dir_bytes(&src)?;
+    let (mut ours, mut cp) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        let dst = root.join(format!("cp-dst-{i}"));
+        let t = Instant::now();
+        let status = Command::new("cp")
+            .arg("-r")
+            .arg(&src)
+            .arg(&dst)
+            .status()
+            .map_err(io(&dst))?;
+        cp.push(t.elapsed());
+        if !status.success() {
+            return Err(Error::InvalidOption {
+                name: "cp -r",
+                detail: format!("exited with {status}"),
+            });
+        }
+        std::fs::remove_dir_all(&dst).map_err(io(&dst))?;
+        let target = root.join(format!("restored-{i}"));
+        let t = Instant::now();
+        let restored = KeyedBackend::builder(&target)
+            .memory_budget(budget.clone())
+            .checkpoint_storage(storage.clone())
+            .checkpoint_options(CheckpointOptions {
+                transfer_threads: run.args.threads,
+                ..CheckpointOptions::default()
+            })
+            .restore(RestoreFrom::Latest)?;
+        ours.push(t.elapsed());
+        drop(restored);
+        std::fs::remove_dir_all(&target).map_err(io(&target))?;
+    }
+    let (o, c) = (median(ours), median(cp));
+    println!(
+        "# restore: rockstate_ms={:.1} cp_r_ms={:.1} bytes={} throughput_ratio={:.3} (median of 3, target >= 0.8)",
+        ms(o),
+        ms(c),
+        bytes,
+        c.as_secs_f64() / o.as_secs_f64()
+    );
+    std::fs::remove_dir_all(&src).map_err(io(&src))?;
+    Ok(())
+}
+
+/// Runs the benchmark.
+pub fn run(args: &CheckpointArgs) -> rockstate::Result<()> {
+    let tmp = std::env::temp_dir();
+    let dir = tempfile::tempdir_in(&tmp).map_err(io(&tmp))?;
+    let root = dir.path();
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default())?;
+    println!(
+        "# bench checkpoint: keys={} value_bytes={} rounds={} threads={} storage=LocalStorage (fsync) in {}",
+        args.keys,
+        args.value_bytes,
+        args.rounds,
+        args.threads,
+        root.display()
+    );
+    if matches!(args.mode, Mode::Incremental | Mode::Both) {
+        let (mut run, storage) = workload(args, root, "incremental", &budget)?;
+        compare_sync(&mut run, root)?;
+        compare_restore(&storage, &run, root, &budget)?;
+    }
+    if matches!(args.mode, Mode::Full | Mode::Both) {
+        let (mut run, _storage) = workload(args, root, "full", &budget)?;
+        compare_async(&mut run, root, args.threads)?;
+    }
+    Ok(())
+}

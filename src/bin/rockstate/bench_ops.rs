@@ -1,0 +1,188 @@
+//! `rockstate bench ops`: the foundation workload through rockstate's value state and through
+//! raw rust-rocksdb opened with the same options, phase by phase in one process, so the ratio
+//! is measured under the same machine conditions. (This file and the criterion benches are the
+//! only places outside `db` that name `rocksdb::` types: they are the comparison baseline.)
+
+use std::time::Instant;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+use rockstate::{CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawValueState};
+
+/// Arguments of `bench ops`.
+#[derive(clap::Args, Debug)]
+pub struct OpsArgs {
+    /// Number of keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+struct Raw {
+    db: rocksdb::DB,
+    write: rocksdb::WriteOptions,
+    read: rocksdb::ReadOptions,
+}
+
+impl Raw {
+    fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>> {
+        self.db
+            .get_pinned_opt(key, &self.read)
+            .map(|v| v.map(|v| v.to_vec()))
+            .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
+        self.db
+            .put_opt(key, value, &self.write)
+            .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
+    }
+}
+
+trait Store {
+    fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>>;
+    fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()>;
+}
+
+impl Store for Raw {
+    fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>> {
+        Raw::get(self, key)
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
+        Raw::put(self, key, value)
+    }
+}
+
+impl Store for RawValueState {
+    fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>> {
+        RawValueState::get(self, key, &[])
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
+        RawValueState::put(self, key, &[], value)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Phase {
+    Insert,
+    Update,
+    Get,
+    GetMissing,
+    ReadModifyWrite,
+}
+
+impl Phase {
+    const ALL: [Phase; 5] = [
+        Phase::Insert,
+        Phase::Update,
+        Phase::Get,
+        Phase::GetMissing,
+        Phase::ReadModifyWrite,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Insert => "insert",
+            Phase::Update => "update",
+            Phase::Get => "get",
+            Phase::GetMissing => "get_missing",
+            Phase::ReadModifyWrite => "read_modify_write",
+        }
+    }
+}
+
+/// Runs one phase on one store; returns ops/s. Both stores see the same key sequence.
+fn run_phase(store: &dyn Store, phase: Phase, args: &OpsArgs, values: &[Vec<u8>]) -> rockstate::Result<f64> {
+    let n = args.keys;
+    let mut rng = SmallRng::seed_from_u64(args.seed ^ phase as u64);
+    let mut found = 0u64;
+    let start = Instant::now();
+    for i in 0..n {
+        let value = &values[(i as usize) % values.len()];
+        match phase {
+            Phase::Insert => store.put(&i.to_be_bytes(), value)?,
+            Phase::Update => store.put(&rng.random_range(0..n).to_be_bytes(), value)?,
+            Phase::Get => found += u64::from(store.get(&rng.random_range(0..n).to_be_bytes())?.is_some()),
+            Phase::GetMissing => {
+                found += u64::from(store.get(&rng.random_range(n..2 * n).to_be_bytes())?.is_some())
+            }
+            Phase::ReadModifyWrite => {
+                let key = rng.random_range(0..n).to_be_bytes();
+                let mut v = store.get(&key)?.unwrap_or_default();
+                if let Some(b) = v.first_mut() {
+                    *b = b.wrapping_add(1);
+                }
+                store.put(&key, &v)?;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let expected = match phase {
+        Phase::Get => n,
+        Phase::GetMissing => 0,
+        _ => found,
+    };
+    if found != expected {
+        return Err(rockstate::Error::Decode {
+            what: "benchmark",
+            detail: format!("phase {} found {found} keys, expected {expected}", phase.name()),
+        });
+    }
+    Ok(n as f64 / secs)
+}
+
+/// Runs the workload and prints one line per phase.
+pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| rockstate::Error::Io {
+        path: std::env::temp_dir(),
+        source: e,
+    })?;
+    let options = DbOptions::default();
+    let budget_config = MemoryBudgetConfig::default();
+
+    let backend = KeyedBackend::builder(dir.path().join("rockstate"))
+        .options(options.clone())
+        .memory_budget(MemoryBudget::new(budget_config.clone())?)
+        .open()?;
+    let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
+
+    let raw_budget = MemoryBudget::new(budget_config)?;
+    let raw_opts = rockstate::rocksdb_options_for_benchmarks(&options, &raw_budget);
+    let db = rocksdb::DB::open(&raw_opts, dir.path().join("raw"))
+        .map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
+    let mut write = rocksdb::WriteOptions::default();
+    write.disable_wal(!options.wal);
+    let raw = Raw {
+        db,
+        write,
+        read: rocksdb::ReadOptions::default(),
+    };
+
+    let mut rng = SmallRng::seed_from_u64(args.seed);
+    let values: Vec<Vec<u8>> = (0..4096)
+        .map(|_| {
+            let mut v = vec![0u8; args.value_bytes];
+            rng.fill_bytes(&mut v);
+            v
+        })
+        .collect();
+    println!(
+        "# bench ops: keys={} value_bytes={} (rockstate RawValueState vs raw rust-rocksdb, same options)",
+        args.keys, args.value_bytes
+    );
+    for phase in Phase::ALL {
+        let ours_ops = run_phase(&ours, phase, args, &values)?;
+        let raw_ops = run_phase(&raw, phase, args, &values)?;
+        println!(
+            "phase={} rockstate_ops_s={:.0} raw_ops_s={:.0} ratio={:.3}",
+            phase.name(),
+            ours_ops,
+            raw_ops,
+            ours_ops / raw_ops
+        );
+    }
+    Ok(())
+}

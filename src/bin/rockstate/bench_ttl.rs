@@ -1,0 +1,163 @@
+//! `rockstate bench ttl`: what TTL costs and what it saves, measured in one run.
+//!
+//! 1. Churn: rounds of (insert fresh keys, advance the clock one round, full compaction as
+//!    RocksDB's compaction would eventually do, flush as a checkpoint's sync phase does) for a TTL
+//!    state whose entries live 2.5 rounds and for the same state without TTL; prints live SST
+//!    bytes per round. With TTL it stays bounded; without it grows linearly.
+//! 2. `compaction_ratio`: full compaction of identical TTL data with the filter on vs off
+//!    (throughput with / without; nothing is expired, so both keep every entry).
+//! 3. `access_ratio`: get + update on a TTL value state vs a plain value state.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rockstate::ttl::Cleanup;
+use rockstate::{KeyedBackend, ManualClock, MemoryBudget, MemoryBudgetConfig, StateDescriptor, TtlConfig};
+
+/// Arguments of `bench ttl`.
+#[derive(clap::Args, Debug)]
+pub struct TtlArgs {
+    /// Churn rounds.
+    #[arg(long, default_value_t = 20)]
+    rounds: u64,
+    /// Fresh keys per round.
+    #[arg(long, default_value_t = 200_000)]
+    keys_per_round: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Keys for the access phase.
+    #[arg(long, default_value_t = 500_000)]
+    access_keys: u64,
+}
+
+const ROUND_MS: u64 = 1000;
+
+fn io_err(e: std::io::Error) -> rockstate::Error {
+    rockstate::Error::Io {
+        path: std::env::temp_dir(),
+        source: e,
+    }
+}
+
+fn open(dir: &std::path::Path, clock: &ManualClock) -> rockstate::Result<KeyedBackend> {
+    KeyedBackend::builder(dir)
+        .clock(Arc::new(clock.clone()))
+        .memory_budget(MemoryBudget::new(MemoryBudgetConfig::default())?)
+        .open()
+}
+
+/// Runs all three parts and prints their lines.
+pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
+    let tmp = tempfile::tempdir().map_err(io_err)?;
+    let value = vec![0x5au8; args.value_bytes];
+
+    // 1. Churn.
+    let clock = ManualClock::new(1_000_000);
+    let with = open(&tmp.path().join("churn-ttl"), &clock)?;
+    let without = open(&tmp.path().join("churn-plain"), &clock)?;
+    let ttl = TtlConfig::new(Duration::from_millis(ROUND_MS * 5 / 2));
+    let ttl_state = with.raw_value_state(
+        StateDescriptor::new("s").with_ttl(ttl.clone()),
+        rockstate::CodecId::new("bytes", 1),
+    )?;
+    let plain_state = without.raw_value_state("s", rockstate::CodecId::new("bytes", 1))?;
+    println!(
+        "# bench ttl churn: rounds={} keys_per_round={} value_bytes={} ttl=2.5 rounds",
+        args.rounds, args.keys_per_round, args.value_bytes
+    );
+    let mut max_round_bytes = 0u64;
+    let mut last_ttl_bytes = 0u64;
+    for round in 0..args.rounds {
+        for i in 0..args.keys_per_round {
+            let key = (round * args.keys_per_round + i).to_be_bytes();
+            ttl_state.put(&key, &[], &value)?;
+            plain_state.put(&key, &[], &value)?;
+        }
+        clock.advance(Duration::from_millis(ROUND_MS));
+        let mut sizes = [0u64; 2];
+        for (i, b) in [&with, &without].into_iter().enumerate() {
+            b.flush()?;
+            b.compact_state("s")?;
+            sizes[i] = b.state_property("s", "rocksdb.live-sst-files-size")?.unwrap_or(0);
+        }
+        if round == 0 {
+            max_round_bytes = sizes[1];
+        }
+        last_ttl_bytes = sizes[0];
+        println!(
+            "round={} ttl_live_sst_bytes={} no_ttl_live_sst_bytes={}",
+            round + 1,
+            sizes[0],
+            sizes[1]
+        );
+    }
+    println!(
+        "churn_ttl_rounds_worth={:.2} dropped_by_compaction={}",
+        last_ttl_bytes as f64 / max_round_bytes.max(1) as f64,
+        with.ttl_stats("s")?.dropped_by_compaction
+    );
+    drop((ttl_state, plain_state, with, without));
+
+    // 2. Compaction with vs without the filter, same TTL data (nothing expired).
+    let clock = ManualClock::new(1_000_000);
+    let long = TtlConfig::new(Duration::from_secs(365 * 24 * 3600));
+    let mut secs = [0f64; 2];
+    let n = args.keys_per_round * 5;
+    for (i, filter) in [true, false].into_iter().enumerate() {
+        let b = open(&tmp.path().join(format!("compact-{i}")), &clock)?;
+        let cfg = long.clone().cleanup(Cleanup {
+            compaction_filter: filter,
+            ..Cleanup::default()
+        });
+        let s = b.raw_value_state(
+            StateDescriptor::new("s").with_ttl(cfg),
+            rockstate::CodecId::new("bytes", 1),
+        )?;
+        for k in 0..n {
+            s.put(&k.to_be_bytes(), &[], &value)?;
+            if k % (n / 4).max(1) == 0 {
+                b.flush()?;
+            }
+        }
+        b.flush()?;
+        let start = Instant::now();
+        b.compact_state("s")?;
+        secs[i] = start.elapsed().as_secs_f64();
+    }
+    println!(
+        "compaction_entries={n} with_filter_s={:.3} without_filter_s={:.3} compaction_ratio={:.3}",
+        secs[0],
+        secs[1],
+        secs[1] / secs[0]
+    );
+
+    // 3. Access: get + update, TTL vs plain, interleaved in one process.
+    let b = open(&tmp.path().join("access"), &clock)?;
+    let ttl_v = b.value_state::<u64, (), Vec<u8>>(StateDescriptor::new("ttl").with_ttl(ttl))?;
+    let plain_v = b.value_state::<u64, (), Vec<u8>>("plain")?;
+    for k in 0..args.access_keys {
+        ttl_v.put(&k, &(), &value)?;
+        plain_v.put(&k, &(), &value)?;
+    }
+    let mut rates = [0f64; 2];
+    for (i, s) in [&ttl_v, &plain_v].into_iter().enumerate() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let start = Instant::now();
+        for _ in 0..args.access_keys {
+            let k = rng.random_range(0..args.access_keys);
+            let v = s.get(&k, &())?.unwrap_or_default();
+            s.put(&k, &(), &v)?;
+        }
+        rates[i] = args.access_keys as f64 / start.elapsed().as_secs_f64();
+    }
+    println!(
+        "access_ops=get+update ttl_ops_s={:.0} plain_ops_s={:.0} access_ratio={:.3}",
+        rates[0],
+        rates[1],
+        rates[0] / rates[1]
+    );
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! Every object name and local staging path the checkpoint code uses, in one place (as SlateDB
+//! keeps its path scheme in one module). `docs/checkpoint-format.md` describes the same layout.
+//!
+//! ```text
+//! <root>/shared/<32 hex>.sst                 SSTs: random names, never reused, refcounted
+//! <root>/chk-<id>/<backend-id>/<local name>  private files of one checkpoint of one backend
+//! <root>/chk-<id>/<backend-id>/_metadata     that checkpoint's commit point (manifest)
+//! ```
+//! Local staging: `<staging root>/<backend-id>/snap-<id>/` (a RocksDB checkpoint directory).
+
+use std::path::{Path, PathBuf};
+
+/// Prefix of every shared object.
+pub const SHARED_PREFIX: &str = "shared/";
+/// Prefix of every checkpoint directory.
+pub const CHECKPOINT_PREFIX: &str = "chk-";
+/// File name of the manifest in a checkpoint directory.
+pub const METADATA_FILE: &str = "_metadata";
+/// Name of the staging directory created next to backend directories.
+pub const STAGING_DIR_NAME: &str = ".rockstate-staging";
+
+/// A fresh random 128-bit hex identifier (backend ids, shared object names).
+pub fn random_hex() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// A new backend id.
+pub fn new_backend_id() -> String {
+    random_hex()
+}
+
+/// A fresh name for an SST in shared storage; never returned twice.
+pub fn new_shared_name() -> String {
+    format!("{SHARED_PREFIX}{}.sst", random_hex())
+}
+
+/// Whether `name` is a shared object name.
+pub fn is_shared_name(name: &str) -> bool {
+    name.strip_prefix(SHARED_PREFIX)
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+}
+
+/// The directory (prefix, ending in `/`) of checkpoint `id` of backend `backend_id`.
+pub fn checkpoint_dir(id: u64, backend_id: &str) -> String {
+    format!("{CHECKPOINT_PREFIX}{id}/{backend_id}/")
+}
+
+/// The object name of private file `local_name` of checkpoint `id` of `backend_id`.
+pub fn private_name(id: u64, backend_id: &str, local_name: &str) -> String {
+    format!("{}{local_name}", checkpoint_dir(id, backend_id))
+}
+
+/// The manifest (commit point) of checkpoint `id` of `backend_id`.
+pub fn metadata_name(id: u64, backend_id: &str) -> String {
+    format!("{}{METADATA_FILE}", checkpoint_dir(id, backend_id))
+}
+
+/// An object inside a checkpoint directory, split into its parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointObject<'a> {
+    /// Checkpoint id.
+    pub id: u64,
+    /// Backend id.
+    pub backend_id: &'a str,
+    /// File name inside the checkpoint directory.
+    pub file: &'a str,
+}
+
+impl CheckpointObject<'_> {
+    /// Whether this object is a manifest.
+    pub fn is_metadata(&self) -> bool {
+        self.file == METADATA_FILE
+    }
+}
+
+/// Parses `chk-<id>/<backend>/<file>`; `None` for any other name.
+pub fn parse_checkpoint_object(name: &str) -> Option<CheckpointObject<'_>> {
+    let rest = name.strip_prefix(CHECKPOINT_PREFIX)?;
+    let mut parts = rest.splitn(3, '/');
+    let id_str = parts.next()?;
+    if id_str.is_empty() || !id_str.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id = id_str.parse().ok()?;
+    let backend_id = parts.next()?;
+    let file = parts.next()?;
+    if backend_id.is_empty() || file.is_empty() || file.contains('/') {
+        return None;
+    }
+    Some(CheckpointObject {
+        id,
+        backend_id,
+        file,
+    })
+}
+
+/// Whether `name` is acceptable as a file name inside a RocksDB directory (what a manifest's
+/// `local_name` may be): one plain component of ASCII letters, digits, `.`, `_`, `-`, not
+/// starting with `.`, at most 255 bytes.
+pub fn valid_local_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The default staging root of a backend stored in `db_path`: a sibling directory, so the
+/// RocksDB checkpoint can hard-link SSTs (same filesystem).
+pub fn default_staging_root(db_path: &Path) -> PathBuf {
+    match db_path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.join(STAGING_DIR_NAME),
+        _ => PathBuf::from(STAGING_DIR_NAME),
+    }
+}
+
+/// The local staging directory of checkpoint `id` of `backend_id`.
+pub fn staging_dir(staging_root: &Path, backend_id: &str, id: u64) -> PathBuf {
+    staging_root.join(backend_id).join(format!("snap-{id}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let n = metadata_name(7, "ab");
+        assert_eq!(n, "chk-7/ab/_metadata");
+        let o = parse_checkpoint_object(&n).unwrap();
+        assert_eq!(
+            (o.id, o.backend_id, o.file, o.is_metadata()),
+            (7, "ab", "_metadata", true)
+        );
+        assert_eq!(private_name(7, "ab", "CURRENT"), "chk-7/ab/CURRENT");
+        assert!(parse_checkpoint_object("chk-x/ab/CURRENT").is_none());
+        assert!(parse_checkpoint_object("chk-7/ab").is_none());
+        assert!(parse_checkpoint_object("chk-7/ab/c/d").is_none());
+        assert!(parse_checkpoint_object("chk-+7/ab/c").is_none());
+        let s = new_shared_name();
+        assert!(is_shared_name(&s) && s.ends_with(".sst") && s.len() == 7 + 32 + 4);
+        assert_ne!(s, new_shared_name());
+        assert!(valid_local_name("000012.sst") && valid_local_name("MANIFEST-000005"));
+        assert!(!valid_local_name("../x") && !valid_local_name("a/b") && !valid_local_name(".x"));
+    }
+}

@@ -1,0 +1,252 @@
+//! The two phases of a checkpoint. The sync phase (`KeyedBackend::snapshot`) takes a RocksDB
+//! checkpoint into a local staging directory and returns a [`PendingSnapshot`]; its
+//! [`PendingSnapshot::upload`] (the async phase, on any thread) classifies the files, uploads
+//! what the last completed checkpoint does not hold, and commits the manifest last.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use sst_format::{CheckpointManifest, PrivateFile, SharedFile};
+
+use super::registry::Checkpointer;
+use super::uploader::run_parallel;
+use super::{layout, CheckpointStats};
+use crate::error::{Error, Result};
+use crate::keygroup::KeyGroupRange;
+
+/// A checkpoint whose sync phase is done: the RocksDB checkpoint sits in a local staging
+/// directory (hard links, so it costs no copy and stays valid while the backend keeps
+/// writing). Move it to another thread and call [`PendingSnapshot::upload`]. Dropping it
+/// without uploading discards the staging directory and the attempt.
+#[must_use = "a pending snapshot does nothing until uploaded"]
+#[derive(Debug)]
+pub struct PendingSnapshot {
+    pub(crate) id: u64,
+    pub(crate) dir: PathBuf,
+    pub(crate) cp: Arc<Checkpointer>,
+    pub(crate) base: Option<Arc<CheckpointManifest>>,
+    pub(crate) states: Vec<sst_format::StateMeta>,
+    pub(crate) key_groups: KeyGroupRange,
+    pub(crate) max_parallelism: u32,
+    pub(crate) sync_duration: Duration,
+    pub(crate) finished: bool,
+}
+
+/// One file of the staging directory that must be transferred.
+struct Job {
+    local_name: String,
+    remote_name: String,
+    size: u64,
+    /// `Some` for SSTs (their identity), `None` for private files.
+    sst_id: Option<sst_format::SstUniqueId>,
+}
+
+impl PendingSnapshot {
+    /// The checkpoint id.
+    pub fn checkpoint_id(&self) -> u64 {
+        self.id
+    }
+
+    /// How long the sync phase took.
+    pub fn sync_duration(&self) -> Duration {
+        self.sync_duration
+    }
+
+    /// The local staging directory (a complete RocksDB checkpoint).
+    pub fn staging_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The async phase: uploads every SST the last completed checkpoint (as of the sync
+    /// phase) does not hold with the same identity (local name + size + SST unique id) under
+    /// a fresh `shared/` name, uploads the private files (MANIFEST, CURRENT, OPTIONS, ...),
+    /// then writes the manifest create-if-absent: the commit point. Files go in parallel
+    /// (`CheckpointOptions::transfer_threads`). On any error, or if the checkpoint is aborted
+    /// meanwhile, everything this attempt uploaded is deleted again and the error returned.
+    /// The staging directory is removed in every case.
+    pub fn upload(mut self) -> Result<CheckpointStats> {
+        let start = Instant::now();
+        let uploaded = Mutex::new(Vec::<String>::new());
+        let result = self.upload_inner(&uploaded, start);
+        self.finished = true;
+        if result.is_err() {
+            // Anything this attempt created goes; the manifest first (in case its put failed
+            // ambiguously after storing it), then the files. Best effort: the sweep removes
+            // whatever a failure here leaves.
+            let meta = layout::metadata_name(self.id, &self.cp.backend_id);
+            if !matches!(result, Err(Error::ObjectExists { ref name }) if *name == meta)
+                && !matches!(result, Err(Error::CheckpointAborted { .. }))
+            {
+                let _ = self.cp.storage.delete(&meta);
+            }
+            for name in uploaded.lock().iter() {
+                let _ = self.cp.storage.delete(name);
+            }
+            self.cp.forget(self.id);
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+        result
+    }
+
+    fn upload_inner(
+        &self,
+        uploaded: &Mutex<Vec<String>>,
+        start: Instant,
+    ) -> Result<CheckpointStats> {
+        let cp = &self.cp;
+        let id = self.id;
+        if cp.is_aborted(id) {
+            return Err(Error::CheckpointAborted { id });
+        }
+        let base_index: std::collections::HashMap<&str, &SharedFile> = self
+            .base
+            .iter()
+            .flat_map(|m| m.shared_files.iter())
+            .map(|f| (f.local_name.as_str(), f))
+            .collect();
+
+        // Classify the staging directory.
+        let mut reused: Vec<SharedFile> = Vec::new();
+        let mut jobs: Vec<Job> = Vec::new();
+        let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&self.dir, e))?;
+            let path = entry.path();
+            let meta = entry.metadata().map_err(|e| Error::io(&path, e))?;
+            let local_name = entry
+                .file_name()
+                .into_string()
+                .ok()
+                .filter(|n| layout::valid_local_name(n) && meta.is_file())
+                .ok_or_else(|| Error::CheckpointCorrupt {
+                    file: path.display().to_string(),
+                    detail: "unexpected entry in a RocksDB checkpoint directory".into(),
+                })?;
+            let size = meta.len();
+            if local_name.ends_with(".log") && size == 0 {
+                continue; // the empty WAL of a WAL-off checkpoint: RocksDB opens without it
+            }
+            if local_name.ends_with(".sst") {
+                let sst =
+                    sst_format::read_sst_meta(&path).map_err(|e| Error::CheckpointCorrupt {
+                        file: path.display().to_string(),
+                        detail: e.to_string(),
+                    })?;
+                match base_index.get(local_name.as_str()) {
+                    Some(f) if f.size == size && f.sst_id == sst.unique_id => {
+                        reused.push((*f).clone())
+                    }
+                    _ => jobs.push(Job {
+                        remote_name: layout::new_shared_name(),
+                        local_name,
+                        size,
+                        sst_id: Some(sst.unique_id),
+                    }),
+                }
+            } else {
+                jobs.push(Job {
+                    remote_name: layout::private_name(id, &cp.backend_id, &local_name),
+                    local_name,
+                    size,
+                    sst_id: None,
+                });
+            }
+        }
+        let new_shared: Vec<String> = jobs
+            .iter()
+            .filter(|j| j.sst_id.is_some())
+            .map(|j| j.remote_name.clone())
+            .collect();
+        cp.protect(id, &new_shared);
+
+        // Transfer, largest first.
+        jobs.sort_by(|a, b| {
+            b.size
+                .cmp(&a.size)
+                .then_with(|| a.local_name.cmp(&b.local_name))
+        });
+        let digests = run_parallel(&jobs, cp.options.transfer_threads, |job| {
+            let digest = cp
+                .storage
+                .put_file(&job.remote_name, &self.dir.join(&job.local_name))?;
+            uploaded.lock().push(job.remote_name.clone());
+            if digest.size != job.size {
+                return Err(Error::CheckpointCorrupt {
+                    file: job.local_name.clone(),
+                    detail: format!("size changed during upload: {} → {}", job.size, digest.size),
+                });
+            }
+            Ok(digest)
+        })?;
+        if cp.is_aborted(id) {
+            return Err(Error::CheckpointAborted { id });
+        }
+
+        // Build and commit the manifest.
+        let mut stats = CheckpointStats {
+            checkpoint_id: id,
+            sync_duration: self.sync_duration,
+            files_reused: reused.len(),
+            ..CheckpointStats::default()
+        };
+        let mut shared_files = reused;
+        let mut private_files = Vec::new();
+        for (job, digest) in jobs.into_iter().zip(digests) {
+            stats.files_uploaded += 1;
+            stats.bytes_uploaded += digest.size;
+            match job.sst_id {
+                Some(sst_id) => shared_files.push(SharedFile {
+                    remote_name: job.remote_name,
+                    local_name: job.local_name,
+                    size: digest.size,
+                    crc32: digest.crc32,
+                    sst_id,
+                }),
+                None => private_files.push(PrivateFile {
+                    remote_name: job.remote_name,
+                    local_name: job.local_name,
+                    size: digest.size,
+                    crc32: digest.crc32,
+                }),
+            }
+        }
+        shared_files.sort_by(|a, b| a.local_name.cmp(&b.local_name));
+        private_files.sort_by(|a, b| a.local_name.cmp(&b.local_name));
+        stats.state_bytes = shared_files.iter().map(|f| f.size).sum::<u64>()
+            + private_files.iter().map(|f| f.size).sum::<u64>();
+        let manifest = CheckpointManifest {
+            checkpoint_id: id,
+            backend_id: cp.backend_id.clone(),
+            key_group_start: self.key_groups.start,
+            key_group_end: self.key_groups.end,
+            max_parallelism: self.max_parallelism,
+            states: self.states.clone(),
+            shared_files,
+            private_files,
+            operator_state: Vec::new(),
+            created_at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        };
+        let bytes = sst_format::encode_manifest(&manifest)?;
+        let meta_name = layout::metadata_name(id, &cp.backend_id);
+        cp.storage.put_bytes(&meta_name, &bytes)?;
+        stats.manifest_bytes = bytes.len() as u64;
+        cp.committed(id, &meta_name, Arc::new(manifest), new_shared)?;
+        stats.async_duration = start.elapsed();
+        Ok(stats)
+    }
+}
+
+impl Drop for PendingSnapshot {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.cp.forget(self.id);
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! The one module that touches `rocksdb::` types: opening a database with rockstate's options,
+//! column families, point reads and writes, bounded scans, write batches, flushes, compaction
+//! and RocksDB checkpoints. Everything above it works with plain byte slices and [`Cf`].
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use rocksdb::compaction_filter::{CompactionFilter, Decision};
+use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
+use rocksdb::{
+    BlockBasedOptions, BoundColumnFamily, Cache, DBCompressionType, DBWithThreadMode,
+    DataBlockIndexType, MultiThreaded, Options, ReadOptions, WriteBatch, WriteBufferManager,
+    WriteOptions,
+};
+
+use crate::error::{Error, Result};
+use crate::options::{Compression, DbOptions, MemoryBudgetConfig};
+use crate::ttl::{self, Clock, TtlCounters};
+
+impl From<rocksdb::Error> for Error {
+    fn from(e: rocksdb::Error) -> Self {
+        Error::RocksDb(e.into_string())
+    }
+}
+
+/// One memory budget for a whole process, shared by every backend and state that uses it:
+/// a block cache, and a write-buffer manager that charges memtables to that same cache, so
+/// N operator instances cannot add up past `total_bytes` (Flink's "managed memory"). Every
+/// backend flushes as soon as the memtables of all of them exceed their share. Writers are not
+/// stalled (a stall deadlocks a task that drives several backends from one thread), so
+/// memtables awaiting their flush may overshoot briefly.
+#[derive(Clone)]
+pub struct MemoryBudget {
+    cache: Cache,
+    write_buffers: WriteBufferManager,
+    config: MemoryBudgetConfig,
+}
+
+impl MemoryBudget {
+    /// Creates a budget; share it by cloning (clones share the same memory).
+    pub fn new(config: MemoryBudgetConfig) -> Result<Self> {
+        config.validate()?;
+        let cache = Cache::new_lru_cache(config.total_bytes);
+        let memtable_bytes = (config.total_bytes as f64 * config.write_buffer_ratio) as usize;
+        let write_buffers =
+            WriteBufferManager::new_write_buffer_manager_with_cache(memtable_bytes, false, cache.clone());
+        Ok(MemoryBudget {
+            cache,
+            write_buffers,
+            config,
+        })
+    }
+
+    /// The budget's settings.
+    pub fn config(&self) -> &MemoryBudgetConfig {
+        &self.config
+    }
+
+    /// Bytes currently charged to the shared cache (blocks and memtables).
+    pub fn usage_bytes(&self) -> usize {
+        self.cache.get_usage()
+    }
+
+    /// Bytes the memtables of every backend on this budget use now.
+    pub fn memtable_bytes(&self) -> usize {
+        self.write_buffers.get_usage()
+    }
+}
+
+impl std::fmt::Debug for MemoryBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBudget")
+            .field("config", &self.config)
+            .field("usage_bytes", &self.usage_bytes())
+            .finish()
+    }
+}
+
+fn compression(c: Compression) -> DBCompressionType {
+    match c {
+        Compression::None => DBCompressionType::None,
+        Compression::Lz4 => DBCompressionType::Lz4,
+        Compression::Zstd => DBCompressionType::Zstd,
+    }
+}
+
+/// The options every column family gets (identical table options everywhere).
+fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Options {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&budget.cache);
+    table.set_block_size(o.block_size);
+    if o.bloom_bits_per_key > 0.0 {
+        table.set_bloom_filter(o.bloom_bits_per_key, false);
+        table.set_whole_key_filtering(true);
+    }
+    // Index and filter blocks are charged to the budget like data blocks; L0's stay pinned
+    // and high-priority so point reads do not miss on them.
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_cache_index_and_filter_blocks_with_high_priority(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_format_version(o.sst_format_version as i32);
+    table.set_data_block_index_type(DataBlockIndexType::BinaryAndHash);
+    table.set_data_block_hash_ratio(0.75);
+
+    let mut opts = Options::default();
+    opts.set_block_based_table_factory(&table);
+    opts.set_write_buffer_size(o.write_buffer_size);
+    opts.set_max_write_buffer_number(o.max_write_buffer_number);
+    opts.set_compression_type(compression(o.compression));
+    opts.set_bottommost_compression_type(compression(o.compression));
+    opts.set_target_file_size_base(o.target_file_size_base);
+    opts.set_level_compaction_dynamic_level_bytes(true);
+    opts
+}
+
+/// What the TTL compaction filter of one column family needs; set when a TTL state registers.
+pub(crate) struct TtlFilter {
+    pub(crate) ttl_ms: u64,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) refresh_every: u64,
+    pub(crate) counters: Arc<TtlCounters>,
+}
+
+/// Column family name → its TTL filter. States register lazily (after open), so each column
+/// family gets a factory at open that looks its filter up here at the start of each compaction.
+type FilterRegistry = Arc<RwLock<HashMap<String, Arc<TtlFilter>>>>;
+
+struct TtlFilterFactory {
+    cf: String,
+    registry: FilterRegistry,
+}
+
+impl CompactionFilterFactory for TtlFilterFactory {
+    type Filter = TtlCompactionFilter;
+
+    fn create(&mut self, _context: CompactionFilterContext) -> TtlCompactionFilter {
+        TtlCompactionFilter {
+            spec: self.registry.read().get(&self.cf).cloned(),
+            now: 0,
+            countdown: 0,
+            examined: 0,
+            removed: 0,
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"rockstate.ttl.factory"
+    }
+}
+
+/// Drops entries whose TTL timestamp is expired; re-reads the clock every `refresh_every`
+/// entries (the first entry reads it). Its counts are added to the state's counters when the
+/// compaction ends (drop), so the per-entry path touches no shared memory.
+struct TtlCompactionFilter {
+    spec: Option<Arc<TtlFilter>>,
+    now: u64,
+    countdown: u64,
+    examined: u64,
+    removed: u64,
+}
+
+impl Drop for TtlCompactionFilter {
+    fn drop(&mut self) {
+        if let Some(spec) = &self.spec {
+            let c = &spec.counters;
+            c.compaction_filters.fetch_add(1, Ordering::Relaxed);
+            c.examined_by_compaction.fetch_add(self.examined, Ordering::Relaxed);
+            c.dropped_by_compaction.fetch_add(self.removed, Ordering::Relaxed);
+        }
+    }
+}
+
+impl CompactionFilter for TtlCompactionFilter {
+    fn filter(&mut self, _level: u32, _key: &[u8], value: &[u8]) -> Decision {
+        let Some(spec) = &self.spec else {
+            return Decision::Keep;
+        };
+        if self.countdown == 0 {
+            self.now = spec.clock.now_ms();
+            self.countdown = spec.refresh_every.max(1);
+        }
+        self.countdown -= 1;
+        self.examined += 1;
+        if ttl::stored_is_expired(value, spec.ttl_ms, self.now) {
+            self.removed += 1;
+            Decision::Remove
+        } else {
+            Decision::Keep
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"rockstate.ttl"
+    }
+}
+
+fn state_cf_options(o: &DbOptions, budget: &MemoryBudget, name: &str, registry: &FilterRegistry) -> Options {
+    let mut opts = cf_options(o, budget);
+    if name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
+        opts.set_compaction_filter_factory(TtlFilterFactory {
+            cf: name.to_string(),
+            registry: Arc::clone(registry),
+        });
+    }
+    opts
+}
+
+/// Database-wide options: the column-family options plus the shared budget and threads.
+fn db_options(o: &DbOptions, budget: &MemoryBudget) -> Options {
+    let mut opts = cf_options(o, budget);
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    opts.set_write_buffer_manager(&budget.write_buffers);
+    opts.set_max_background_jobs(o.max_background_jobs);
+    opts.set_keep_log_file_num(2);
+    opts
+}
+
+/// RocksDB options exactly as rockstate builds them, for benchmarks that compare a raw
+/// rust-rocksdb database against rockstate under identical settings.
+#[doc(hidden)]
+pub fn rocksdb_options_for_benchmarks(o: &DbOptions, budget: &MemoryBudget) -> Options {
+    db_options(o, budget)
+}
+
+/// Write options shared by every write of one database.
+struct SharedWriteOptions(WriteOptions);
+// SAFETY: rocksdb::WriteOptions is Send but not Sync only because it wraps a raw pointer.
+// The C++ WriteOptions it points to is a plain struct that RocksDB only reads during a write;
+// we never mutate it after construction, so shared `&` access from many threads is sound.
+unsafe impl Sync for SharedWriteOptions {}
+
+/// Read options shared by every point read of one database (see [`SharedWriteOptions`]).
+struct SharedReadOptions(ReadOptions);
+// SAFETY: as for SharedWriteOptions: never mutated after construction; RocksDB only reads it.
+unsafe impl Sync for SharedReadOptions {}
+
+/// An open RocksDB database.
+pub(crate) struct Db {
+    db: DBWithThreadMode<MultiThreaded>,
+    filters: FilterRegistry,
+    write: SharedWriteOptions,
+    read: SharedReadOptions,
+    options: DbOptions,
+    budget: MemoryBudget,
+    path: PathBuf,
+}
+
+/// A column family handle that keeps its database alive.
+#[derive(Clone)]
+pub(crate) struct Cf {
+    // Field order matters: the handle is dropped before the database it belongs to.
+    handle: Arc<BoundColumnFamily<'static>>,
+    db: Arc<Db>,
+    name: Arc<str>,
+}
+
+/// A batch of writes applied atomically by [`Db::write`].
+pub(crate) struct Batch(WriteBatch);
+
+impl Db {
+    /// Opens (or creates) the database at `path` with every column family it already has.
+    pub(crate) fn open(path: &Path, options: &DbOptions, budget: &MemoryBudget) -> Result<Arc<Db>> {
+        options.validate()?;
+        let opts = db_options(options, budget);
+        let mut existing = if path.join("CURRENT").exists() {
+            DBWithThreadMode::<MultiThreaded>::list_cf(&opts, path)?
+        } else {
+            Vec::new()
+        };
+        // rust-rocksdb only hands out handles for the column families it was opened with.
+        if !existing.iter().any(|n| n == rocksdb::DEFAULT_COLUMN_FAMILY_NAME) {
+            existing.insert(0, rocksdb::DEFAULT_COLUMN_FAMILY_NAME.to_string());
+        }
+        let filters = FilterRegistry::default();
+        let descriptors = existing.iter().map(|name| {
+            rocksdb::ColumnFamilyDescriptor::new(name, state_cf_options(options, budget, name, &filters))
+        });
+        let db = DBWithThreadMode::<MultiThreaded>::open_cf_descriptors(&opts, path, descriptors)?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(!options.wal);
+        Ok(Arc::new(Db {
+            db,
+            filters,
+            write: SharedWriteOptions(write),
+            read: SharedReadOptions(ReadOptions::default()),
+            options: options.clone(),
+            budget: budget.clone(),
+            path: path.to_path_buf(),
+        }))
+    }
+
+    /// The directory of the database.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The column family `name`, if it exists.
+    pub(crate) fn cf(self: &Arc<Self>, name: &str) -> Option<Cf> {
+        let bound = self.db.cf_handle(name)?;
+        // SAFETY: this only erases the lifetime that ties the handle to `self.db`. The `Cf`
+        // stores an `Arc<Db>` next to the handle and drops the handle first (field order), so
+        // the database outlives every use and the drop of the handle. Column families are
+        // never dropped while rockstate runs.
+        let handle: Arc<BoundColumnFamily<'static>> = unsafe { std::mem::transmute(bound) };
+        Some(Cf {
+            handle,
+            db: Arc::clone(self),
+            name: name.into(),
+        })
+    }
+
+    /// The column family `name`, created with rockstate's options when missing.
+    pub(crate) fn create_cf(self: &Arc<Self>, name: &str) -> Result<Cf> {
+        if let Some(cf) = self.cf(name) {
+            return Ok(cf);
+        }
+        self.db.create_cf(
+            name,
+            &state_cf_options(&self.options, &self.budget, name, &self.filters),
+        )?;
+        self.cf(name)
+            .ok_or_else(|| Error::RocksDb(format!("column family {name} vanished after creation")))
+    }
+
+    /// The default column family (rockstate keeps its metadata there).
+    pub(crate) fn default_cf(self: &Arc<Self>) -> Result<Cf> {
+        self.cf(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+            .ok_or_else(|| Error::RocksDb("default column family missing".into()))
+    }
+
+    /// Applies a batch atomically.
+    pub(crate) fn write(&self, batch: Batch) -> Result<()> {
+        self.db.write_opt(batch.0, &self.write.0)?;
+        Ok(())
+    }
+
+    /// Flushes every column family's memtable to SST files.
+    pub(crate) fn flush_all(&self) -> Result<()> {
+        let names = DBWithThreadMode::<MultiThreaded>::list_cf(&Options::default(), &self.path)?;
+        let handles: Vec<_> = names.iter().filter_map(|n| self.db.cf_handle(n)).collect();
+        let refs: Vec<_> = handles.iter().collect();
+        self.db.flush_cfs_opt(&refs, &rocksdb::FlushOptions::default())?;
+        Ok(())
+    }
+
+    /// Creates a RocksDB checkpoint in `dir` (which must not exist): memtables are flushed, SST
+    /// files hard-linked, MANIFEST/CURRENT/OPTIONS copied.
+    pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(dir)?;
+        Ok(())
+    }
+}
+
+impl Cf {
+    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB.
+    #[inline]
+    pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let value = self
+            .db
+            .db
+            .get_pinned_cf_opt(&self.handle, key, &self.db.read.0)?;
+        Ok(value.map(|v| f(&v)))
+    }
+
+    /// Stores `value` under `key`.
+    #[inline]
+    pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db
+            .db
+            .put_cf_opt(&self.handle, key, value, &self.db.write.0)?;
+        Ok(())
+    }
+
+    /// Deletes `key`.
+    pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
+        self.db.db.delete_cf_opt(&self.handle, key, &self.db.write.0)?;
+        Ok(())
+    }
+
+    /// Calls `f` for every entry with `lower <= key < upper` in key order until it returns
+    /// `Ok(false)`. `upper = None` scans to the end of the column family.
+    pub(crate) fn scan(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(lower.to_vec());
+        if let Some(upper) = upper {
+            read.set_iterate_upper_bound(upper.to_vec());
+        }
+        let mut it = self.db.db.raw_iterator_cf_opt(&self.handle, read);
+        it.seek(lower);
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !f(k, v)? {
+                return Ok(());
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok(())
+    }
+
+    /// Deletes every key in `[from, to)` with one range tombstone.
+    pub(crate) fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        self.db
+            .db
+            .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0)?;
+        Ok(())
+    }
+
+    /// Compacts the whole column family (runs compaction filters on every entry).
+    pub(crate) fn compact_all(&self) -> Result<()> {
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
+        self.db
+            .db
+            .compact_range_cf_opt(&self.handle, None::<&[u8]>, None::<&[u8]>, &opts);
+        Ok(())
+    }
+
+    /// An integer RocksDB property of this column family (e.g. `rocksdb.estimate-num-keys`).
+    pub(crate) fn property_u64(&self, name: &str) -> Result<Option<u64>> {
+        Ok(self.db.db.property_int_value_cf(&self.handle, name)?)
+    }
+
+    /// The database this column family belongs to.
+    pub(crate) fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+
+    /// Installs the TTL compaction filter for this column family (used from the next
+    /// compaction on) and sets RocksDB's periodic compaction so every file is filtered at
+    /// least every `periodic_secs` seconds (0 = off).
+    pub(crate) fn set_ttl_filter(&self, filter: TtlFilter, periodic_secs: u64) -> Result<()> {
+        self.db
+            .filters
+            .write()
+            .insert(self.name.to_string(), Arc::new(filter));
+        let secs = periodic_secs.to_string();
+        self.db
+            .db
+            .set_options_cf(&self.handle, &[("periodic_compaction_seconds", secs.as_str())])?;
+        Ok(())
+    }
+}
+
+impl Batch {
+    /// An empty batch.
+    pub(crate) fn new() -> Self {
+        Batch(WriteBatch::default())
+    }
+
+    /// Adds a put.
+    pub(crate) fn put(&mut self, cf: &Cf, key: &[u8], value: &[u8]) {
+        self.0.put_cf(&cf.handle, key, value);
+    }
+
+    /// Adds a delete.
+    pub(crate) fn delete(&mut self, cf: &Cf, key: &[u8]) {
+        self.0.delete_cf(&cf.handle, key);
+    }
+
+    /// Number of operations in the batch.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}

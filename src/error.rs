@@ -1,0 +1,187 @@
+//! The crate's one error type. Every failure a caller can see is a variant here, so bad input
+//! (wrong key group, oversized value, mismatched state metadata, corrupt files) is a typed
+//! error instead of a panic or silently wrong state.
+
+use std::path::PathBuf;
+
+use crate::keygroup::KeyGroupRange;
+
+/// Result alias used across the crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in rockstate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A key hashes to a key group this backend does not own.
+    #[error("key group {key_group} is outside this backend's range {range}")]
+    KeyGroupOutOfRange {
+        /// The key's group.
+        key_group: u16,
+        /// The range the backend owns.
+        range: KeyGroupRange,
+    },
+    /// A key-group range or parallelism setting is invalid.
+    #[error("invalid key-group configuration: {0}")]
+    InvalidKeyGroups(String),
+    /// A value (or key, namespace, list element, map entry) exceeds the configured limit.
+    #[error("{what} of {size} bytes exceeds the limit of {limit} bytes")]
+    ValueTooLarge {
+        /// Which part was too large.
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A state was registered again (or restored) with different metadata.
+    #[error("state `{name}` is registered as {existing} but was requested as {requested}")]
+    StateMismatch {
+        /// State name.
+        name: String,
+        /// What the backend already has.
+        existing: String,
+        /// What the caller asked for.
+        requested: String,
+    },
+    /// A state name is empty or too long.
+    #[error("invalid state name `{0}`")]
+    InvalidStateName(String),
+    /// A stored backend was opened with different settings than it was created with.
+    #[error("backend at {path} was created with {existing}, opened with {requested}")]
+    BackendMismatch {
+        /// Database directory.
+        path: PathBuf,
+        /// Setting stored in the database.
+        existing: String,
+        /// Setting requested by the caller.
+        requested: String,
+    },
+    /// Serialising a typed value failed.
+    #[error("encoding {what} failed: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// The codec's error.
+        source: postcard::Error,
+    },
+    /// Stored bytes could not be decoded: corruption or a codec mismatch.
+    #[error("decoding {what} failed: {detail}")]
+    Decode {
+        /// What was being decoded.
+        what: &'static str,
+        /// Why.
+        detail: String,
+    },
+    /// A user-supplied configuration value is out of range.
+    #[error("invalid option {name}: {detail}")]
+    InvalidOption {
+        /// Option name.
+        name: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// RocksDB reported an error.
+    #[error("rocksdb: {0}")]
+    RocksDb(String),
+    /// Filesystem error, with the path involved.
+    #[error("i/o on {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A checkpoint storage object that must be created fresh already exists (objects are
+    /// never overwritten).
+    #[error("checkpoint storage object `{name}` already exists")]
+    ObjectExists {
+        /// The object name under the storage root.
+        name: String,
+    },
+    /// A checkpoint storage object does not exist.
+    #[error("checkpoint storage object `{name}` not found")]
+    ObjectNotFound {
+        /// The object name under the storage root.
+        name: String,
+    },
+    /// An object name is not a relative `/`-separated path of plain components.
+    #[error("invalid checkpoint storage object name `{0}`")]
+    InvalidObjectName(String),
+    /// A checkpoint file in storage is missing, has the wrong size or checksum, is not a valid
+    /// SST or manifest, or does not match what its manifest says.
+    #[error("checkpoint file `{file}` is corrupt: {detail}")]
+    CheckpointCorrupt {
+        /// The object name (or local file name) of the bad file.
+        file: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// No completed checkpoint matches a restore request.
+    #[error("no checkpoint found: {0}")]
+    CheckpointNotFound(String),
+    /// Several completed checkpoints match a restore request; name one exactly.
+    #[error("checkpoint {checkpoint_id} is ambiguous: backends {candidates:?} all match")]
+    AmbiguousCheckpoint {
+        /// The checkpoint id.
+        checkpoint_id: u64,
+        /// Backend ids with a matching manifest.
+        candidates: Vec<String>,
+    },
+    /// A checkpoint operation was called on a backend without checkpoint storage.
+    #[error("no checkpoint storage configured for this backend")]
+    NoCheckpointStorage,
+    /// A checkpoint id cannot be used now (not newer than the last completed one, or already
+    /// in progress).
+    #[error("checkpoint {id} rejected: {reason}")]
+    CheckpointRejected {
+        /// The checkpoint id.
+        id: u64,
+        /// Why.
+        reason: String,
+    },
+    /// The checkpoint was aborted (by `notify_checkpoint_aborted`) before its upload ended;
+    /// what it uploaded has been deleted.
+    #[error("checkpoint {id} was aborted")]
+    CheckpointAborted {
+        /// The checkpoint id.
+        id: u64,
+    },
+    /// A checkpoint this backend has not uploaded was confirmed.
+    #[error("checkpoint {id} is unknown to this backend or not uploaded yet")]
+    UnknownCheckpoint {
+        /// The checkpoint id.
+        id: u64,
+    },
+    /// A checkpoint's metadata does not match what the restoring builder asks for.
+    #[error("checkpoint `{checkpoint}` has {existing}, restore requested {requested}")]
+    RestoreMismatch {
+        /// The manifest's object name.
+        checkpoint: String,
+        /// The checkpoint's setting.
+        existing: String,
+        /// The requested setting.
+        requested: String,
+    },
+    /// A restore target directory already holds files.
+    #[error("restore target {0} is not empty")]
+    RestoreTargetNotEmpty(PathBuf),
+    /// An on-disk format error from the `sst-format` crate.
+    #[error(transparent)]
+    Format(#[from] sst_format::Error),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn decode(what: &'static str, detail: impl std::fmt::Display) -> Self {
+        Error::Decode {
+            what,
+            detail: detail.to_string(),
+        }
+    }
+}

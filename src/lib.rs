@@ -1,0 +1,53 @@
+//! # rockstate
+//!
+//! The keyed state backend a stream processor embeds: state partitioned by key group on RocksDB,
+//! value/list/map/reducing/aggregating state with namespaces, one bounded memory budget per
+//! process. See `docs/` and the design in the repository for formats and invariants.
+//!
+//! ```no_run
+//! use rockstate::{KeyedBackend, KeyGroupRange};
+//! # fn main() -> rockstate::Result<()> {
+//! let backend = KeyedBackend::builder("/tmp/op-0")
+//!     .max_parallelism(128)
+//!     .key_groups(KeyGroupRange::for_operator(128, 2, 0)?)
+//!     .open()?;
+//! let counts = backend.value_state::<String, (), u64>("counts")?;
+//! # let key = "a".to_string();
+//! let n = counts.get(&key, &())?.unwrap_or(0);
+//! counts.put(&key, &(), &(n + 1))?;
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod checkpoint;
+pub mod codec;
+mod db;
+pub mod error;
+pub mod keygroup;
+pub mod operator_state;
+pub mod options;
+mod restore;
+pub mod savepoint;
+pub mod state;
+pub mod storage;
+mod store;
+pub mod ttl;
+
+pub use backend::{BackendBuilder, KeyedBackend};
+pub use checkpoint::{
+    verify_checkpoints, CheckpointOptions, CheckpointStats, PendingSnapshot, RestoreFrom, SweepStats,
+};
+#[doc(hidden)]
+pub use db::rocksdb_options_for_benchmarks;
+pub use db::MemoryBudget;
+pub use error::{Error, Result};
+pub use keygroup::KeyGroupRange;
+pub use options::{Compression, DbOptions, MemoryBudgetConfig};
+pub use storage::{CheckpointStorage, LocalStorage, ObjectDigest, ObjectInfo};
+pub use state::{
+    AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
+    RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,
+};
+pub use ttl::{Clock, ManualClock, SystemClock, TtlConfig};

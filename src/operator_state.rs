@@ -1,0 +1,218 @@
+//! Operator (non-keyed) state (design.md §9): named list states per operator instance, with the
+//! redistribution rule applied when parallelism changes:
+//!
+//! - **Split**: the elements of all old instances, concatenated in instance order, are cut into
+//!   contiguous, near-equal runs, one per new instance (a source's partition offsets);
+//! - **Union**: every new instance receives every element;
+//! - **Broadcast**: every old instance holds the same copy (checked), every new one gets it.
+//!
+//! The state is plain data, stored in checkpoint manifests and savepoint headers as
+//! `sst_format::OperatorListState`.
+
+use std::collections::BTreeMap;
+
+use serde::{de::DeserializeOwned, Serialize};
+pub use sst_format::{OperatorListState, RedistributionMode};
+
+use crate::codec;
+use crate::error::{Error, Result};
+
+/// The operator state of one operator instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorState {
+    lists: BTreeMap<String, (RedistributionMode, Vec<Vec<u8>>)>,
+}
+
+impl OperatorState {
+    /// Empty state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rebuilds the state from its snapshot form. Duplicate names are a typed error.
+    pub fn from_snapshot(lists: Vec<OperatorListState>) -> Result<Self> {
+        let mut out = OperatorState::new();
+        for l in lists {
+            if out.lists.insert(l.name.clone(), (l.mode, l.elements)).is_some() {
+                return Err(Error::decode("operator state", format!("list `{}` appears twice", l.name)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The snapshot form, sorted by name.
+    pub fn snapshot(&self) -> Vec<OperatorListState> {
+        self.lists
+            .iter()
+            .map(|(name, (mode, elements))| OperatorListState {
+                name: name.clone(),
+                mode: *mode,
+                elements: elements.clone(),
+            })
+            .collect()
+    }
+
+    fn check_mode(&self, name: &str, mode: RedistributionMode) -> Result<()> {
+        match self.lists.get(name) {
+            Some((m, _)) if *m != mode => Err(Error::StateMismatch {
+                name: name.to_string(),
+                existing: format!("operator list {m:?}"),
+                requested: format!("operator list {mode:?}"),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Replaces list `name` (raw elements).
+    pub fn update_raw(&mut self, name: &str, mode: RedistributionMode, elements: Vec<Vec<u8>>) -> Result<()> {
+        self.check_mode(name, mode)?;
+        self.lists.insert(name.to_string(), (mode, elements));
+        Ok(())
+    }
+
+    /// The raw elements of list `name` (empty when absent).
+    pub fn get_raw(&self, name: &str) -> &[Vec<u8>] {
+        self.lists.get(name).map(|(_, e)| e.as_slice()).unwrap_or(&[])
+    }
+
+    /// Replaces list `name` with serde elements.
+    pub fn update<T: Serialize>(&mut self, name: &str, mode: RedistributionMode, elements: &[T]) -> Result<()> {
+        let raw = elements
+            .iter()
+            .map(|e| codec::encode(e, "operator state element"))
+            .collect::<Result<Vec<_>>>()?;
+        self.update_raw(name, mode, raw)
+    }
+
+    /// The serde elements of list `name`.
+    pub fn get<T: DeserializeOwned>(&self, name: &str) -> Result<Vec<T>> {
+        self.get_raw(name)
+            .iter()
+            .map(|e| codec::decode(e, "operator state element"))
+            .collect()
+    }
+
+    /// Names of the lists held.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.lists.keys().map(String::as_str)
+    }
+}
+
+/// Redistributes the operator state of `old` instances (index = old instance) over
+/// `new_parallelism` instances. A list must have the same mode everywhere; broadcast copies
+/// must be identical.
+pub fn redistribute(old: &[OperatorState], new_parallelism: usize) -> Result<Vec<OperatorState>> {
+    if new_parallelism == 0 {
+        return Err(Error::InvalidKeyGroups("new parallelism 0".into()));
+    }
+    let mut merged: BTreeMap<&str, (RedistributionMode, Vec<&Vec<Vec<u8>>>)> = BTreeMap::new();
+    for state in old {
+        for (name, (mode, elements)) in &state.lists {
+            let entry = merged.entry(name).or_insert((*mode, Vec::new()));
+            if entry.0 != *mode {
+                return Err(Error::StateMismatch {
+                    name: name.clone(),
+                    existing: format!("operator list {:?}", entry.0),
+                    requested: format!("operator list {mode:?}"),
+                });
+            }
+            entry.1.push(elements);
+        }
+    }
+    let mut out = vec![OperatorState::new(); new_parallelism];
+    for (name, (mode, parts)) in merged {
+        match mode {
+            RedistributionMode::Split => {
+                let all: Vec<Vec<u8>> = parts.into_iter().flatten().cloned().collect();
+                let (base, extra) = (all.len() / new_parallelism, all.len() % new_parallelism);
+                let mut it = all.into_iter();
+                for (i, target) in out.iter_mut().enumerate() {
+                    let take = base + usize::from(i < extra);
+                    target.lists.insert(name.to_string(), (mode, it.by_ref().take(take).collect()));
+                }
+            }
+            RedistributionMode::Union => {
+                let all: Vec<Vec<u8>> = parts.into_iter().flatten().cloned().collect();
+                for target in &mut out {
+                    target.lists.insert(name.to_string(), (mode, all.clone()));
+                }
+            }
+            RedistributionMode::Broadcast => {
+                let first = parts[0];
+                if parts.iter().any(|p| *p != first) {
+                    return Err(Error::Decode {
+                        what: "broadcast operator state",
+                        detail: format!("instances hold different copies of `{name}`"),
+                    });
+                }
+                for target in &mut out {
+                    target.lists.insert(name.to_string(), (mode, first.clone()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn with(lists: &[(&str, RedistributionMode, Vec<u32>)]) -> OperatorState {
+        let mut s = OperatorState::new();
+        for (name, mode, els) in lists {
+            s.update(name, *mode, els).unwrap();
+        }
+        s
+    }
+
+    proptest! {
+        #[test]
+        fn split_loses_and_duplicates_nothing_and_is_balanced(
+            parts in proptest::collection::vec(proptest::collection::vec(any::<u32>(), 0..20), 1..6),
+            p in 1usize..9,
+        ) {
+            let old: Vec<_> = parts.iter().map(|e| with(&[("offsets", RedistributionMode::Split, e.clone())])).collect();
+            let new = redistribute(&old, p).unwrap();
+            let all: Vec<u32> = parts.concat();
+            let got: Vec<u32> = new.iter().flat_map(|s| s.get::<u32>("offsets").unwrap()).collect();
+            prop_assert_eq!(&got, &all);
+            let sizes: Vec<usize> = new.iter().map(|s| s.get_raw("offsets").len()).collect();
+            prop_assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1);
+        }
+
+        #[test]
+        fn union_gives_everyone_everything(
+            parts in proptest::collection::vec(proptest::collection::vec(any::<u32>(), 0..10), 1..5),
+            p in 1usize..7,
+        ) {
+            let old: Vec<_> = parts.iter().map(|e| with(&[("u", RedistributionMode::Union, e.clone())])).collect();
+            for s in redistribute(&old, p).unwrap() {
+                prop_assert_eq!(s.get::<u32>("u").unwrap(), parts.concat());
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_is_copied_and_checked() {
+        let b = |v: Vec<u32>| with(&[("rules", RedistributionMode::Broadcast, v)]);
+        let new = redistribute(&[b(vec![1, 2]), b(vec![1, 2])], 3).unwrap();
+        assert!(new.iter().all(|s| s.get::<u32>("rules").unwrap() == vec![1, 2]));
+        assert!(redistribute(&[b(vec![1, 2]), b(vec![1, 3])], 2).is_err());
+    }
+
+    #[test]
+    fn mode_mismatch_and_snapshot_round_trip() {
+        let a = with(&[("x", RedistributionMode::Split, vec![1])]);
+        let b = with(&[("x", RedistributionMode::Union, vec![2])]);
+        assert!(matches!(redistribute(&[a.clone(), b], 2), Err(Error::StateMismatch { .. })));
+        let mut c = a.clone();
+        assert!(c.update::<u32>("x", RedistributionMode::Union, &[]).is_err());
+        assert_eq!(OperatorState::from_snapshot(a.snapshot()).unwrap(), a);
+        let mut dup = a.snapshot();
+        dup.extend(a.snapshot());
+        assert!(OperatorState::from_snapshot(dup).is_err());
+        assert!(redistribute(&[a], 0).is_err());
+    }
+}

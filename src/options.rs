@@ -1,0 +1,135 @@
+//! Plain, serde-able settings for a backend's RocksDB instance and the process-wide memory
+//! budget. Injected components (the shared cache, the clock) live elsewhere; this module is data.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Block compression for SST files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// LZ4: cheap to write and read; the default.
+    Lz4,
+    /// Zstandard: smaller files, more CPU.
+    Zstd,
+}
+
+/// RocksDB settings applied to every column family of a backend. Defaults are tuned for
+/// point-access keyed state on a small machine; each field says its default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DbOptions {
+    /// Data block size in bytes. Default 16 KiB (4 KiB blocks make the index larger than it is worth
+    /// for state that is mostly point-read).
+    pub block_size: usize,
+    /// Bloom filter bits per key; 0 disables filters. Default 10 (≈1% false positives), which makes
+    /// reads of missing keys nearly free.
+    pub bloom_bits_per_key: f64,
+    /// Memtable size per column family in bytes. Default 64 MiB.
+    pub write_buffer_size: usize,
+    /// Memtables per column family before writes stall. Default 4.
+    pub max_write_buffer_number: i32,
+    /// Compression of all levels. Default LZ4.
+    pub compression: Compression,
+    /// SST `format_version`. Default 6, so checkpoints open in RocksDB tools from 8.x on; 7 is
+    /// selectable. Accepted: 2..=7.
+    pub sst_format_version: u32,
+    /// Write-ahead log. Default off: durability comes from checkpoints, as in Flink.
+    pub wal: bool,
+    /// Background flush + compaction threads. Default 2.
+    pub max_background_jobs: i32,
+    /// Target SST size at level 1 in bytes. Default 64 MiB.
+    pub target_file_size_base: u64,
+    /// Largest stored value (value, list element, map entry, accumulator) in bytes. Default 64 MiB.
+    pub max_value_bytes: usize,
+}
+
+impl Default for DbOptions {
+    fn default() -> Self {
+        DbOptions {
+            block_size: 16 * 1024,
+            bloom_bits_per_key: 10.0,
+            write_buffer_size: 64 << 20,
+            max_write_buffer_number: 4,
+            compression: Compression::Lz4,
+            sst_format_version: 6,
+            wal: false,
+            max_background_jobs: 2,
+            target_file_size_base: 64 << 20,
+            max_value_bytes: 64 << 20,
+        }
+    }
+}
+
+impl DbOptions {
+    /// Checks every field's range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, detail: String| Err(Error::InvalidOption { name, detail });
+        if !(2..=7).contains(&self.sst_format_version) {
+            return bad(
+                "sst_format_version",
+                format!("{} is not in 2..=7", self.sst_format_version),
+            );
+        }
+        if !(self.bloom_bits_per_key >= 0.0 && self.bloom_bits_per_key <= 64.0) {
+            return bad("bloom_bits_per_key", format!("{}", self.bloom_bits_per_key));
+        }
+        if self.block_size < 256 || self.block_size > (64 << 20) {
+            return bad("block_size", format!("{}", self.block_size));
+        }
+        if self.write_buffer_size < (64 << 10) {
+            return bad("write_buffer_size", format!("{}", self.write_buffer_size));
+        }
+        if self.max_write_buffer_number < 2 || self.max_background_jobs < 1 {
+            return bad(
+                "max_write_buffer_number/max_background_jobs",
+                "must be ≥ 2 / ≥ 1".into(),
+            );
+        }
+        // RocksDB's own hard limit on a value is 2^32 - 1 bytes; ours must stay below it.
+        if self.max_value_bytes == 0 || self.max_value_bytes >= (u32::MAX as usize) {
+            return bad("max_value_bytes", format!("{}", self.max_value_bytes));
+        }
+        Ok(())
+    }
+}
+
+/// Size of the process-wide memory budget shared by every backend that uses it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemoryBudgetConfig {
+    /// Total bytes for the block cache and memtables together. Default 512 MiB.
+    pub total_bytes: usize,
+    /// Share of the total that memtables may use before RocksDB flushes. Default 0.5.
+    pub write_buffer_ratio: f64,
+}
+
+impl Default for MemoryBudgetConfig {
+    fn default() -> Self {
+        MemoryBudgetConfig {
+            total_bytes: 512 << 20,
+            write_buffer_ratio: 0.5,
+        }
+    }
+}
+
+impl MemoryBudgetConfig {
+    /// Checks every field's range.
+    pub fn validate(&self) -> Result<()> {
+        if self.total_bytes < (8 << 20) {
+            return Err(Error::InvalidOption {
+                name: "total_bytes",
+                detail: format!("{} is below 8 MiB", self.total_bytes),
+            });
+        }
+        if !(self.write_buffer_ratio > 0.0 && self.write_buffer_ratio < 1.0) {
+            return Err(Error::InvalidOption {
+                name: "write_buffer_ratio",
+                detail: format!("{} is not in (0, 1)", self.write_buffer_ratio),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,366 @@
+//! State handles (design.md §3): Value, List, Map, Reducing and Aggregating, each scoped by
+//! key and namespace. Each kind has one raw-bytes implementation (for engines that serialize
+//! themselves) and a typed wrapper over serde that encodes with postcard and calls it.
+//!
+//! [`StateCore`] is what every handle shares: the column family, the owning key-group range and
+//! the limits, and the one place where keys are built and checked.
+
+mod aggregating;
+mod list;
+mod map;
+mod reducing;
+mod value;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use smallvec::SmallVec;
+
+pub use aggregating::{AggregateFunction, AggregatingState};
+pub use list::{ListState, RawListState};
+pub use map::{MapState, RawMapState};
+pub use reducing::ReducingState;
+pub use value::{RawValueState, ValueState};
+
+use crate::codec::{self, StoredKey};
+use crate::store::{Table, TableBatch};
+use crate::error::{Error, Result};
+use crate::keygroup::{self, KeyGroupRange};
+use crate::ttl::{self, Clock, TtlConfig, TtlCounters, UpdateType, Visibility};
+
+/// A stored key under construction; keys up to 128 bytes never touch the heap.
+pub(crate) type KeyBuf = SmallVec<[u8; 128]>;
+
+pub use sst_format::{StateKind, StateMeta};
+
+/// One line describing a state's metadata, for mismatch errors.
+pub(crate) fn describe(meta: &StateMeta) -> String {
+    format!(
+        "{:?} codec={} v{} ttl={}",
+        meta.kind, meta.codec, meta.codec_version, meta.ttl
+    )
+}
+
+/// Identifies the serializer of a raw state, so a later registration with a different
+/// serializer is refused instead of misreading bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodecId {
+    /// Serializer name.
+    pub name: String,
+    /// Serializer version.
+    pub version: u32,
+}
+
+impl CodecId {
+    /// A codec identity.
+    pub fn new(name: impl Into<String>, version: u32) -> Self {
+        CodecId {
+            name: name.into(),
+            version,
+        }
+    }
+
+    /// The identity of rockstate's typed (postcard) codec for the given type names.
+    pub(crate) fn postcard(types: &[&str]) -> Self {
+        CodecId::new(format!("postcard;{}", types.join(";")), 1)
+    }
+}
+
+/// One raw entry of a state, as visited by key-group scans (savepoints, rescaling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawEntry<'a> {
+    /// Key group of the key.
+    pub key_group: u16,
+    /// Serialized key.
+    pub key: &'a [u8],
+    /// Serialized namespace.
+    pub namespace: &'a [u8],
+    /// Map user key or list element sequence (8 bytes BE); empty for other kinds.
+    pub suffix: &'a [u8],
+    /// Stored value bytes.
+    pub value: &'a [u8],
+}
+
+/// Name and options of a state to register. `&str` converts into a descriptor without TTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDescriptor {
+    /// Unique state name within the backend.
+    pub name: String,
+    /// Time-to-live; `None` keeps entries forever.
+    pub ttl: Option<TtlConfig>,
+}
+
+impl StateDescriptor {
+    /// A descriptor without TTL.
+    pub fn new(name: impl Into<String>) -> Self {
+        StateDescriptor {
+            name: name.into(),
+            ttl: None,
+        }
+    }
+
+    /// Adds a time-to-live.
+    pub fn with_ttl(mut self, ttl: TtlConfig) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+}
+
+impl From<&str> for StateDescriptor {
+    fn from(name: &str) -> Self {
+        StateDescriptor::new(name)
+    }
+}
+
+/// TTL settings of one registered state, resolved against its clock.
+pub(crate) struct TtlRuntime {
+    pub(crate) config: TtlConfig,
+    pub(crate) ttl_ms: u64,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) counters: Arc<TtlCounters>,
+}
+
+/// How a stored entry reads under TTL.
+pub(crate) enum Found<'a> {
+    /// Return the payload.
+    Live(&'a [u8]),
+    /// Return the payload and rewrite it with a fresh timestamp (OnReadAndWrite).
+    LiveRefresh(&'a [u8]),
+    /// Expired and hidden: remove it (cleanup on read).
+    ExpiredHidden,
+}
+
+/// What every handle of one state shares.
+pub(crate) struct StateCore {
+    pub(crate) table: Table,
+    pub(crate) meta: StateMeta,
+    pub(crate) key_groups: KeyGroupRange,
+    pub(crate) max_parallelism: u32,
+    pub(crate) max_value_bytes: usize,
+    pub(crate) list_seq: Arc<crate::backend::SequenceAllocator>,
+    pub(crate) ttl: Option<TtlRuntime>,
+}
+
+/// A stored value under construction (timestamp + payload); small ones stay on the stack.
+pub(crate) type ValueBuf = SmallVec<[u8; 256]>;
+
+/// Keys and namespaces together may not exceed this (RocksDB keys live in index blocks).
+pub const MAX_KEY_BYTES: usize = 1 << 20;
+
+impl StateCore {
+    /// Builds `[kg][key][ns]` after checking the key's group and sizes.
+    #[inline]
+    pub(crate) fn key(&self, key: &[u8], ns: &[u8]) -> Result<KeyBuf> {
+        if key.len() + ns.len() > MAX_KEY_BYTES {
+            return Err(Error::ValueTooLarge {
+                what: "key and namespace",
+                size: key.len() + ns.len(),
+                limit: MAX_KEY_BYTES,
+            });
+        }
+        let key_group = keygroup::key_group_of(key, self.max_parallelism);
+        if !self.key_groups.contains(key_group) {
+            return Err(Error::KeyGroupOutOfRange {
+                key_group,
+                range: self.key_groups,
+            });
+        }
+        let mut out = KeyBuf::new();
+        codec::write_key_prefix(&mut out, key_group, self.max_parallelism, key, ns);
+        Ok(out)
+    }
+
+    /// Checks a value (or element, entry, accumulator) against the size limit.
+    #[inline]
+    pub(crate) fn check_value(&self, what: &'static str, value: &[u8]) -> Result<()> {
+        if value.len() > self.max_value_bytes {
+            return Err(Error::ValueTooLarge {
+                what,
+                size: value.len(),
+                limit: self.max_value_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// How `stored` reads now: TTL expiry, visibility and refresh applied.
+    #[inline]
+    pub(crate) fn classify<'a>(&self, stored: &'a [u8]) -> Result<Found<'a>> {
+        let Some(t) = &self.ttl else {
+            return Ok(Found::Live(stored));
+        };
+        let (ts, payload) = ttl::split(stored)
+            .ok_or_else(|| Error::decode("TTL value", "shorter than its 8-byte timestamp"))?;
+        Ok(match t.config.update_type {
+            UpdateType::Disabled => Found::Live(payload),
+            _ if ttl::is_expired(ts, t.ttl_ms, t.clock.now_ms()) => match t.config.visibility {
+                Visibility::NeverReturnExpired => Found::ExpiredHidden,
+                Visibility::ReturnExpiredIfNotCleanedUp => Found::Live(payload),
+            },
+            UpdateType::OnReadAndWrite => Found::LiveRefresh(payload),
+            UpdateType::OnCreateAndWrite => Found::Live(payload),
+        })
+    }
+
+    /// The bytes to store for `payload`: itself, or prefixed with the current timestamp.
+    #[inline]
+    pub(crate) fn stamp(&self, payload: &[u8]) -> ValueBuf {
+        let mut out = ValueBuf::new();
+        if let Some(t) = &self.ttl {
+            out.extend_from_slice(&t.clock.now_ms().to_be_bytes());
+        }
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// Stores `payload` under the full key `k`.
+    #[inline]
+    pub(crate) fn put_payload(&self, k: &[u8], payload: &[u8]) -> Result<()> {
+        if self.ttl.is_none() {
+            return self.table.put(k, payload);
+        }
+        self.table.put(k, &self.stamp(payload))
+    }
+
+    /// Adds a put of `payload` under the full key `k` to `batch`.
+    pub(crate) fn batch_put_payload(&self, batch: &mut TableBatch, k: &[u8], payload: &[u8]) {
+        batch.put(k, &self.stamp(payload));
+    }
+
+    fn count_dropped_on_read(&self, n: u64) {
+        if let Some(t) = &self.ttl {
+            t.counters
+                .dropped_on_read
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Reads the entry at full key `k` through `f`, applying TTL (cleanup on read, refresh).
+    #[inline]
+    pub(crate) fn read_entry<R>(
+        &self,
+        k: &[u8],
+        f: impl FnOnce(&[u8]) -> Result<R>,
+    ) -> Result<Option<R>> {
+        if self.ttl.is_none() {
+            return self.table.get_with(k, f)?.transpose();
+        }
+        let mut refresh: Option<Vec<u8>> = None;
+        let mut expired = false;
+        let out = self
+            .table
+            .get_with(k, |stored| -> Result<Option<R>> {
+                match self.classify(stored)? {
+                    Found::Live(p) => f(p).map(Some),
+                    Found::LiveRefresh(p) => {
+                        refresh = Some(p.to_vec());
+                        f(p).map(Some)
+                    }
+                    Found::ExpiredHidden => {
+                        expired = true;
+                        Ok(None)
+                    }
+                }
+            })?
+            .transpose()?
+            .flatten();
+        if let Some(p) = refresh {
+            self.put_payload(k, &p)?;
+        }
+        if expired {
+            self.table.delete(k)?;
+            self.count_dropped_on_read(1);
+        }
+        Ok(out)
+    }
+
+    /// Visits the live entries under `prefix` (a key's list or map in one namespace) in key
+    /// order as `(suffix, payload)`, applying TTL: expired entries are skipped and removed,
+    /// refreshed ones rewritten, after the scan.
+    pub(crate) fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let end = codec::prefix_end(prefix);
+        if self.ttl.is_none() {
+            return self
+                .table
+                .scan(prefix, end.as_deref(), |k, v| f(&k[prefix.len()..], v));
+        }
+        let mut batch = self.table.batch();
+        let mut dropped = 0;
+        self.table.scan(prefix, end.as_deref(), |k, v| match self.classify(v)? {
+            Found::Live(p) => f(&k[prefix.len()..], p),
+            Found::LiveRefresh(p) => {
+                self.batch_put_payload(&mut batch, k, p);
+                f(&k[prefix.len()..], p)
+            }
+            Found::ExpiredHidden => {
+                batch.delete(k);
+                dropped += 1;
+                Ok(true)
+            }
+        })?;
+        if batch.len() > 0 {
+            batch.commit()?;
+            self.count_dropped_on_read(dropped);
+        }
+        Ok(())
+    }
+
+    /// Deletes every entry under `prefix` (a key's list or map in one namespace).
+    pub(crate) fn clear_prefix(&self, prefix: &[u8]) -> Result<()> {
+        let mut batch = self.table.batch();
+        self.table.scan(prefix, codec::prefix_end(prefix).as_deref(), |k, _| {
+            batch.delete(k);
+            Ok(true)
+        })?;
+        if batch.len() > 0 {
+            batch.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Visits every stored entry of key group `key_group` in key order (values as stored: with
+    /// their TTL timestamp when the state has TTL).
+    pub(crate) fn scan_key_group(
+        &self,
+        key_group: u16,
+        mut f: impl FnMut(RawEntry<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        let mut lower = Vec::new();
+        keygroup::write_prefix(&mut lower, key_group, self.max_parallelism);
+        let upper = codec::prefix_end(&lower);
+        self.table.scan(&lower, upper.as_deref(), |k, v| {
+            let StoredKey {
+                key_group,
+                key,
+                namespace,
+                suffix,
+            } = codec::split_key(k, self.max_parallelism)?;
+            f(RawEntry {
+                key_group,
+                key,
+                namespace,
+                suffix,
+                value: v,
+            })
+        })
+    }
+}
+
+/// Serializes `value` with postcard into a stack buffer (heap only when larger) and calls `f`.
+#[inline]
+pub(crate) fn with_encoded<T: Serialize + ?Sized, R>(
+    value: &T,
+    what: &'static str,
+    f: impl FnOnce(&[u8]) -> Result<R>,
+) -> Result<R> {
+    let mut stack = [0u8; 256];
+    match postcard::to_slice(value, &mut stack) {
+        Ok(bytes) => f(bytes),
+        Err(postcard::Error::SerializeBufferFull) => f(&codec::encode(value, what)?),
+        Err(source) => Err(Error::Encode { what, source }),
+    }
+}

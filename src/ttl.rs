@@ -1,0 +1,278 @@
+//! State time-to-live (design.md §4): per-state configuration, the injected clock, the 8-byte
+//! timestamp every TTL value carries, and the expiry rule shared by reads, the compaction filter
+//! and savepoint cleanup.
+//!
+//! Stored TTL value: `[last-access timestamp, u64 ms, big-endian][payload]`. An entry is
+//! expired iff `ts + ttl <= now` (saturating), with `now` from the state's time domain:
+//! processing time (an injected [`Clock`]) or event time (a watermark the engine advances —
+//! something Flink's TTL lacks).
+//!
+//! Flink SQL's idle state retention is [`TtlConfig::idle_state_retention`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Length of the timestamp prefix of a TTL value.
+pub const TS_LEN: usize = 8;
+
+/// A source of time in milliseconds. Tests inject [`ManualClock`]; nothing in rockstate reads
+/// the wall clock except [`SystemClock`].
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Milliseconds since the Unix epoch (or any fixed origin the job uses consistently).
+    fn now_ms(&self) -> u64;
+}
+
+/// The wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that moves only when told to: for tests, and as the event-time watermark.
+#[derive(Debug, Default, Clone)]
+pub struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    /// A clock reading `start_ms`.
+    pub fn new(start_ms: u64) -> Self {
+        ManualClock(Arc::new(AtomicU64::new(start_ms)))
+    }
+
+    /// Sets the time (never moves backwards: a smaller value is ignored, like a watermark).
+    pub fn set(&self, ms: u64) {
+        self.0.fetch_max(ms, Ordering::SeqCst);
+    }
+
+    /// Moves the time forward by `d`.
+    pub fn advance(&self, d: Duration) {
+        self.0.fetch_add(d.as_millis() as u64, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// When an entry's timestamp is refreshed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UpdateType {
+    /// TTL disabled: entries never expire (Flink's `UpdateType.Disabled`).
+    Disabled,
+    /// Refreshed on every write (the default).
+    OnCreateAndWrite,
+    /// Refreshed on every read and write.
+    OnReadAndWrite,
+}
+
+/// Whether a read may return an expired entry that cleanup has not removed yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Visibility {
+    /// Expired entries are never returned (the default).
+    NeverReturnExpired,
+    /// Expired entries are returned until cleanup removes them.
+    ReturnExpiredIfNotCleanedUp,
+}
+
+/// Which clock decides expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeDomain {
+    /// The backend's processing-time clock (the default).
+    ProcessingTime,
+    /// The event-time watermark the engine advances with `KeyedBackend::advance_watermark`.
+    EventTime,
+}
+
+/// How expired entries are removed besides on read (reads always remove what they find expired
+/// under `NeverReturnExpired`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cleanup {
+    /// Drop expired entries during RocksDB compaction (default on).
+    pub compaction_filter: bool,
+    /// The compaction filter re-reads the clock every this many entries (default 1000).
+    pub refresh_every: u64,
+    /// Every SST is compacted (and so filtered) at least this often; zero turns it off
+    /// (default 30 days).
+    pub periodic_compaction: Duration,
+    /// Drop expired entries while writing a full snapshot / savepoint (default on).
+    pub full_snapshot: bool,
+}
+
+impl Default for Cleanup {
+    fn default() -> Self {
+        Cleanup {
+            compaction_filter: true,
+            refresh_every: 1000,
+            periodic_compaction: Duration::from_secs(30 * 24 * 3600),
+            full_snapshot: true,
+        }
+    }
+}
+
+/// Time-to-live of one state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtlConfig {
+    /// How long an entry lives after its timestamp.
+    pub ttl: Duration,
+    /// When the timestamp is refreshed.
+    pub update_type: UpdateType,
+    /// Whether expired entries may be read.
+    pub visibility: Visibility,
+    /// Which clock decides expiry.
+    pub time_domain: TimeDomain,
+    /// Background cleanup.
+    pub cleanup: Cleanup,
+}
+
+impl TtlConfig {
+    /// `ttl` with Flink's defaults: refreshed on write, expired never returned, processing time,
+    /// compaction-filter cleanup.
+    pub fn new(ttl: Duration) -> Self {
+        TtlConfig {
+            ttl,
+            update_type: UpdateType::OnCreateAndWrite,
+            visibility: Visibility::NeverReturnExpired,
+            time_domain: TimeDomain::ProcessingTime,
+            cleanup: Cleanup::default(),
+        }
+    }
+
+    /// Flink SQL's idle state retention (`table.exec.state.ttl`): state untouched for
+    /// `retention` is dropped. Reads count as touches, so state that is only read stays alive.
+    pub fn idle_state_retention(retention: Duration) -> Self {
+        TtlConfig {
+            update_type: UpdateType::OnReadAndWrite,
+            ..TtlConfig::new(retention)
+        }
+    }
+
+    /// Sets the update type.
+    pub fn update_type(mut self, u: UpdateType) -> Self {
+        self.update_type = u;
+        self
+    }
+
+    /// Sets the visibility.
+    pub fn visibility(mut self, v: Visibility) -> Self {
+        self.visibility = v;
+        self
+    }
+
+    /// Sets the time domain.
+    pub fn time_domain(mut self, t: TimeDomain) -> Self {
+        self.time_domain = t;
+        self
+    }
+
+    /// Sets the cleanup strategies.
+    pub fn cleanup(mut self, c: Cleanup) -> Self {
+        self.cleanup = c;
+        self
+    }
+
+    /// The TTL in milliseconds, at least 1.
+    pub fn ttl_ms(&self) -> u64 {
+        (self.ttl.as_millis() as u64).max(1)
+    }
+}
+
+/// `ts + ttl <= now`, saturating.
+#[inline]
+pub fn is_expired(ts: u64, ttl_ms: u64, now: u64) -> bool {
+    ts.saturating_add(ttl_ms) <= now
+}
+
+/// Splits a stored TTL value into its timestamp and payload; `None` if shorter than the prefix.
+#[inline]
+pub fn split(stored: &[u8]) -> Option<(u64, &[u8])> {
+    let (ts, payload) = stored.split_first_chunk::<TS_LEN>()?;
+    Some((u64::from_be_bytes(*ts), payload))
+}
+
+/// Whether a stored TTL value is expired. Values too short to carry a timestamp are kept:
+/// dropping bytes we cannot interpret would lose data silently; reads report them as corrupt.
+#[inline]
+pub fn stored_is_expired(stored: &[u8], ttl_ms: u64, now: u64) -> bool {
+    split(stored).is_some_and(|(ts, _)| is_expired(ts, ttl_ms, now))
+}
+
+/// Counts of what TTL cleanup did for one state.
+#[derive(Debug, Default)]
+pub struct TtlCounters {
+    /// Entries the compaction filter dropped.
+    pub dropped_by_compaction: AtomicU64,
+    /// Entries the compaction filter examined.
+    pub examined_by_compaction: AtomicU64,
+    /// Compaction filters run (one per compaction, or sub-compaction, of the state).
+    pub compaction_filters: AtomicU64,
+    /// Expired entries removed when a read found them.
+    pub dropped_on_read: AtomicU64,
+}
+
+/// A snapshot of [`TtlCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TtlStats {
+    /// Entries the compaction filter dropped.
+    pub dropped_by_compaction: u64,
+    /// Entries the compaction filter examined.
+    pub examined_by_compaction: u64,
+    /// Compaction filters run.
+    pub compaction_filters: u64,
+    /// Expired entries removed when a read found them.
+    pub dropped_on_read: u64,
+}
+
+impl TtlCounters {
+    /// Current values.
+    pub fn snapshot(&self) -> TtlStats {
+        TtlStats {
+            dropped_by_compaction: self.dropped_by_compaction.load(Ordering::Relaxed),
+            examined_by_compaction: self.examined_by_compaction.load(Ordering::Relaxed),
+            compaction_filters: self.compaction_filters.load(Ordering::Relaxed),
+            dropped_on_read: self.dropped_on_read.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_is_inclusive_and_saturating() {
+        assert!(!is_expired(100, 10, 109));
+        assert!(is_expired(100, 10, 110));
+        assert!(!is_expired(u64::MAX - 1, 10, u64::MAX - 1));
+        assert!(is_expired(u64::MAX, 10, u64::MAX));
+    }
+
+    #[test]
+    fn split_and_short_values() {
+        let mut v = 42u64.to_be_bytes().to_vec();
+        v.extend_from_slice(b"payload");
+        assert_eq!(split(&v), Some((42, &b"payload"[..])));
+        assert_eq!(split(&v[..7]), None);
+        assert!(!stored_is_expired(&v[..7], 1, u64::MAX));
+        assert!(stored_is_expired(&v, 1, 43));
+    }
+
+    #[test]
+    fn manual_clock_moves_forward_only() {
+        let c = ManualClock::new(10);
+        c.set(5);
+        assert_eq!(c.now_ms(), 10);
+        c.advance(Duration::from_millis(5));
+        assert_eq!(c.now_ms(), 15);
+    }
+}

@@ -1,0 +1,192 @@
+//! Helpers shared by the `checkpoint_*` integration tests: a storage fixture, a small model of
+//! a value state, and snapshots of the storage's objects.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rockstate::checkpoint::layout;
+use rockstate::{
+    CheckpointOptions, CheckpointStorage, DbOptions, KeyedBackend, LocalStorage, RestoreFrom,
+    ValueState,
+};
+use sst_format::CheckpointManifest;
+
+/// Keys the model uses.
+pub const KEYS: u32 = 3000;
+
+/// The model: key → value of the value state `v`.
+pub type Model = BTreeMap<u32, u64>;
+
+/// Small RocksDB settings so tests make several SSTs quickly.
+pub fn small_options() -> DbOptions {
+    DbOptions {
+        write_buffer_size: 256 << 10,
+        target_file_size_base: 256 << 10,
+        ..DbOptions::default()
+    }
+}
+
+/// A temporary directory holding checkpoint storage and backend directories.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub storage: Arc<LocalStorage>,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+        Fixture { dir, storage }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn storage_dyn(&self) -> Arc<dyn CheckpointStorage> {
+        self.storage.clone()
+    }
+
+    /// Opens (or reopens) backend directory `name` with checkpoint options `opts`.
+    pub fn open(&self, name: &str, opts: CheckpointOptions) -> KeyedBackend {
+        KeyedBackend::builder(self.path(name))
+            .options(small_options())
+            .checkpoint_storage(self.storage_dyn())
+            .checkpoint_options(opts)
+            .open()
+            .unwrap()
+    }
+
+    /// Restores into backend directory `name`.
+    pub fn restore(&self, name: &str, from: RestoreFrom) -> rockstate::Result<KeyedBackend> {
+        restore_from(self.storage_dyn(), &self.path(name), from)
+    }
+
+    /// Every object in storage with its bytes.
+    pub fn objects(&self) -> BTreeMap<String, Vec<u8>> {
+        objects(self.storage.as_ref())
+    }
+
+    /// The manifest of checkpoint `id` of `backend`.
+    pub fn manifest(&self, id: u64, backend: &str) -> CheckpointManifest {
+        let bytes = self
+            .storage
+            .get_bytes(&layout::metadata_name(id, backend))
+            .unwrap();
+        sst_format::decode_manifest(&bytes).unwrap()
+    }
+
+    /// Committed checkpoint ids of `backend`, ascending.
+    pub fn committed_ids(&self, backend: &str) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .storage
+            .list("chk-")
+            .unwrap()
+            .iter()
+            .filter_map(|o| {
+                let p = layout::parse_checkpoint_object(&o.name)?;
+                (p.is_metadata() && p.backend_id == backend).then_some(p.id)
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+pub fn restore_from(
+    storage: Arc<dyn CheckpointStorage>,
+    path: &Path,
+    from: RestoreFrom,
+) -> rockstate::Result<KeyedBackend> {
+    KeyedBackend::builder(path)
+        .options(small_options())
+        .checkpoint_storage(storage)
+        .restore(from)
+}
+
+pub fn objects(storage: &dyn CheckpointStorage) -> BTreeMap<String, Vec<u8>> {
+    storage
+        .list("")
+        .unwrap()
+        .into_iter()
+        .map(|o| {
+            let bytes = storage.get_bytes(&o.name).unwrap();
+            (o.name, bytes)
+        })
+        .collect()
+}
+
+pub fn state(backend: &KeyedBackend) -> ValueState<u32, (), u64> {
+    backend.value_state::<u32, (), u64>("v").unwrap()
+}
+
+/// `n` random puts (and some deletes) applied to the backend and the model.
+pub fn random_writes(backend: &KeyedBackend, model: &mut Model, rng: &mut SmallRng, n: usize) {
+    let s = state(backend);
+    for _ in 0..n {
+        let k = rng.random_range(0..KEYS);
+        if !owns(backend, k) {
+            continue;
+        }
+        if rng.random_ratio(1, 10) {
+            s.clear(&k, &()).unwrap();
+            model.remove(&k);
+        } else {
+            let v: u64 = rng.random();
+            s.put(&k, &(), &v).unwrap();
+            model.insert(k, v);
+        }
+    }
+}
+
+/// Reads every key of the universe back.
+pub fn read_all(backend: &KeyedBackend) -> Model {
+    let s = state(backend);
+    (0..KEYS)
+        .filter(|k| owns(backend, *k))
+        .filter_map(|k| s.get(&k, &()).unwrap().map(|v| (k, v)))
+        .collect()
+}
+
+/// Whether `backend` owns key `k`'s key group.
+pub fn owns(backend: &KeyedBackend, k: u32) -> bool {
+    let bytes = rockstate::codec::encode(&k, "key").unwrap();
+    let group = rockstate::keygroup::key_group_of(&bytes, backend.max_parallelism());
+    backend.key_groups().contains(group)
+}
+
+pub fn rng(seed: u64) -> SmallRng {
+    SmallRng::seed_from_u64(seed)
+}
+
+/// Asserts invariant 1 over the whole storage and returns the unreferenced shared objects.
+pub fn assert_verified(storage: &dyn CheckpointStorage) -> Vec<String> {
+    let report = rockstate::verify_checkpoints(storage).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    report.unreferenced_shared
+}
+
+/// Remembers every object's bytes; fails if a name ever shows other bytes (invariant 5).
+#[derive(Default)]
+pub struct OverwriteWatch {
+    seen: BTreeMap<String, Vec<u8>>,
+}
+
+impl OverwriteWatch {
+    pub fn observe(&mut self, storage: &dyn CheckpointStorage) {
+        for (name, bytes) in objects(storage) {
+            if let Some(old) = self.seen.get(&name) {
+                assert!(
+                    old == &bytes,
+                    "object {name} was overwritten with other bytes"
+                );
+            } else {
+                self.seen.insert(name, bytes);
+            }
+        }
+    }
+}

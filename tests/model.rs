@@ -1,0 +1,264 @@
+//! Model-based test: random operation sequences over every state kind and namespace, checked
+//! against in-memory models after every step, with close-and-reopen in the middle. Also checks
+//! invariant 7: every stored entry lives under the key group of its key's hash.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use rockstate::keygroup::key_group_of;
+use rockstate::{
+    AggregateFunction, AggregatingState, KeyedBackend, ListState, MapState, ReducingState,
+    ValueState,
+};
+
+#[derive(Debug, Clone)]
+enum Op {
+    ValuePut(u8, u8, u32),
+    ValueGet(u8, u8),
+    ValueClear(u8, u8),
+    ListAdd(u8, u8, u32),
+    ListAddAll(u8, u8, Vec<u32>),
+    ListUpdate(u8, u8, Vec<u32>),
+    ListGet(u8, u8),
+    ListClear(u8, u8),
+    MapPut(u8, u8, u8, u32),
+    MapGet(u8, u8, u8),
+    MapContains(u8, u8, u8),
+    MapRemove(u8, u8, u8),
+    MapEntries(u8, u8),
+    MapClear(u8, u8),
+    ReduceAdd(u8, u8, u32),
+    ReduceGet(u8, u8),
+    AggAdd(u8, u8, u32),
+    AggGet(u8, u8),
+    AggClear(u8, u8),
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let k = 0u8..6;
+    let ns = 0u8..3;
+    let uk = 0u8..5;
+    let v = any::<u32>();
+    let vs = proptest::collection::vec(any::<u32>(), 0..4);
+    prop_oneof![
+        (k.clone(), ns.clone(), v.clone()).prop_map(|(a, b, c)| Op::ValuePut(a, b, c)),
+        (k.clone(), ns.clone()).prop_map(|(a, b)| Op::ValueGet(a, b)),
+        (k.clone(), ns.clone()).prop_map(|(a, b)| Op::ValueClear(a, b)),
+        (k.clone(), ns.clone(), v.clone()).prop_map(|(a, b, c)| Op::ListAdd(a, b, c)),
+        (k.clone(), ns.clone(), vs.clone()).prop_map(|(a, b, c)| Op::ListAddAll(a, b, c)),
+        (k.clone(), ns.clone(), vs).prop_map(|(a, b, c)| Op::ListUpdate(a, b, c)),
+        (k.clone(), ns.clone()).prop_map(|(a, b)| Op::ListGet(a, b)),
+        (k.clone(), ns.clone()).prop_map(|(a, b)| Op::ListClear(a, b)),
+        (k.clone(), ns.clone(), uk.clone(), v.clone()).prop_map(|(a, b, c, d)| Op::MapPut(a, b, c, d)),
+        (k.clone(), ns.clone(), uk.clone()).prop_map(|(a, b, c)| Op::MapGet(a, b, c)),
+        (k.clone(), ns.clone(), uk.clone()).prop_map(|(a, b, c)| Op::MapContains(a, b, c)),
+        (k.clone(), ns.clone(), uk).prop_map(|(a, b, c)| Op::MapRemove(a, b, c)),
+        (k.clone(), ns.clone()).prop_map(|(a, b)| Op::MapEntries(a, b)),
+        (k.clone(), ns.clone()).prop_map(|(a, b)| Op::MapClear(a, b)),
+        (k.clone(), ns.clone(), v.clone()).prop_map(|(a, b, c)| Op::ReduceAdd(a, b, c)),
+        (k.clone(), ns.clone()).prop_map(|(a, b)| Op::ReduceGet(a, b)),
+        (k.clone(), ns.clone(), v).prop_map(|(a, b, c)| Op::AggAdd(a, b, c)),
+        (k.clone(), ns.clone()).prop_map(|(a, b)| Op::AggGet(a, b)),
+        (k, ns).prop_map(|(a, b)| Op::AggClear(a, b)),
+        Just(Op::Reopen),
+    ]
+}
+
+/// Average of u32 inputs, accumulated as (sum, count).
+struct Avg;
+impl AggregateFunction for Avg {
+    type In = u32;
+    type Acc = (u64, u64);
+    type Out = u64;
+    fn create_accumulator(&self) -> (u64, u64) {
+        (0, 0)
+    }
+    fn add(&self, input: &u32, acc: &mut (u64, u64)) {
+        acc.0 += u64::from(*input);
+        acc.1 += 1;
+    }
+    fn result(&self, acc: &(u64, u64)) -> u64 {
+        acc.0 / acc.1.max(1)
+    }
+}
+
+type K = String;
+
+struct Handles {
+    backend: KeyedBackend,
+    value: ValueState<K, u8, u32>,
+    list: ListState<K, u8, u32>,
+    map: MapState<K, u8, u8, u32>,
+    reduce: ReducingState<K, u8, u32>,
+    agg: AggregatingState<K, u8, Avg>,
+}
+
+fn open(path: &std::path::Path) -> Handles {
+    let backend = KeyedBackend::builder(path).max_parallelism(128).open().unwrap();
+    Handles {
+        value: backend.value_state("value").unwrap(),
+        list: backend.list_state("list").unwrap(),
+        map: backend.map_state("map").unwrap(),
+        reduce: backend
+            .reducing_state("reduce", |a: &u32, b: &u32| a.wrapping_add(*b))
+            .unwrap(),
+        agg: backend.aggregating_state("agg", Avg).unwrap(),
+        backend,
+    }
+}
+
+#[derive(Default)]
+struct Model {
+    value: BTreeMap<(u8, u8), u32>,
+    list: BTreeMap<(u8, u8), Vec<u32>>,
+    map: BTreeMap<(u8, u8), BTreeMap<u8, u32>>,
+    reduce: BTreeMap<(u8, u8), u32>,
+    agg: BTreeMap<(u8, u8), (u64, u64)>,
+}
+
+fn key(k: u8) -> String {
+    format!("key-{k}")
+}
+
+fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut h = open(&path);
+    let mut m = Model::default();
+    for op in ops {
+        match op {
+            Op::ValuePut(k, n, v) => {
+                h.value.put(&key(k), &n, &v).unwrap();
+                m.value.insert((k, n), v);
+            }
+            Op::ValueGet(k, n) => {
+                assert_eq!(h.value.get(&key(k), &n).unwrap(), m.value.get(&(k, n)).copied())
+            }
+            Op::ValueClear(k, n) => {
+                h.value.clear(&key(k), &n).unwrap();
+                m.value.remove(&(k, n));
+            }
+            Op::ListAdd(k, n, v) => {
+                h.list.add(&key(k), &n, &v).unwrap();
+                m.list.entry((k, n)).or_default().push(v);
+            }
+            Op::ListAddAll(k, n, vs) => {
+                h.list.add_all(&key(k), &n, &vs).unwrap();
+                m.list.entry((k, n)).or_default().extend(vs);
+            }
+            Op::ListUpdate(k, n, vs) => {
+                h.list.update(&key(k), &n, &vs).unwrap();
+                m.list.insert((k, n), vs);
+            }
+            Op::ListGet(k, n) => assert_eq!(
+                h.list.get(&key(k), &n).unwrap(),
+                m.list.get(&(k, n)).cloned().unwrap_or_default()
+            ),
+            Op::ListClear(k, n) => {
+                h.list.clear(&key(k), &n).unwrap();
+                m.list.remove(&(k, n));
+            }
+            Op::MapPut(k, n, uk, v) => {
+                h.map.put(&key(k), &n, &uk, &v).unwrap();
+                m.map.entry((k, n)).or_default().insert(uk, v);
+            }
+            Op::MapGet(k, n, uk) => assert_eq!(
+                h.map.get(&key(k), &n, &uk).unwrap(),
+                m.map.get(&(k, n)).and_then(|mm| mm.get(&uk)).copied()
+            ),
+            Op::MapContains(k, n, uk) => assert_eq!(
+                h.map.contains(&key(k), &n, &uk).unwrap(),
+                m.map.get(&(k, n)).is_some_and(|mm| mm.contains_key(&uk))
+            ),
+            Op::MapRemove(k, n, uk) => {
+                h.map.remove(&key(k), &n, &uk).unwrap();
+                if let Some(mm) = m.map.get_mut(&(k, n)) {
+                    mm.remove(&uk);
+                }
+            }
+            Op::MapEntries(k, n) => {
+                // u8 user keys encode as one byte in postcard, so byte order is numeric order.
+                let expected: Vec<(u8, u32)> = m
+                    .map
+                    .get(&(k, n))
+                    .map(|mm| mm.iter().map(|(a, b)| (*a, *b)).collect())
+                    .unwrap_or_default();
+                assert_eq!(h.map.entries(&key(k), &n).unwrap(), expected);
+                assert_eq!(h.map.is_empty(&key(k), &n).unwrap(), expected.is_empty());
+            }
+            Op::MapClear(k, n) => {
+                h.map.clear(&key(k), &n).unwrap();
+                m.map.remove(&(k, n));
+            }
+            Op::ReduceAdd(k, n, v) => {
+                h.reduce.add(&key(k), &n, &v).unwrap();
+                let e = m.reduce.entry((k, n)).or_insert(0);
+                *e = e.wrapping_add(v);
+            }
+            Op::ReduceGet(k, n) => assert_eq!(
+                h.reduce.get(&key(k), &n).unwrap(),
+                m.reduce.get(&(k, n)).copied()
+            ),
+            Op::AggAdd(k, n, v) => {
+                h.agg.add(&key(k), &n, &v).unwrap();
+                let e = m.agg.entry((k, n)).or_insert((0, 0));
+                e.0 += u64::from(v);
+                e.1 += 1;
+            }
+            Op::AggGet(k, n) => assert_eq!(
+                h.agg.get(&key(k), &n).unwrap(),
+                m.agg.get(&(k, n)).map(|a| a.0 / a.1)
+            ),
+            Op::AggClear(k, n) => {
+                h.agg.clear(&key(k), &n).unwrap();
+                m.agg.remove(&(k, n));
+            }
+            Op::Reopen => {
+                h.backend.clone().close().unwrap();
+                drop(h);
+                h = open(&path);
+            }
+        }
+    }
+    // Full comparison at the end, through every read path.
+    for k in 0..6u8 {
+        for n in 0..3u8 {
+            assert_eq!(h.value.get(&key(k), &n).unwrap(), m.value.get(&(k, n)).copied());
+            assert_eq!(
+                h.list.get(&key(k), &n).unwrap(),
+                m.list.get(&(k, n)).cloned().unwrap_or_default()
+            );
+        }
+    }
+    // Invariant 7: every entry sits under its key's group.
+    for state in ["value", "list", "map", "reduce", "agg"] {
+        let mut seen = 0;
+        for g in 0..128u16 {
+            h.backend
+                .scan_key_group(state, g, |e| {
+                    assert_eq!(e.key_group, g);
+                    assert_eq!(key_group_of(e.key, 128), g);
+                    seen += 1;
+                    Ok(true)
+                })
+                .unwrap();
+        }
+        let expected: usize = match state {
+            "value" => m.value.len(),
+            "list" => m.list.values().map(Vec::len).sum(),
+            "map" => m.map.values().map(BTreeMap::len).sum(),
+            "reduce" => m.reduce.len(),
+            _ => m.agg.len(),
+        };
+        assert_eq!(seen, expected, "entries of {state}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn state_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
+        run(ops);
+    }
+}

@@ -1,0 +1,329 @@
+//! State TTL with an injected clock (no sleeps): every update type × visibility for every state
+//! kind, compaction-filter cleanup checked on the raw column family, lists with mixed expired
+//! and live elements, periodic compaction reaching RocksDB, clock refresh every N entries,
+//! event time, counters, and TTL on/off as a registration error.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rockstate::ttl::{Cleanup, TimeDomain, UpdateType, Visibility};
+use rockstate::{
+    AggregateFunction, Clock, Error, KeyedBackend, ManualClock, StateDescriptor, TtlConfig,
+};
+
+const TTL: Duration = Duration::from_millis(1000);
+
+/// A manual clock that counts how often it is read.
+#[derive(Debug, Clone, Default)]
+struct CountingClock {
+    time: ManualClock,
+    reads: Arc<AtomicU64>,
+}
+
+impl Clock for CountingClock {
+    fn now_ms(&self) -> u64 {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.time.now_ms()
+    }
+}
+
+fn open(dir: &std::path::Path, clock: &ManualClock) -> KeyedBackend {
+    KeyedBackend::builder(dir).clock(Arc::new(clock.clone())).open().unwrap()
+}
+
+fn desc(name: &str, update: UpdateType, visibility: Visibility) -> StateDescriptor {
+    StateDescriptor::new(name).with_ttl(TtlConfig::new(TTL).update_type(update).visibility(visibility))
+}
+
+fn raw_entries(b: &KeyedBackend, state: &str) -> usize {
+    let mut n = 0;
+    for g in 0..b.max_parallelism() as u16 {
+        b.scan_key_group(state, g, |_| {
+            n += 1;
+            Ok(true)
+        })
+        .unwrap();
+    }
+    n
+}
+
+struct Sum;
+impl AggregateFunction for Sum {
+    type In = u64;
+    type Acc = u64;
+    type Out = u64;
+    fn create_accumulator(&self) -> u64 {
+        0
+    }
+    fn add(&self, input: &u64, acc: &mut u64) {
+        *acc += input;
+    }
+    fn result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}
+
+/// What a read at `written + 1500 ms` returns for an entry written at t0 and read at t0 + 600:
+/// OnReadAndWrite refreshed it (alive); OnCreateAndWrite did not (expired: hidden or visible);
+/// Disabled never expires.
+fn expect_alive(update: UpdateType, visibility: Visibility) -> bool {
+    match update {
+        UpdateType::Disabled | UpdateType::OnReadAndWrite => true,
+        UpdateType::OnCreateAndWrite => visibility == Visibility::ReturnExpiredIfNotCleanedUp,
+    }
+}
+
+#[test]
+fn every_update_type_and_visibility_for_every_kind() {
+    for update in [UpdateType::Disabled, UpdateType::OnCreateAndWrite, UpdateType::OnReadAndWrite] {
+        for visibility in [Visibility::NeverReturnExpired, Visibility::ReturnExpiredIfNotCleanedUp] {
+            let dir = tempfile::tempdir().unwrap();
+            let clock = ManualClock::new(10_000);
+            let b = open(dir.path(), &clock);
+            let value = b.value_state::<String, (), u64>(desc("value", update, visibility)).unwrap();
+            let list = b.list_state::<String, (), u64>(desc("list", update, visibility)).unwrap();
+            let map = b.map_state::<String, (), u8, u64>(desc("map", update, visibility)).unwrap();
+            let reduce = b
+                .reducing_state::<String, (), u64>(desc("reduce", update, visibility), |a, b| a + b)
+                .unwrap();
+            let agg = b.aggregating_state::<String, (), Sum>(desc("agg", update, visibility), Sum).unwrap();
+            let k = "k".to_string();
+            value.put(&k, &(), &1).unwrap();
+            list.add(&k, &(), &1).unwrap();
+            map.put(&k, &(), &1, &1).unwrap();
+            reduce.add(&k, &(), &1).unwrap();
+            agg.add(&k, &(), &1).unwrap();
+
+            clock.advance(Duration::from_millis(600));
+            // Reads within the TTL see everything (and refresh under OnReadAndWrite).
+            assert_eq!(value.get(&k, &()).unwrap(), Some(1));
+            assert_eq!(list.get(&k, &()).unwrap(), vec![1]);
+            assert_eq!(map.get(&k, &(), &1).unwrap(), Some(1));
+            assert_eq!(reduce.get(&k, &()).unwrap(), Some(1));
+            assert_eq!(agg.get(&k, &()).unwrap(), Some(1));
+
+            clock.advance(Duration::from_millis(900)); // 1500 ms after the write
+            let alive = expect_alive(update, visibility);
+            let case = format!("{update:?}/{visibility:?}");
+            assert_eq!(value.get(&k, &()).unwrap(), alive.then_some(1), "value {case}");
+            assert_eq!(list.get(&k, &()).unwrap(), if alive { vec![1] } else { vec![] }, "list {case}");
+            assert_eq!(map.get(&k, &(), &1).unwrap(), alive.then_some(1), "map {case}");
+            assert_eq!(map.contains(&k, &(), &1).unwrap(), alive, "map contains {case}");
+            assert_eq!(reduce.get(&k, &()).unwrap(), alive.then_some(1), "reduce {case}");
+            assert_eq!(agg.get(&k, &()).unwrap(), alive.then_some(1), "agg {case}");
+
+            // Hidden expired entries were removed by the read (cleanup on read).
+            let stored = raw_entries(&b, "value");
+            let hidden = !alive;
+            assert_eq!(stored, usize::from(!hidden), "value storage {case}");
+            if hidden {
+                assert_eq!(b.ttl_stats("value").unwrap().dropped_on_read, 1);
+            }
+
+            // A write after expiry starts a fresh life; reducing starts from scratch.
+            reduce.add(&k, &(), &5).unwrap();
+            let expected = if alive { 6 } else { 5 };
+            assert_eq!(reduce.get(&k, &()).unwrap(), Some(expected), "reduce restart {case}");
+        }
+    }
+}
+
+#[test]
+fn compaction_filter_removes_expired_and_keeps_live_on_the_raw_column_family() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let b = open(dir.path(), &clock);
+    let cfg = TtlConfig::new(TTL);
+    let value = b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg.clone())).unwrap();
+    let map = b.map_state::<u32, (), u32, u32>(StateDescriptor::new("m").with_ttl(cfg.clone())).unwrap();
+    let list = b.list_state::<u32, (), u32>(StateDescriptor::new("l").with_ttl(cfg)).unwrap();
+    for i in 0..500u32 {
+        value.put(&i, &(), &i).unwrap();
+        map.put(&i, &(), &1, &i).unwrap();
+        list.add(&i, &(), &i).unwrap();
+    }
+    clock.advance(Duration::from_millis(700));
+    for i in 500..800u32 {
+        value.put(&i, &(), &i).unwrap();
+        map.put(&i, &(), &1, &i).unwrap();
+        list.add(&i, &(), &i).unwrap();
+    }
+    // Mixed lists: old element (t0) and new element (t0+700) under the same key.
+    for i in 0..100u32 {
+        list.add(&i, &(), &(i + 10_000)).unwrap();
+    }
+    b.flush().unwrap();
+    clock.advance(Duration::from_millis(400)); // first batch expired, second alive
+    for state in ["v", "m", "l"] {
+        b.compact_state(state).unwrap();
+    }
+    assert_eq!(raw_entries(&b, "v"), 300);
+    assert_eq!(raw_entries(&b, "m"), 300);
+    assert_eq!(raw_entries(&b, "l"), 400, "300 live lists + 100 live second elements");
+    assert_eq!(b.ttl_stats("v").unwrap().dropped_by_compaction, 500);
+    assert_eq!(b.ttl_stats("l").unwrap().dropped_by_compaction, 500);
+    for i in 0..100u32 {
+        assert_eq!(list.get(&i, &()).unwrap(), vec![i + 10_000], "mixed list {i} keeps only the live element");
+    }
+    for i in 100..500u32 {
+        assert!(list.get(&i, &()).unwrap().is_empty(), "fully expired list disappears");
+        assert_eq!(value.get(&i, &()).unwrap(), None);
+    }
+    for i in 500..800u32 {
+        assert_eq!(value.get(&i, &()).unwrap(), Some(i));
+        assert_eq!(map.get(&i, &(), &1).unwrap(), Some(i));
+        assert_eq!(list.get(&i, &()).unwrap(), vec![i]);
+    }
+    // Without TTL nothing is dropped by compaction.
+    let plain = b.value_state::<u32, (), u32>("plain").unwrap();
+    plain.put(&1, &(), &1).unwrap();
+    b.flush().unwrap();
+    clock.advance(Duration::from_secs(1_000_000));
+    b.compact_state("plain").unwrap();
+    assert_eq!(plain.get(&1, &()).unwrap(), Some(1));
+}
+
+#[test]
+fn disabled_compaction_filter_keeps_expired_entries_until_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let b = open(dir.path(), &clock);
+    let cfg = TtlConfig::new(TTL).cleanup(Cleanup {
+        compaction_filter: false,
+        ..Cleanup::default()
+    });
+    let v = b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg)).unwrap();
+    v.put(&1, &(), &1).unwrap();
+    b.flush().unwrap();
+    clock.advance(Duration::from_secs(10));
+    b.compact_state("v").unwrap();
+    assert_eq!(raw_entries(&b, "v"), 1);
+    assert_eq!(v.get(&1, &()).unwrap(), None);
+    assert_eq!(raw_entries(&b, "v"), 0);
+}
+
+#[test]
+fn clock_is_read_once_per_refresh_interval() {
+    for refresh_every in [1u64, 100, 1000] {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = CountingClock::default();
+        let b = KeyedBackend::builder(dir.path()).clock(Arc::new(clock.clone())).open().unwrap();
+        let cfg = TtlConfig::new(TTL).cleanup(Cleanup {
+            refresh_every,
+            ..Cleanup::default()
+        });
+        let v = b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg)).unwrap();
+        const N: u64 = 5000;
+        for i in 0..N as u32 {
+            v.put(&i, &(), &i).unwrap();
+        }
+        b.flush().unwrap();
+        let before = clock.reads.load(Ordering::SeqCst);
+        let stats_before = b.ttl_stats("v").unwrap();
+        b.compact_state("v").unwrap();
+        let reads = clock.reads.load(Ordering::SeqCst) - before;
+        let stats = b.ttl_stats("v").unwrap();
+        let examined = stats.examined_by_compaction - stats_before.examined_by_compaction;
+        let filters = stats.compaction_filters - stats_before.compaction_filters;
+        // RocksDB may compact the same entries more than once (L0 → base level → bottommost);
+        // every pass examines them again. Each filter reads the clock once per `refresh_every`
+        // entries it examines, starting with its first.
+        assert!(examined >= N && filters >= 1, "examined {examined}, filters {filters}");
+        let min = examined.div_ceil(refresh_every);
+        assert!(
+            reads >= min && reads <= min + filters,
+            "refresh_every={refresh_every}: {reads} reads for {examined} entries in {filters} filters"
+        );
+    }
+}
+
+#[test]
+fn periodic_compaction_option_reaches_rocksdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let b = open(dir.path(), &clock);
+    let cfg = TtlConfig::new(TTL).cleanup(Cleanup {
+        periodic_compaction: Duration::from_secs(12345),
+        ..Cleanup::default()
+    });
+    b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg)).unwrap();
+    // RocksDB writes its live options to OPTIONS-<n> files; the newest holds the CF setting.
+    let newest = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("OPTIONS-"))
+        .max_by_key(|n| n[8..].parse::<u64>().unwrap())
+        .unwrap();
+    let text = std::fs::read_to_string(dir.path().join(newest)).unwrap();
+    let section = text
+        .split("[CFOptions \"state\\:v\"]") // RocksDB escapes ':' in names
+        .nth(1)
+        .unwrap_or_else(|| panic!("no state CF section in the newest OPTIONS file:\n{text}"));
+    let section = section.split("[TableOptions").next().unwrap();
+    assert!(section.contains("periodic_compaction_seconds=12345"), "{section}");
+}
+
+#[test]
+fn event_time_ttl_follows_the_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(5_000_000);
+    let b = open(dir.path(), &clock);
+    let cfg = TtlConfig::new(TTL).time_domain(TimeDomain::EventTime);
+    let v = b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg)).unwrap();
+    b.advance_watermark(100);
+    v.put(&1, &(), &1).unwrap();
+    clock.advance(Duration::from_secs(3600)); // processing time is irrelevant
+    assert_eq!(v.get(&1, &()).unwrap(), Some(1));
+    b.advance_watermark(1099);
+    assert_eq!(v.get(&1, &()).unwrap(), Some(1));
+    b.advance_watermark(50); // watermarks never go back
+    b.advance_watermark(1100);
+    assert_eq!(v.get(&1, &()).unwrap(), None);
+}
+
+#[test]
+fn turning_ttl_on_or_off_is_a_registration_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    {
+        let b = open(dir.path(), &clock);
+        b.value_state::<u32, (), u32>("plain").unwrap().put(&1, &(), &1).unwrap();
+        b.value_state::<u32, (), u32>(StateDescriptor::new("ttl").with_ttl(TtlConfig::new(TTL)))
+            .unwrap()
+            .put(&1, &(), &1)
+            .unwrap();
+        b.close().unwrap();
+    }
+    let b = open(dir.path(), &clock);
+    assert!(matches!(
+        b.value_state::<u32, (), u32>(StateDescriptor::new("plain").with_ttl(TtlConfig::new(TTL))),
+        Err(Error::StateMismatch { .. })
+    ));
+    assert!(matches!(b.value_state::<u32, (), u32>("ttl"), Err(Error::StateMismatch { .. })));
+    // Same flag, other duration: allowed (as in Flink), data intact.
+    let v = b
+        .value_state::<u32, (), u32>(StateDescriptor::new("ttl").with_ttl(TtlConfig::new(TTL * 2)))
+        .unwrap();
+    assert_eq!(v.get(&1, &()).unwrap(), Some(1));
+}
+
+#[test]
+fn idle_state_retention_is_a_ttl_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let b = open(dir.path(), &clock);
+    let v = b
+        .value_state::<u32, (), u32>(
+            StateDescriptor::new("v").with_ttl(TtlConfig::idle_state_retention(TTL)),
+        )
+        .unwrap();
+    v.put(&1, &(), &1).unwrap();
+    for _ in 0..5 {
+        clock.advance(Duration::from_millis(900));
+        assert_eq!(v.get(&1, &()).unwrap(), Some(1), "reading keeps it alive");
+    }
+    clock.advance(Duration::from_millis(1000));
+    assert_eq!(v.get(&1, &()).unwrap(), None, "idle for the retention: gone");
+}
