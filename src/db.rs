@@ -410,14 +410,6 @@ impl Cf {
         Ok(())
     }
 
-    /// Deletes every key in `[from, to)` with one range tombstone.
-    pub(crate) fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
-        self.db
-            .db
-            .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0)?;
-        Ok(())
-    }
-
     /// Compacts the whole column family (runs compaction filters on every entry).
     pub(crate) fn compact_all(&self) -> Result<()> {
         let mut opts = rocksdb::CompactOptions::default();

@@ -105,7 +105,9 @@ pub fn redistribute(old: &[OperatorState], new_parallelism: usize) -> Result<Vec
     if new_parallelism == 0 {
         return Err(Error::InvalidKeyGroups("new parallelism 0".into()));
     }
-    let mut merged: BTreeMap<&str, (RedistributionMode, Vec<&Vec<Vec<u8>>>)> = BTreeMap::new();
+    /// Per list name: its mode and each old instance's elements.
+    type Merged<'a> = BTreeMap<&'a str, (RedistributionMode, Vec<&'a Vec<Vec<u8>>>)>;
+    let mut merged: Merged<'_> = BTreeMap::new();
     for state in old {
         for (name, (mode, elements)) in &state.lists {
             let entry = merged.entry(name).or_insert((*mode, Vec::new()));

@@ -247,7 +247,7 @@ pub(crate) fn download(
             sst_id: None,
         }))
         .collect();
-    jobs.sort_by(|a, b| b.size.cmp(&a.size));
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.size));
     run_parallel(&jobs, threads, |job| {
         let corrupt = |detail: String| Error::CheckpointCorrupt {
             file: job.remote.to_string(),

@@ -65,7 +65,8 @@ pub use meta::{
 };
 pub use properties::TableProperties;
 pub use savepoint::{
-    IndexEntry, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats, SavepointWriter,
+    verify_savepoint, IndexEntry, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats,
+    SavepointWriter,
     SAVEPOINT_MAGIC, SAVEPOINT_VERSION,
 };
 pub use sst::{

@@ -524,6 +524,26 @@ impl<R: Read + Seek> SavepointReader<R> {
     }
 }
 
+/// Reads and verifies a whole savepoint: footer, index, header and every block with every
+/// entry. Returns its totals (`file_bytes` is the input's length).
+pub fn verify_savepoint<R: Read + Seek>(input: R) -> Result<SavepointStats> {
+    let mut reader = SavepointReader::open(input)?;
+    let mut stats = SavepointStats {
+        file_bytes: reader.size,
+        ..SavepointStats::default()
+    };
+    let index = reader.index.clone();
+    for block in &index {
+        reader.for_each_entry(block, |e| {
+            stats.entries += 1;
+            stats.raw_bytes += (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
+            Ok(())
+        })?;
+        stats.blocks += 1;
+    }
+    Ok(stats)
+}
+
 fn take_varint(b: &[u8]) -> Result<(u64, &[u8])> {
     let mut v = 0u64;
     for (i, byte) in b.iter().enumerate().take(10) {

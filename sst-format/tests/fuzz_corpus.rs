@@ -94,3 +94,14 @@ fn replay_manifest_decode_corpus() {
     }
     assert!(decoded > 0, "the corpus holds valid manifests");
 }
+
+/// Same body as `fuzz/fuzz_targets/savepoint_decode.rs`.
+#[test]
+fn replay_savepoint_decode_corpus() {
+    let mut verified = 0;
+    for (p, data) in corpus("savepoint_decode") {
+        eprintln!("{}", p.display());
+        verified += usize::from(sst_format::verify_savepoint(std::io::Cursor::new(&data)).is_ok());
+    }
+    assert!(verified > 0, "the corpus holds valid savepoints");
+}

@@ -195,7 +195,7 @@ fn parallel_copy(from: &Path, to: &Path, threads: usize) -> rockstate::Result<u6
         .filter_map(|e| e.ok())
         .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
         .collect();
-    files.sort_by(|a, b| b.1.cmp(&a.1));
+    files.sort_by_key(|f| std::cmp::Reverse(f.1));
     let total = files.iter().map(|f| f.1).sum();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::Mutex::new(None);
