@@ -109,8 +109,7 @@ pub(crate) fn fixed64(buf: &[u8], off: usize) -> Option<u64> {
     Some(u64::from_le_bytes(a))
 }
 
-/// Appends the canonical LEB128 encoding of `v` (used by tests and the docs' examples).
-#[cfg(test)]
+/// Appends the canonical LEB128 encoding of `v` (the savepoint writer, tests).
 pub(crate) fn put_varint64(dst: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         dst.push((v as u8) | 0x80);

@@ -21,6 +21,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use serde::{Deserialize, Serialize};
 
+use crate::coding::{put_varint64, Cursor};
 use crate::error::{Error, Result};
 use crate::meta::{OperatorListState, StateMeta};
 
@@ -94,14 +95,6 @@ pub struct SavepointStats {
     pub raw_bytes: u64,
     /// Bytes of the whole file.
     pub file_bytes: u64,
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 fn corrupt(what: impl Into<String>) -> Error {
@@ -182,9 +175,9 @@ impl<W: Write> SavepointWriter<W> {
             }
         }
         let raw = &mut self.raw;
-        put_varint(raw, u64::from(entry.state));
+        put_varint64(raw, u64::from(entry.state));
         for part in [entry.key, entry.namespace, entry.suffix, entry.value] {
-            put_varint(raw, part.len() as u64);
+            put_varint64(raw, part.len() as u64);
             raw.extend_from_slice(part);
         }
         if raw.len() > MAX_BLOCK_BYTES as usize {
@@ -496,18 +489,22 @@ impl<R: Read + Seek> SavepointReader<R> {
     ) -> Result<()> {
         let raw = self.read_block(entry)?;
         let states = self.header.states.len() as u64;
-        let mut rest: &[u8] = &raw;
+        let mut cur = Cursor::new(&raw);
         let mut seen = 0u32;
-        while !rest.is_empty() {
-            let (state, r) = take_varint(rest)?;
+        while !cur.is_empty() {
+            let state = cur.varint64("savepoint entry state")?;
             if state >= states {
                 return Err(corrupt(format!("savepoint entry of unknown state {state}")));
             }
-            let (key, r) = take_bytes(r)?;
-            let (namespace, r) = take_bytes(r)?;
-            let (suffix, r) = take_bytes(r)?;
-            let (value, r) = take_bytes(r)?;
-            rest = r;
+            let mut part = |what| -> Result<&[u8]> {
+                let len = cur.varint64(what)?;
+                let len = usize::try_from(len).map_err(|_| corrupt(what))?;
+                cur.take(len, what)
+            };
+            let key = part("savepoint entry key")?;
+            let namespace = part("savepoint entry namespace")?;
+            let suffix = part("savepoint entry suffix")?;
+            let value = part("savepoint entry value")?;
             seen += 1;
             f(SavepointEntry {
                 state: state as u32,
@@ -542,28 +539,6 @@ pub fn verify_savepoint<R: Read + Seek>(input: R) -> Result<SavepointStats> {
         stats.blocks += 1;
     }
     Ok(stats)
-}
-
-fn take_varint(b: &[u8]) -> Result<(u64, &[u8])> {
-    let mut v = 0u64;
-    for (i, byte) in b.iter().enumerate().take(10) {
-        if i == 9 && *byte > 1 {
-            break;
-        }
-        v |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Ok((v, &b[i + 1..]));
-        }
-    }
-    Err(corrupt("savepoint varint"))
-}
-
-fn take_bytes(b: &[u8]) -> Result<(&[u8], &[u8])> {
-    let (len, rest) = take_varint(b)?;
-    if len > rest.len() as u64 {
-        return Err(corrupt("savepoint entry length beyond its block"));
-    }
-    Ok(rest.split_at(len as usize))
 }
 
 #[cfg(test)]
