@@ -14,7 +14,10 @@ fn budget() -> MemoryBudget {
 
 fn value_ops(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let b = KeyedBackend::builder(dir.path()).memory_budget(budget()).open().unwrap();
+    let b = KeyedBackend::builder(dir.path())
+        .memory_budget(budget())
+        .open()
+        .unwrap();
     let raw = b.raw_value_state("v", CodecId::new("bytes", 1)).unwrap();
     let typed = b.value_state::<u64, (), Vec<u8>>("typed").unwrap();
     let value = vec![7u8; 100];
@@ -53,7 +56,10 @@ fn value_ops(c: &mut Criterion) {
 
 fn map_ops(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let b = KeyedBackend::builder(dir.path()).memory_budget(budget()).open().unwrap();
+    let b = KeyedBackend::builder(dir.path())
+        .memory_budget(budget())
+        .open()
+        .unwrap();
     let map = b.map_state::<u64, (), u32, u64>("m").unwrap();
     for k in 0..1000u64 {
         for uk in 0..20u32 {
@@ -117,10 +123,14 @@ fn list_layouts(c: &mut Criterion) {
     let element = vec![3u8; 50];
     for len in [10usize, 100] {
         let dir = tempfile::tempdir().unwrap();
-        let b = KeyedBackend::builder(dir.path().join("b")).memory_budget(budget()).open().unwrap();
+        let b = KeyedBackend::builder(dir.path().join("b"))
+            .memory_budget(budget())
+            .open()
+            .unwrap();
         let list_b = b.raw_list_state("l", CodecId::new("bytes", 1)).unwrap();
         let raw_budget = budget();
-        let mut opts = rockstate::rocksdb_options_for_benchmarks(&DbOptions::default(), &raw_budget);
+        let mut opts =
+            rockstate::rocksdb_options_for_benchmarks(&DbOptions::default(), &raw_budget);
         opts.set_merge_operator_associative("concat", concat_merge);
         let db_a = rocksdb::DB::open(&opts, dir.path().join("a")).unwrap();
         let mut wo = rocksdb::WriteOptions::default();
@@ -128,7 +138,8 @@ fn list_layouts(c: &mut Criterion) {
         for k in 0..KEYS {
             for _ in 0..len {
                 list_b.add(&k.to_be_bytes(), b"", &element).unwrap();
-                db_a.merge_opt(k.to_be_bytes(), frame(&element), &wo).unwrap();
+                db_a.merge_opt(k.to_be_bytes(), frame(&element), &wo)
+                    .unwrap();
             }
         }
         b.flush().unwrap();
@@ -167,7 +178,10 @@ fn list_layouts(c: &mut Criterion) {
                     k = (k + 7) % KEYS;
                     k
                 },
-                |k| db_a.merge_opt(k.to_be_bytes(), frame(&element), &wo).unwrap(),
+                |k| {
+                    db_a.merge_opt(k.to_be_bytes(), frame(&element), &wo)
+                        .unwrap()
+                },
                 BatchSize::SmallInput,
             )
         });

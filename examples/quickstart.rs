@@ -24,7 +24,10 @@ fn main() -> Result<()> {
         let per_ad = backend.map_state::<String, (), u32, u64>("clicks-per-ad")?;
         let mut mine = 0;
         for (i, user) in users.iter().enumerate() {
-            let group = key_group_of(&postcard::to_stdvec(user).expect("strings encode"), max_parallelism);
+            let group = key_group_of(
+                &postcard::to_stdvec(user).expect("strings encode"),
+                max_parallelism,
+            );
             if !range.contains(group) {
                 continue; // another instance owns this key
             }

@@ -16,18 +16,18 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use crate::checkpoint::registry::{Checkpointer, RestoredBase};
 use crate::checkpoint::{CheckpointOptions, RestoreFrom};
 use crate::codec;
-use crate::storage::CheckpointStorage;
+use crate::db::TtlFilter;
 use crate::db::{Cf, Db, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::{DbOptions, MemoryBudgetConfig};
-use crate::db::TtlFilter;
-use crate::store::Table;
 use crate::state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
     RawMapState, RawValueState, ReducingState, StateCore, StateDescriptor, StateKind, StateMeta,
     TtlRuntime, ValueState,
 };
+use crate::storage::CheckpointStorage;
+use crate::store::Table;
 use crate::ttl::{Clock, ManualClock, SystemClock, TimeDomain, TtlCounters, TtlStats, UpdateType};
 
 /// Version of the metadata layout in the default column family.
@@ -381,7 +381,10 @@ impl KeyedBackend {
     }
 
     /// Registers (or re-opens) a value state of serde type `V`.
-    pub fn value_state<K, N, V>(&self, desc: impl Into<StateDescriptor>) -> Result<ValueState<K, N, V>>
+    pub fn value_state<K, N, V>(
+        &self,
+        desc: impl Into<StateDescriptor>,
+    ) -> Result<ValueState<K, N, V>>
     where
         K: Serialize,
         N: Serialize,
@@ -393,7 +396,10 @@ impl KeyedBackend {
     }
 
     /// Registers a list state of serde elements `T`.
-    pub fn list_state<K, N, T>(&self, desc: impl Into<StateDescriptor>) -> Result<ListState<K, N, T>>
+    pub fn list_state<K, N, T>(
+        &self,
+        desc: impl Into<StateDescriptor>,
+    ) -> Result<ListState<K, N, T>>
     where
         K: Serialize,
         N: Serialize,
@@ -405,7 +411,10 @@ impl KeyedBackend {
     }
 
     /// Registers a map state from serde `UK` to serde `UV`.
-    pub fn map_state<K, N, UK, UV>(&self, desc: impl Into<StateDescriptor>) -> Result<MapState<K, N, UK, UV>>
+    pub fn map_state<K, N, UK, UV>(
+        &self,
+        desc: impl Into<StateDescriptor>,
+    ) -> Result<MapState<K, N, UK, UV>>
     where
         K: Serialize,
         N: Serialize,
@@ -461,21 +470,33 @@ impl KeyedBackend {
     }
 
     /// Registers a value state over raw bytes serialized by the caller's `codec`.
-    pub fn raw_value_state(&self, desc: impl Into<StateDescriptor>, codec: CodecId) -> Result<RawValueState> {
+    pub fn raw_value_state(
+        &self,
+        desc: impl Into<StateDescriptor>,
+        codec: CodecId,
+    ) -> Result<RawValueState> {
         Ok(RawValueState {
             core: self.register(desc.into(), StateKind::Value, codec)?,
         })
     }
 
     /// Registers a list state over raw bytes.
-    pub fn raw_list_state(&self, desc: impl Into<StateDescriptor>, codec: CodecId) -> Result<RawListState> {
+    pub fn raw_list_state(
+        &self,
+        desc: impl Into<StateDescriptor>,
+        codec: CodecId,
+    ) -> Result<RawListState> {
         Ok(RawListState {
             core: self.register(desc.into(), StateKind::List, codec)?,
         })
     }
 
     /// Registers a map state over raw bytes.
-    pub fn raw_map_state(&self, desc: impl Into<StateDescriptor>, codec: CodecId) -> Result<RawMapState> {
+    pub fn raw_map_state(
+        &self,
+        desc: impl Into<StateDescriptor>,
+        codec: CodecId,
+    ) -> Result<RawMapState> {
         Ok(RawMapState {
             core: self.register(desc.into(), StateKind::Map, codec)?,
         })
@@ -534,6 +555,12 @@ impl KeyedBackend {
     /// flush or checkpoint is lost on a crash; `close` flushes too.
     pub fn flush(&self) -> Result<()> {
         self.inner.db.flush_all()
+    }
+
+    /// Flushes memtables and waits until RocksDB has no compaction pending or running (for
+    /// benchmarks and tests that want a quiescent database).
+    pub fn wait_for_compactions(&self) -> Result<()> {
+        self.inner.db.wait_for_compactions()
     }
 
     /// Flushes and closes this handle (the database closes when the last clone and state handle

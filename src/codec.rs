@@ -107,7 +107,11 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Serializes a typed value with postcard, appending to `out`.
-pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>, what: &'static str) -> Result<()> {
+pub fn encode_into<T: Serialize + ?Sized>(
+    value: &T,
+    out: &mut Vec<u8>,
+    what: &'static str,
+) -> Result<()> {
     let buf = std::mem::take(out);
     *out = postcard::to_extend(value, buf).map_err(|source| Error::Encode { what, source })?;
     Ok(())
@@ -124,7 +128,10 @@ pub fn encode<T: Serialize + ?Sized>(value: &T, what: &'static str) -> Result<Ve
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T> {
     let (value, rest) = postcard::take_from_bytes(bytes).map_err(|e| Error::decode(what, e))?;
     if !rest.is_empty() {
-        return Err(Error::decode(what, format!("{} trailing bytes", rest.len())));
+        return Err(Error::decode(
+            what,
+            format!("{} trailing bytes", rest.len()),
+        ));
     }
     Ok(value)
 }
@@ -143,7 +150,9 @@ mod tests {
         assert!(read_varint(&[]).is_err());
         assert!(read_varint(&[0x80]).is_err());
         assert!(read_varint(&[0xff; 10]).is_err());
-        assert!(read_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]).is_err());
+        assert!(
+            read_varint(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]).is_err()
+        );
     }
 
     #[test]

@@ -46,8 +46,11 @@ impl MemoryBudget {
         config.validate()?;
         let cache = Cache::new_lru_cache(config.total_bytes);
         let memtable_bytes = (config.total_bytes as f64 * config.write_buffer_ratio) as usize;
-        let write_buffers =
-            WriteBufferManager::new_write_buffer_manager_with_cache(memtable_bytes, false, cache.clone());
+        let write_buffers = WriteBufferManager::new_write_buffer_manager_with_cache(
+            memtable_bytes,
+            false,
+            cache.clone(),
+        );
         Ok(MemoryBudget {
             cache,
             write_buffers,
@@ -168,8 +171,10 @@ impl Drop for TtlCompactionFilter {
         if let Some(spec) = &self.spec {
             let c = &spec.counters;
             c.compaction_filters.fetch_add(1, Ordering::Relaxed);
-            c.examined_by_compaction.fetch_add(self.examined, Ordering::Relaxed);
-            c.dropped_by_compaction.fetch_add(self.removed, Ordering::Relaxed);
+            c.examined_by_compaction
+                .fetch_add(self.examined, Ordering::Relaxed);
+            c.dropped_by_compaction
+                .fetch_add(self.removed, Ordering::Relaxed);
         }
     }
 }
@@ -198,7 +203,12 @@ impl CompactionFilter for TtlCompactionFilter {
     }
 }
 
-fn state_cf_options(o: &DbOptions, budget: &MemoryBudget, name: &str, registry: &FilterRegistry) -> Options {
+fn state_cf_options(
+    o: &DbOptions,
+    budget: &MemoryBudget,
+    name: &str,
+    registry: &FilterRegistry,
+) -> Options {
     let mut opts = cf_options(o, budget);
     if name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
         opts.set_compaction_filter_factory(TtlFilterFactory {
@@ -273,12 +283,18 @@ impl Db {
             Vec::new()
         };
         // rust-rocksdb only hands out handles for the column families it was opened with.
-        if !existing.iter().any(|n| n == rocksdb::DEFAULT_COLUMN_FAMILY_NAME) {
+        if !existing
+            .iter()
+            .any(|n| n == rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+        {
             existing.insert(0, rocksdb::DEFAULT_COLUMN_FAMILY_NAME.to_string());
         }
         let filters = FilterRegistry::default();
         let descriptors = existing.iter().map(|name| {
-            rocksdb::ColumnFamilyDescriptor::new(name, state_cf_options(options, budget, name, &filters))
+            rocksdb::ColumnFamilyDescriptor::new(
+                name,
+                state_cf_options(options, budget, name, &filters),
+            )
         });
         let db = DBWithThreadMode::<MultiThreaded>::open_cf_descriptors(&opts, path, descriptors)?;
         let mut write = WriteOptions::default();
@@ -344,7 +360,16 @@ impl Db {
         let names = DBWithThreadMode::<MultiThreaded>::list_cf(&Options::default(), &self.path)?;
         let handles: Vec<_> = names.iter().filter_map(|n| self.db.cf_handle(n)).collect();
         let refs: Vec<_> = handles.iter().collect();
-        self.db.flush_cfs_opt(&refs, &rocksdb::FlushOptions::default())?;
+        self.db
+            .flush_cfs_opt(&refs, &rocksdb::FlushOptions::default())?;
+        Ok(())
+    }
+
+    /// Flushes memtables and waits until no compaction is pending or running.
+    pub(crate) fn wait_for_compactions(&self) -> Result<()> {
+        let mut opts = rocksdb::WaitForCompactOptions::default();
+        opts.set_flush(true);
+        self.db.wait_for_compact(&opts)?;
         Ok(())
     }
 
@@ -378,7 +403,9 @@ impl Cf {
 
     /// Deletes `key`.
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
-        self.db.db.delete_cf_opt(&self.handle, key, &self.db.write.0)?;
+        self.db
+            .db
+            .delete_cf_opt(&self.handle, key, &self.db.write.0)?;
         Ok(())
     }
 
@@ -439,9 +466,10 @@ impl Cf {
             .write()
             .insert(self.name.to_string(), Arc::new(filter));
         let secs = periodic_secs.to_string();
-        self.db
-            .db
-            .set_options_cf(&self.handle, &[("periodic_compaction_seconds", secs.as_str())])?;
+        self.db.db.set_options_cf(
+            &self.handle,
+            &[("periodic_compaction_seconds", secs.as_str())],
+        )?;
         Ok(())
     }
 }

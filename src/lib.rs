@@ -37,7 +37,8 @@ pub mod ttl;
 
 pub use backend::{BackendBuilder, KeyedBackend};
 pub use checkpoint::{
-    verify_checkpoints, CheckpointOptions, CheckpointStats, PendingSnapshot, RestoreFrom, SweepStats,
+    verify_checkpoints, CheckpointOptions, CheckpointStats, PendingSnapshot, RestoreFrom,
+    SweepStats,
 };
 #[doc(hidden)]
 pub use db::rocksdb_options_for_benchmarks;
@@ -45,9 +46,9 @@ pub use db::MemoryBudget;
 pub use error::{Error, Result};
 pub use keygroup::KeyGroupRange;
 pub use options::{Compression, DbOptions, MemoryBudgetConfig};
-pub use storage::{CheckpointStorage, LocalStorage, ObjectDigest, ObjectInfo};
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
     RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,
 };
+pub use storage::{CheckpointStorage, LocalStorage, ObjectDigest, ObjectInfo};
 pub use ttl::{Clock, ManualClock, SystemClock, TtlConfig};

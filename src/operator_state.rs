@@ -33,8 +33,15 @@ impl OperatorState {
     pub fn from_snapshot(lists: Vec<OperatorListState>) -> Result<Self> {
         let mut out = OperatorState::new();
         for l in lists {
-            if out.lists.insert(l.name.clone(), (l.mode, l.elements)).is_some() {
-                return Err(Error::decode("operator state", format!("list `{}` appears twice", l.name)));
+            if out
+                .lists
+                .insert(l.name.clone(), (l.mode, l.elements))
+                .is_some()
+            {
+                return Err(Error::decode(
+                    "operator state",
+                    format!("list `{}` appears twice", l.name),
+                ));
             }
         }
         Ok(out)
@@ -64,7 +71,12 @@ impl OperatorState {
     }
 
     /// Replaces list `name` (raw elements).
-    pub fn update_raw(&mut self, name: &str, mode: RedistributionMode, elements: Vec<Vec<u8>>) -> Result<()> {
+    pub fn update_raw(
+        &mut self,
+        name: &str,
+        mode: RedistributionMode,
+        elements: Vec<Vec<u8>>,
+    ) -> Result<()> {
         self.check_mode(name, mode)?;
         self.lists.insert(name.to_string(), (mode, elements));
         Ok(())
@@ -72,11 +84,19 @@ impl OperatorState {
 
     /// The raw elements of list `name` (empty when absent).
     pub fn get_raw(&self, name: &str) -> &[Vec<u8>] {
-        self.lists.get(name).map(|(_, e)| e.as_slice()).unwrap_or(&[])
+        self.lists
+            .get(name)
+            .map(|(_, e)| e.as_slice())
+            .unwrap_or(&[])
     }
 
     /// Replaces list `name` with serde elements.
-    pub fn update<T: Serialize>(&mut self, name: &str, mode: RedistributionMode, elements: &[T]) -> Result<()> {
+    pub fn update<T: Serialize>(
+        &mut self,
+        name: &str,
+        mode: RedistributionMode,
+        elements: &[T],
+    ) -> Result<()> {
         let raw = elements
             .iter()
             .map(|e| codec::encode(e, "operator state element"))
@@ -130,7 +150,9 @@ pub fn redistribute(old: &[OperatorState], new_parallelism: usize) -> Result<Vec
                 let mut it = all.into_iter();
                 for (i, target) in out.iter_mut().enumerate() {
                     let take = base + usize::from(i < extra);
-                    target.lists.insert(name.to_string(), (mode, it.by_ref().take(take).collect()));
+                    target
+                        .lists
+                        .insert(name.to_string(), (mode, it.by_ref().take(take).collect()));
                 }
             }
             RedistributionMode::Union => {
@@ -200,7 +222,9 @@ mod tests {
     fn broadcast_is_copied_and_checked() {
         let b = |v: Vec<u32>| with(&[("rules", RedistributionMode::Broadcast, v)]);
         let new = redistribute(&[b(vec![1, 2]), b(vec![1, 2])], 3).unwrap();
-        assert!(new.iter().all(|s| s.get::<u32>("rules").unwrap() == vec![1, 2]));
+        assert!(new
+            .iter()
+            .all(|s| s.get::<u32>("rules").unwrap() == vec![1, 2]));
         assert!(redistribute(&[b(vec![1, 2]), b(vec![1, 3])], 2).is_err());
     }
 
@@ -208,9 +232,14 @@ mod tests {
     fn mode_mismatch_and_snapshot_round_trip() {
         let a = with(&[("x", RedistributionMode::Split, vec![1])]);
         let b = with(&[("x", RedistributionMode::Union, vec![2])]);
-        assert!(matches!(redistribute(&[a.clone(), b], 2), Err(Error::StateMismatch { .. })));
+        assert!(matches!(
+            redistribute(&[a.clone(), b], 2),
+            Err(Error::StateMismatch { .. })
+        ));
         let mut c = a.clone();
-        assert!(c.update::<u32>("x", RedistributionMode::Union, &[]).is_err());
+        assert!(c
+            .update::<u32>("x", RedistributionMode::Union, &[])
+            .is_err());
         assert_eq!(OperatorState::from_snapshot(a.snapshot()).unwrap(), a);
         let mut dup = a.snapshot();
         dup.extend(a.snapshot());

@@ -12,7 +12,9 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
 
-use sst_format::{SavepointEntry, SavepointHeader, SavepointReader, SavepointStats, SavepointWriter};
+use sst_format::{
+    SavepointEntry, SavepointHeader, SavepointReader, SavepointStats, SavepointWriter,
+};
 
 use crate::backend::KeyedBackend;
 use crate::codec;
@@ -39,7 +41,11 @@ impl KeyedBackend {
     }
 
     /// [`KeyedBackend::write_savepoint`], also storing the operator's non-keyed state.
-    pub fn write_savepoint_with(&self, path: &Path, operator_state: &OperatorState) -> Result<SavepointStats> {
+    pub fn write_savepoint_with(
+        &self,
+        path: &Path,
+        operator_state: &OperatorState,
+    ) -> Result<SavepointStats> {
         let metas = self.states()?;
         let cores = metas
             .iter()
@@ -59,7 +65,11 @@ impl KeyedBackend {
             .create_new(true)
             .open(path)
             .map_err(|e| Error::io(path, e))?;
-        let mut writer = SavepointWriter::new(BufWriter::with_capacity(1 << 20, file), &header, SAVEPOINT_ZSTD_LEVEL)?;
+        let mut writer = SavepointWriter::new(
+            BufWriter::with_capacity(1 << 20, file),
+            &header,
+            SAVEPOINT_ZSTD_LEVEL,
+        )?;
         for key_group in range.iter() {
             for (state, core) in cores.iter().enumerate() {
                 let expiry = core
@@ -88,7 +98,9 @@ impl KeyedBackend {
             }
         }
         let (out, stats) = writer.finish()?;
-        let file = out.into_inner().map_err(|e| Error::io(path, e.into_error()))?;
+        let file = out
+            .into_inner()
+            .map_err(|e| Error::io(path, e.into_error()))?;
         file.sync_all().map_err(|e| Error::io(path, e))?;
         Ok(stats)
     }
@@ -117,7 +129,10 @@ impl KeyedBackend {
         let range = self.key_groups();
         let mut stats = SavepointStats::default();
         let index = reader.index().to_vec();
-        let blocks: Vec<_> = index.iter().filter(|b| range.contains(b.key_group)).collect();
+        let blocks: Vec<_> = index
+            .iter()
+            .filter(|b| range.contains(b.key_group))
+            .collect();
         // Verify every block (checksum, decompression, entry structure, key groups) before
         // writing anything, so a corrupt savepoint leaves the backend untouched.
         let max_parallelism = self.max_parallelism();
@@ -125,7 +140,10 @@ impl KeyedBackend {
             reader.for_each_entry(block, |e| {
                 if crate::keygroup::key_group_of(e.key, max_parallelism) != block.key_group {
                     return Err(sst_format::Error::Corrupt {
-                        what: format!("savepoint entry stored under key group {} hashes elsewhere", block.key_group),
+                        what: format!(
+                            "savepoint entry stored under key group {} hashes elsewhere",
+                            block.key_group
+                        ),
                     });
                 }
                 Ok(())
@@ -142,7 +160,13 @@ impl KeyedBackend {
             let read = reader.for_each_entry(block, |e| {
                 let core = &cores[e.state as usize];
                 let mut key = KeyBuf::new();
-                codec::write_key_prefix(&mut key, block.key_group, max_parallelism, e.key, e.namespace);
+                codec::write_key_prefix(
+                    &mut key,
+                    block.key_group,
+                    max_parallelism,
+                    e.key,
+                    e.namespace,
+                );
                 match core.meta.kind {
                     StateKind::List => match core.list_seq.next() {
                         Ok(seq) => key.extend_from_slice(&seq.to_be_bytes()),
@@ -157,7 +181,8 @@ impl KeyedBackend {
                 }
                 batches[e.state as usize].put(&key, e.value);
                 stats.entries += 1;
-                stats.raw_bytes += (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
+                stats.raw_bytes +=
+                    (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
                 Ok(())
             });
             if let Some(err) = failure {
@@ -169,7 +194,9 @@ impl KeyedBackend {
                 batch.commit()?;
             }
         }
-        stats.file_bytes = std::fs::metadata(path).map_err(|e| Error::io(path, e))?.len();
+        stats.file_bytes = std::fs::metadata(path)
+            .map_err(|e| Error::io(path, e))?
+            .len();
         Ok(stats)
     }
 }

@@ -390,7 +390,8 @@ mod tests {
     #[test]
     fn create_if_absent_and_listing() {
         let dir = tempfile::tempdir().unwrap();
-        let s = LocalStorage::new(dir.path()).unwrap();
+        // The storage root is a sub-directory: local source files live beside it, not in it.
+        let s = LocalStorage::new(dir.path().join("root")).unwrap();
         s.put_bytes("chk-1/b/_metadata", b"one").unwrap();
         assert!(matches!(
             s.put_bytes("chk-1/b/_metadata", b"two"),

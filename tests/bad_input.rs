@@ -16,16 +16,31 @@ fn key_in(range: KeyGroupRange, inside: bool) -> String {
 fn key_outside_range_is_refused_and_nothing_written() {
     let dir = tempfile::tempdir().unwrap();
     let range = KeyGroupRange::for_operator(128, 4, 1).unwrap();
-    let b = KeyedBackend::builder(dir.path()).key_groups(range).open().unwrap();
+    let b = KeyedBackend::builder(dir.path())
+        .key_groups(range)
+        .open()
+        .unwrap();
     let v = b.value_state::<String, (), u64>("v").unwrap();
     let l = b.list_state::<String, (), u64>("l").unwrap();
     let m = b.map_state::<String, (), u8, u64>("m").unwrap();
     let outside = key_in(range, false);
     let inside = key_in(range, true);
-    assert!(matches!(v.put(&outside, &(), &1), Err(Error::KeyGroupOutOfRange { .. })));
-    assert!(matches!(v.get(&outside, &()), Err(Error::KeyGroupOutOfRange { .. })));
-    assert!(matches!(l.add(&outside, &(), &1), Err(Error::KeyGroupOutOfRange { .. })));
-    assert!(matches!(m.put(&outside, &(), &1, &1), Err(Error::KeyGroupOutOfRange { .. })));
+    assert!(matches!(
+        v.put(&outside, &(), &1),
+        Err(Error::KeyGroupOutOfRange { .. })
+    ));
+    assert!(matches!(
+        v.get(&outside, &()),
+        Err(Error::KeyGroupOutOfRange { .. })
+    ));
+    assert!(matches!(
+        l.add(&outside, &(), &1),
+        Err(Error::KeyGroupOutOfRange { .. })
+    ));
+    assert!(matches!(
+        m.put(&outside, &(), &1, &1),
+        Err(Error::KeyGroupOutOfRange { .. })
+    ));
     v.put(&inside, &(), &7).unwrap();
     assert_eq!(v.get(&inside, &()).unwrap(), Some(7));
     let mut entries = 0;
@@ -46,25 +61,46 @@ fn oversized_values_are_refused() {
         max_value_bytes: 1024,
         ..DbOptions::default()
     };
-    let b = KeyedBackend::builder(dir.path()).options(options).open().unwrap();
+    let b = KeyedBackend::builder(dir.path())
+        .options(options)
+        .open()
+        .unwrap();
     let raw = b.raw_value_state("raw", CodecId::new("bytes", 1)).unwrap();
     let big = vec![0u8; 1025];
-    assert!(matches!(raw.put(b"k", b"", &big), Err(Error::ValueTooLarge { .. })));
+    assert!(matches!(
+        raw.put(b"k", b"", &big),
+        Err(Error::ValueTooLarge { .. })
+    ));
     assert_eq!(raw.get(b"k", b"").unwrap(), None);
     raw.put(b"k", b"", &big[..1024]).unwrap();
     let list = b.raw_list_state("list", CodecId::new("bytes", 1)).unwrap();
-    assert!(matches!(list.add(b"k", b"", &big), Err(Error::ValueTooLarge { .. })));
+    assert!(matches!(
+        list.add(b"k", b"", &big),
+        Err(Error::ValueTooLarge { .. })
+    ));
     assert!(matches!(
         list.add_all(b"k", b"", [&b"ok"[..], &big[..]]),
         Err(Error::ValueTooLarge { .. })
     ));
-    assert!(list.get(b"k", b"").unwrap().is_empty(), "a failed add_all adds nothing");
+    assert!(
+        list.get(b"k", b"").unwrap().is_empty(),
+        "a failed add_all adds nothing"
+    );
     let map = b.raw_map_state("map", CodecId::new("bytes", 1)).unwrap();
-    assert!(matches!(map.put(b"k", b"", b"u", &big), Err(Error::ValueTooLarge { .. })));
+    assert!(matches!(
+        map.put(b"k", b"", b"u", &big),
+        Err(Error::ValueTooLarge { .. })
+    ));
     let huge_key = vec![1u8; (1 << 20) + 1];
-    assert!(matches!(raw.put(&huge_key, b"", b"v"), Err(Error::ValueTooLarge { .. })));
+    assert!(matches!(
+        raw.put(&huge_key, b"", b"v"),
+        Err(Error::ValueTooLarge { .. })
+    ));
     let typed = b.value_state::<String, (), Vec<u8>>("typed").unwrap();
-    assert!(matches!(typed.put(&"k".into(), &(), &big), Err(Error::ValueTooLarge { .. })));
+    assert!(matches!(
+        typed.put(&"k".into(), &(), &big),
+        Err(Error::ValueTooLarge { .. })
+    ));
 }
 
 #[test]
@@ -97,15 +133,25 @@ fn re_registration_with_other_kind_or_codec_is_refused_also_after_reopen() {
     assert_eq!(v.get(&"a".into(), &()).unwrap(), Some(3));
     let names: Vec<String> = b.states().unwrap().into_iter().map(|s| s.name).collect();
     assert_eq!(names, vec!["counts".to_string()]);
-    assert!(matches!(b.value_state::<String, (), u64>(""), Err(Error::InvalidStateName(_))));
+    assert!(matches!(
+        b.value_state::<String, (), u64>(""),
+        Err(Error::InvalidStateName(_))
+    ));
 }
 
 #[test]
 fn reopen_with_other_max_parallelism_or_range_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    KeyedBackend::builder(dir.path()).max_parallelism(256).open().unwrap().close().unwrap();
+    KeyedBackend::builder(dir.path())
+        .max_parallelism(256)
+        .open()
+        .unwrap()
+        .close()
+        .unwrap();
     assert!(matches!(
-        KeyedBackend::builder(dir.path()).max_parallelism(128).open(),
+        KeyedBackend::builder(dir.path())
+            .max_parallelism(128)
+            .open(),
         Err(Error::BackendMismatch { .. })
     ));
     assert!(matches!(
@@ -115,7 +161,10 @@ fn reopen_with_other_max_parallelism_or_range_is_refused() {
             .open(),
         Err(Error::BackendMismatch { .. })
     ));
-    KeyedBackend::builder(dir.path()).max_parallelism(256).open().unwrap();
+    KeyedBackend::builder(dir.path())
+        .max_parallelism(256)
+        .open()
+        .unwrap();
 }
 
 #[test]
@@ -150,5 +199,8 @@ fn corrupt_stored_value_is_a_decode_error_not_a_panic() {
     let typed = b.value_state::<String, (), String>("s").unwrap();
     let key = postcard::to_stdvec(&"k".to_string()).unwrap();
     typed.raw().put(&key, &[], &[200, 1]).unwrap();
-    assert!(matches!(typed.get(&"k".into(), &()), Err(Error::Decode { .. })));
+    assert!(matches!(
+        typed.get(&"k".into(), &()),
+        Err(Error::Decode { .. })
+    ));
 }

@@ -10,18 +10,24 @@ use rockstate::{CodecId, KeyedBackend};
 fn default_format_opens_in_rocksdict() {
     let dir = tempfile::tempdir().unwrap();
     let b = KeyedBackend::builder(dir.path()).open().unwrap();
-    let v = b.raw_value_state("values", CodecId::new("bytes", 1)).unwrap();
+    let v = b
+        .raw_value_state("values", CodecId::new("bytes", 1))
+        .unwrap();
     let l = b.raw_list_state("lists", CodecId::new("bytes", 1)).unwrap();
     for i in 0..1000u32 {
         v.put(&i.to_be_bytes(), b"", b"value").unwrap();
     }
     for i in 0..10u32 {
-        l.add_all(&i.to_be_bytes(), b"ns", [&b"a"[..], b"b", b"c"]).unwrap();
+        l.add_all(&i.to_be_bytes(), b"ns", [&b"a"[..], b"b", b"c"])
+            .unwrap();
     }
     b.close().unwrap();
     drop((v, l));
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/compat/open_with_rocksdict.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/compat/open_with_rocksdict.py"
+    );
     let out = Command::new("python3")
         .arg(script)
         .arg(dir.path())

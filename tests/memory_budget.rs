@@ -4,7 +4,9 @@
 //! memtables would hold all 64 MiB; with it every backend flushes as soon as the shared budget is
 //! exceeded. The bound is soft: writers are not stalled (a stall deadlocks a task that drives
 //! several backends from one thread), so memtables waiting for their flush can overshoot the
-//! budget by the flush backlog; the test allows 4× the budget, half of the unbounded case.
+//! budget by the flush backlog, which depends on machine load; the test checks what is
+//! deterministic: active memtables stay near the budget and everything else was handed to
+//! flushes.
 
 use rockstate::{CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig};
 
@@ -50,21 +52,40 @@ fn backends_sharing_a_budget_stay_within_it() {
     let mut peak_memtables = 0usize;
     for i in 0..16_000u64 {
         for s in &states {
-            s.put(&i.to_be_bytes(), b"", &values[(i % 64) as usize]).unwrap();
+            s.put(&i.to_be_bytes(), b"", &values[(i % 64) as usize])
+                .unwrap();
         }
         if i % 500 == 0 {
             peak_memtables = peak_memtables.max(budget.memtable_bytes());
         }
     }
-    let memtable_limit = 8 << 20;
-    assert!(
-        peak_memtables <= memtable_limit * 4,
-        "memtables peaked at {peak_memtables} bytes, budget {memtable_limit}"
-    );
+    let prop = |b: &KeyedBackend, name: &str| b.state_property("s", name).unwrap().unwrap_or(0);
+    // Switching a memtable to immutable happens on the write path as soon as the shared budget
+    // is exceeded, so the active memtables of all backends together stay near the budget however
+    // slow the flushes are (arena blocks add some slack: 3× allowed). Without the shared budget
+    // each backend would hold its whole 16 MiB, 64 MiB in all.
+    let active: u64 = backends
+        .iter()
+        .map(|b| prop(b, "rocksdb.cur-size-active-mem-table"))
+        .sum();
+    let all: u64 = backends
+        .iter()
+        .map(|b| prop(b, "rocksdb.cur-size-all-mem-tables"))
+        .sum();
     let flushed: u64 = backends
         .iter()
-        .map(|b| b.state_property("s", "rocksdb.live-sst-files-size").unwrap().unwrap_or(0))
+        .map(|b| prop(b, "rocksdb.live-sst-files-size"))
         .sum();
-    // 64 MiB written, at most ~12 MiB still in memtables: most must have been flushed.
-    assert!(flushed > 24 << 20, "only {flushed} bytes flushed: the budget did not force flushes");
+    let memtable_limit: u64 = 8 << 20;
+    eprintln!("active={active} all_memtables={all} flushed={flushed} peak={peak_memtables}");
+    assert!(
+        active <= 3 * memtable_limit,
+        "active memtables {active} bytes, budget {memtable_limit}"
+    );
+    // 64 MiB were written: what is not in active memtables was handed to flushes.
+    assert!(
+        (all - active) + flushed >= 40 << 20,
+        "immutable {} + flushed {flushed}",
+        all - active
+    );
 }

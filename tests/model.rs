@@ -95,7 +95,10 @@ struct Handles {
 }
 
 fn open(path: &std::path::Path) -> Handles {
-    let backend = KeyedBackend::builder(path).max_parallelism(128).open().unwrap();
+    let backend = KeyedBackend::builder(path)
+        .max_parallelism(128)
+        .open()
+        .unwrap();
     Handles {
         value: backend.value_state("value").unwrap(),
         list: backend.list_state("list").unwrap(),
@@ -133,7 +136,10 @@ fn run(ops: Vec<Op>) {
                 m.value.insert((k, n), v);
             }
             Op::ValueGet(k, n) => {
-                assert_eq!(h.value.get(&key(k), &n).unwrap(), m.value.get(&(k, n)).copied())
+                assert_eq!(
+                    h.value.get(&key(k), &n).unwrap(),
+                    m.value.get(&(k, n)).copied()
+                )
             }
             Op::ValueClear(k, n) => {
                 h.value.clear(&key(k), &n).unwrap();
@@ -224,7 +230,10 @@ fn run(ops: Vec<Op>) {
     // Full comparison at the end, through every read path.
     for k in 0..6u8 {
         for n in 0..3u8 {
-            assert_eq!(h.value.get(&key(k), &n).unwrap(), m.value.get(&(k, n)).copied());
+            assert_eq!(
+                h.value.get(&key(k), &n).unwrap(),
+                m.value.get(&(k, n)).copied()
+            );
             assert_eq!(
                 h.list.get(&key(k), &n).unwrap(),
                 m.list.get(&(k, n)).cloned().unwrap_or_default()

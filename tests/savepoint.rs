@@ -24,10 +24,16 @@ fn data() -> Data {
         let k = format!("key-{i}");
         d.values.insert(k.clone(), u64::from(i) * 3);
         if i % 3 == 0 {
-            d.lists.insert(k.clone(), (0..(i % 7)).map(|x| x * 10 + i).collect());
+            d.lists
+                .insert(k.clone(), (0..(i % 7)).map(|x| x * 10 + i).collect());
         }
         if i % 5 == 0 {
-            d.maps.insert(k, (0..(i % 4) as u16).map(|u| (u, format!("v{u}-{i}"))).collect());
+            d.maps.insert(
+                k,
+                (0..(i % 4) as u16)
+                    .map(|u| (u, format!("v{u}-{i}")))
+                    .collect(),
+            );
         }
     }
     d
@@ -62,8 +68,16 @@ fn check(b: &KeyedBackend, d: &Data) -> usize {
             r => assert_eq!(r.unwrap(), Some(*x), "{k}"),
         }
         seen += 1;
-        assert_eq!(l.get(k, &2).unwrap(), d.lists.get(k).cloned().unwrap_or_default(), "{k}");
-        let expected: Vec<(u16, String)> = d.maps.get(k).map(|mm| mm.clone().into_iter().collect()).unwrap_or_default();
+        assert_eq!(
+            l.get(k, &2).unwrap(),
+            d.lists.get(k).cloned().unwrap_or_default(),
+            "{k}"
+        );
+        let expected: Vec<(u16, String)> = d
+            .maps
+            .get(k)
+            .map(|mm| mm.clone().into_iter().collect())
+            .unwrap_or_default();
         assert_eq!(m.entries(k, &3).unwrap(), expected, "{k}");
     }
     seen
@@ -73,12 +87,17 @@ fn check(b: &KeyedBackend, d: &Data) -> usize {
 fn round_trip_at_other_parallelisms() {
     let dir = tempfile::tempdir().unwrap();
     let d = data();
-    let src = KeyedBackend::builder(dir.path().join("src")).open().unwrap();
+    let src = KeyedBackend::builder(dir.path().join("src"))
+        .open()
+        .unwrap();
     fill(&src, &d);
     let sp = dir.path().join("sp-1");
     let stats = src.write_savepoint(&sp).unwrap();
     assert!(stats.entries > 600);
-    assert!(matches!(src.write_savepoint(&sp), Err(Error::Io { .. })), "never overwritten");
+    assert!(
+        matches!(src.write_savepoint(&sp), Err(Error::Io { .. })),
+        "never overwritten"
+    );
 
     for p in [1u32, 2, 3, 7] {
         let mut total = 0;
@@ -92,12 +111,19 @@ fn round_trip_at_other_parallelisms() {
             total += check(&b, &d);
             // A savepoint of the restored part, restored again at parallelism 1 from all parts,
             // is exercised by the rescale tests; here: writing it back works.
-            b.write_savepoint(&dir.path().join(format!("sp-p{p}-{i}"))).unwrap();
+            b.write_savepoint(&dir.path().join(format!("sp-p{p}-{i}")))
+                .unwrap();
         }
-        assert_eq!(total, d.values.len(), "parallelism {p} covers every key once");
+        assert_eq!(
+            total,
+            d.values.len(),
+            "parallelism {p} covers every key once"
+        );
     }
     // Lists keep appending after a restore, in order.
-    let b = KeyedBackend::builder(dir.path().join("append")).open().unwrap();
+    let b = KeyedBackend::builder(dir.path().join("append"))
+        .open()
+        .unwrap();
     b.restore_savepoint(&sp).unwrap();
     let l = b.list_state::<String, u8, u32>("lists").unwrap();
     l.add(&"key-3".to_string(), &2, &999).unwrap();
@@ -109,19 +135,32 @@ fn round_trip_at_other_parallelisms() {
 #[test]
 fn restore_refuses_non_empty_backend_and_other_max_parallelism() {
     let dir = tempfile::tempdir().unwrap();
-    let src = KeyedBackend::builder(dir.path().join("src")).open().unwrap();
+    let src = KeyedBackend::builder(dir.path().join("src"))
+        .open()
+        .unwrap();
     fill(&src, &data());
     let sp = dir.path().join("sp");
     src.write_savepoint(&sp).unwrap();
-    assert!(matches!(src.restore_savepoint(&sp), Err(Error::InvalidOption { .. })));
-    let other = KeyedBackend::builder(dir.path().join("other")).max_parallelism(256).open().unwrap();
-    assert!(matches!(other.restore_savepoint(&sp), Err(Error::BackendMismatch { .. })));
+    assert!(matches!(
+        src.restore_savepoint(&sp),
+        Err(Error::InvalidOption { .. })
+    ));
+    let other = KeyedBackend::builder(dir.path().join("other"))
+        .max_parallelism(256)
+        .open()
+        .unwrap();
+    assert!(matches!(
+        other.restore_savepoint(&sp),
+        Err(Error::BackendMismatch { .. })
+    ));
 }
 
 #[test]
 fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
     let dir = tempfile::tempdir().unwrap();
-    let src = KeyedBackend::builder(dir.path().join("src")).open().unwrap();
+    let src = KeyedBackend::builder(dir.path().join("src"))
+        .open()
+        .unwrap();
     fill(&src, &data());
     let sp = dir.path().join("sp");
     src.write_savepoint(&sp).unwrap();
@@ -133,16 +172,29 @@ fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
         b[at] ^= 0x40;
         let path = dir.path().join(format!("bad-{n}"));
         std::fs::write(&path, &b).unwrap();
-        let target = KeyedBackend::builder(dir.path().join(format!("t-{n}"))).open().unwrap();
+        let target = KeyedBackend::builder(dir.path().join(format!("t-{n}")))
+            .open()
+            .unwrap();
         let err = target.restore_savepoint(&path).unwrap_err();
-        assert!(matches!(err, Error::Format(_) | Error::Decode { .. }), "flip at {at}: {err}");
-        assert!(target.states().unwrap().is_empty(), "flip at {at} left state behind");
+        assert!(
+            matches!(err, Error::Format(_) | Error::Decode { .. }),
+            "flip at {at}: {err}"
+        );
+        assert!(
+            target.states().unwrap().is_empty(),
+            "flip at {at} left state behind"
+        );
     }
     for cut in [0, 7, 100, bytes.len() / 2, bytes.len() - 1] {
         let path = dir.path().join(format!("cut-{cut}"));
         std::fs::write(&path, &bytes[..cut]).unwrap();
-        let target = KeyedBackend::builder(dir.path().join(format!("c-{cut}"))).open().unwrap();
-        assert!(matches!(target.restore_savepoint(&path), Err(Error::Format(_))));
+        let target = KeyedBackend::builder(dir.path().join(format!("c-{cut}")))
+            .open()
+            .unwrap();
+        assert!(matches!(
+            target.restore_savepoint(&path),
+            Err(Error::Format(_))
+        ));
     }
 }
 
@@ -150,9 +202,14 @@ fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
 fn full_snapshot_cleanup_drops_expired_entries_while_writing() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_000);
-    let src = KeyedBackend::builder(dir.path().join("src")).clock(Arc::new(clock.clone())).open().unwrap();
+    let src = KeyedBackend::builder(dir.path().join("src"))
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .unwrap();
     let ttl = TtlConfig::new(Duration::from_secs(10));
-    let v = src.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(ttl.clone())).unwrap();
+    let v = src
+        .value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(ttl.clone()))
+        .unwrap();
     for i in 0..100 {
         v.put(&i, &(), &i).unwrap();
     }
@@ -164,9 +221,14 @@ fn full_snapshot_cleanup_drops_expired_entries_while_writing() {
     let sp = dir.path().join("sp");
     let stats = src.write_savepoint(&sp).unwrap();
     assert_eq!(stats.entries, 50);
-    let dst = KeyedBackend::builder(dir.path().join("dst")).clock(Arc::new(clock.clone())).open().unwrap();
+    let dst = KeyedBackend::builder(dir.path().join("dst"))
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .unwrap();
     dst.restore_savepoint(&sp).unwrap();
-    let v = dst.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(ttl)).unwrap();
+    let v = dst
+        .value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(ttl))
+        .unwrap();
     assert_eq!(v.get(&120, &()).unwrap(), Some(120));
     assert_eq!(v.get(&5, &()).unwrap(), None);
     clock.advance(Duration::from_secs(5)); // timestamps survived the savepoint: now expired too
@@ -184,15 +246,26 @@ fn operator_state_travels_in_the_savepoint_and_redistributes() {
             .open()
             .unwrap();
         let mut op = OperatorState::new();
-        op.update("offsets", RedistributionMode::Split, &[i * 10, i * 10 + 1, i * 10 + 2]).unwrap();
-        op.update("rules", RedistributionMode::Broadcast, &["r1".to_string()]).unwrap();
+        op.update(
+            "offsets",
+            RedistributionMode::Split,
+            &[i * 10, i * 10 + 1, i * 10 + 2],
+        )
+        .unwrap();
+        op.update("rules", RedistributionMode::Broadcast, &["r1".to_string()])
+            .unwrap();
         let path = dir.path().join(format!("sp{i}"));
         b.write_savepoint_with(&path, &op).unwrap();
         paths.push(path);
     }
-    let old: Vec<OperatorState> = paths.iter().map(|p| rockstate::savepoint::read_operator_state(p).unwrap()).collect();
+    let old: Vec<OperatorState> = paths
+        .iter()
+        .map(|p| rockstate::savepoint::read_operator_state(p).unwrap())
+        .collect();
     let new = redistribute(&old, 3).unwrap();
     let offsets: Vec<Vec<u64>> = new.iter().map(|s| s.get("offsets").unwrap()).collect();
     assert_eq!(offsets, vec![vec![0, 1], vec![2, 10], vec![11, 12]]);
-    assert!(new.iter().all(|s| s.get::<String>("rules").unwrap() == vec!["r1".to_string()]));
+    assert!(new
+        .iter()
+        .all(|s| s.get::<String>("rules").unwrap() == vec!["r1".to_string()]));
 }

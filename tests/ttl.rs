@@ -29,11 +29,18 @@ impl Clock for CountingClock {
 }
 
 fn open(dir: &std::path::Path, clock: &ManualClock) -> KeyedBackend {
-    KeyedBackend::builder(dir).clock(Arc::new(clock.clone())).open().unwrap()
+    KeyedBackend::builder(dir)
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .unwrap()
 }
 
 fn desc(name: &str, update: UpdateType, visibility: Visibility) -> StateDescriptor {
-    StateDescriptor::new(name).with_ttl(TtlConfig::new(TTL).update_type(update).visibility(visibility))
+    StateDescriptor::new(name).with_ttl(
+        TtlConfig::new(TTL)
+            .update_type(update)
+            .visibility(visibility),
+    )
 }
 
 fn raw_entries(b: &KeyedBackend, state: &str) -> usize {
@@ -76,18 +83,33 @@ fn expect_alive(update: UpdateType, visibility: Visibility) -> bool {
 
 #[test]
 fn every_update_type_and_visibility_for_every_kind() {
-    for update in [UpdateType::Disabled, UpdateType::OnCreateAndWrite, UpdateType::OnReadAndWrite] {
-        for visibility in [Visibility::NeverReturnExpired, Visibility::ReturnExpiredIfNotCleanedUp] {
+    for update in [
+        UpdateType::Disabled,
+        UpdateType::OnCreateAndWrite,
+        UpdateType::OnReadAndWrite,
+    ] {
+        for visibility in [
+            Visibility::NeverReturnExpired,
+            Visibility::ReturnExpiredIfNotCleanedUp,
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let clock = ManualClock::new(10_000);
             let b = open(dir.path(), &clock);
-            let value = b.value_state::<String, (), u64>(desc("value", update, visibility)).unwrap();
-            let list = b.list_state::<String, (), u64>(desc("list", update, visibility)).unwrap();
-            let map = b.map_state::<String, (), u8, u64>(desc("map", update, visibility)).unwrap();
+            let value = b
+                .value_state::<String, (), u64>(desc("value", update, visibility))
+                .unwrap();
+            let list = b
+                .list_state::<String, (), u64>(desc("list", update, visibility))
+                .unwrap();
+            let map = b
+                .map_state::<String, (), u8, u64>(desc("map", update, visibility))
+                .unwrap();
             let reduce = b
                 .reducing_state::<String, (), u64>(desc("reduce", update, visibility), |a, b| a + b)
                 .unwrap();
-            let agg = b.aggregating_state::<String, (), Sum>(desc("agg", update, visibility), Sum).unwrap();
+            let agg = b
+                .aggregating_state::<String, (), Sum>(desc("agg", update, visibility), Sum)
+                .unwrap();
             let k = "k".to_string();
             value.put(&k, &(), &1).unwrap();
             list.add(&k, &(), &1).unwrap();
@@ -106,11 +128,31 @@ fn every_update_type_and_visibility_for_every_kind() {
             clock.advance(Duration::from_millis(900)); // 1500 ms after the write
             let alive = expect_alive(update, visibility);
             let case = format!("{update:?}/{visibility:?}");
-            assert_eq!(value.get(&k, &()).unwrap(), alive.then_some(1), "value {case}");
-            assert_eq!(list.get(&k, &()).unwrap(), if alive { vec![1] } else { vec![] }, "list {case}");
-            assert_eq!(map.get(&k, &(), &1).unwrap(), alive.then_some(1), "map {case}");
-            assert_eq!(map.contains(&k, &(), &1).unwrap(), alive, "map contains {case}");
-            assert_eq!(reduce.get(&k, &()).unwrap(), alive.then_some(1), "reduce {case}");
+            assert_eq!(
+                value.get(&k, &()).unwrap(),
+                alive.then_some(1),
+                "value {case}"
+            );
+            assert_eq!(
+                list.get(&k, &()).unwrap(),
+                if alive { vec![1] } else { vec![] },
+                "list {case}"
+            );
+            assert_eq!(
+                map.get(&k, &(), &1).unwrap(),
+                alive.then_some(1),
+                "map {case}"
+            );
+            assert_eq!(
+                map.contains(&k, &(), &1).unwrap(),
+                alive,
+                "map contains {case}"
+            );
+            assert_eq!(
+                reduce.get(&k, &()).unwrap(),
+                alive.then_some(1),
+                "reduce {case}"
+            );
             assert_eq!(agg.get(&k, &()).unwrap(), alive.then_some(1), "agg {case}");
 
             // Hidden expired entries were removed by the read (cleanup on read).
@@ -124,7 +166,11 @@ fn every_update_type_and_visibility_for_every_kind() {
             // A write after expiry starts a fresh life; reducing starts from scratch.
             reduce.add(&k, &(), &5).unwrap();
             let expected = if alive { 6 } else { 5 };
-            assert_eq!(reduce.get(&k, &()).unwrap(), Some(expected), "reduce restart {case}");
+            assert_eq!(
+                reduce.get(&k, &()).unwrap(),
+                Some(expected),
+                "reduce restart {case}"
+            );
         }
     }
 }
@@ -135,9 +181,15 @@ fn compaction_filter_removes_expired_and_keeps_live_on_the_raw_column_family() {
     let clock = ManualClock::new(1_000_000);
     let b = open(dir.path(), &clock);
     let cfg = TtlConfig::new(TTL);
-    let value = b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg.clone())).unwrap();
-    let map = b.map_state::<u32, (), u32, u32>(StateDescriptor::new("m").with_ttl(cfg.clone())).unwrap();
-    let list = b.list_state::<u32, (), u32>(StateDescriptor::new("l").with_ttl(cfg)).unwrap();
+    let value = b
+        .value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg.clone()))
+        .unwrap();
+    let map = b
+        .map_state::<u32, (), u32, u32>(StateDescriptor::new("m").with_ttl(cfg.clone()))
+        .unwrap();
+    let list = b
+        .list_state::<u32, (), u32>(StateDescriptor::new("l").with_ttl(cfg))
+        .unwrap();
     for i in 0..500u32 {
         value.put(&i, &(), &i).unwrap();
         map.put(&i, &(), &1, &i).unwrap();
@@ -160,14 +212,25 @@ fn compaction_filter_removes_expired_and_keeps_live_on_the_raw_column_family() {
     }
     assert_eq!(raw_entries(&b, "v"), 300);
     assert_eq!(raw_entries(&b, "m"), 300);
-    assert_eq!(raw_entries(&b, "l"), 400, "300 live lists + 100 live second elements");
+    assert_eq!(
+        raw_entries(&b, "l"),
+        400,
+        "300 live lists + 100 live second elements"
+    );
     assert_eq!(b.ttl_stats("v").unwrap().dropped_by_compaction, 500);
     assert_eq!(b.ttl_stats("l").unwrap().dropped_by_compaction, 500);
     for i in 0..100u32 {
-        assert_eq!(list.get(&i, &()).unwrap(), vec![i + 10_000], "mixed list {i} keeps only the live element");
+        assert_eq!(
+            list.get(&i, &()).unwrap(),
+            vec![i + 10_000],
+            "mixed list {i} keeps only the live element"
+        );
     }
     for i in 100..500u32 {
-        assert!(list.get(&i, &()).unwrap().is_empty(), "fully expired list disappears");
+        assert!(
+            list.get(&i, &()).unwrap().is_empty(),
+            "fully expired list disappears"
+        );
         assert_eq!(value.get(&i, &()).unwrap(), None);
     }
     for i in 500..800u32 {
@@ -193,7 +256,9 @@ fn disabled_compaction_filter_keeps_expired_entries_until_read() {
         compaction_filter: false,
         ..Cleanup::default()
     });
-    let v = b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg)).unwrap();
+    let v = b
+        .value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg))
+        .unwrap();
     v.put(&1, &(), &1).unwrap();
     b.flush().unwrap();
     clock.advance(Duration::from_secs(10));
@@ -208,12 +273,17 @@ fn clock_is_read_once_per_refresh_interval() {
     for refresh_every in [1u64, 100, 1000] {
         let dir = tempfile::tempdir().unwrap();
         let clock = CountingClock::default();
-        let b = KeyedBackend::builder(dir.path()).clock(Arc::new(clock.clone())).open().unwrap();
+        let b = KeyedBackend::builder(dir.path())
+            .clock(Arc::new(clock.clone()))
+            .open()
+            .unwrap();
         let cfg = TtlConfig::new(TTL).cleanup(Cleanup {
             refresh_every,
             ..Cleanup::default()
         });
-        let v = b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg)).unwrap();
+        let v = b
+            .value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg))
+            .unwrap();
         const N: u64 = 5000;
         for i in 0..N as u32 {
             v.put(&i, &(), &i).unwrap();
@@ -229,7 +299,10 @@ fn clock_is_read_once_per_refresh_interval() {
         // RocksDB may compact the same entries more than once (L0 → base level → bottommost);
         // every pass examines them again. Each filter reads the clock once per `refresh_every`
         // entries it examines, starting with its first.
-        assert!(examined >= N && filters >= 1, "examined {examined}, filters {filters}");
+        assert!(
+            examined >= N && filters >= 1,
+            "examined {examined}, filters {filters}"
+        );
         let min = examined.div_ceil(refresh_every);
         assert!(
             reads >= min && reads <= min + filters,
@@ -247,7 +320,8 @@ fn periodic_compaction_option_reaches_rocksdb() {
         periodic_compaction: Duration::from_secs(12345),
         ..Cleanup::default()
     });
-    b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg)).unwrap();
+    b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg))
+        .unwrap();
     // RocksDB writes its live options to OPTIONS-<n> files; the newest holds the CF setting.
     let newest = std::fs::read_dir(dir.path())
         .unwrap()
@@ -262,7 +336,10 @@ fn periodic_compaction_option_reaches_rocksdb() {
         .nth(1)
         .unwrap_or_else(|| panic!("no state CF section in the newest OPTIONS file:\n{text}"));
     let section = section.split("[TableOptions").next().unwrap();
-    assert!(section.contains("periodic_compaction_seconds=12345"), "{section}");
+    assert!(
+        section.contains("periodic_compaction_seconds=12345"),
+        "{section}"
+    );
 }
 
 #[test]
@@ -271,7 +348,9 @@ fn event_time_ttl_follows_the_watermark() {
     let clock = ManualClock::new(5_000_000);
     let b = open(dir.path(), &clock);
     let cfg = TtlConfig::new(TTL).time_domain(TimeDomain::EventTime);
-    let v = b.value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg)).unwrap();
+    let v = b
+        .value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg))
+        .unwrap();
     b.advance_watermark(100);
     v.put(&1, &(), &1).unwrap();
     clock.advance(Duration::from_secs(3600)); // processing time is irrelevant
@@ -289,7 +368,10 @@ fn turning_ttl_on_or_off_is_a_registration_error() {
     let clock = ManualClock::new(0);
     {
         let b = open(dir.path(), &clock);
-        b.value_state::<u32, (), u32>("plain").unwrap().put(&1, &(), &1).unwrap();
+        b.value_state::<u32, (), u32>("plain")
+            .unwrap()
+            .put(&1, &(), &1)
+            .unwrap();
         b.value_state::<u32, (), u32>(StateDescriptor::new("ttl").with_ttl(TtlConfig::new(TTL)))
             .unwrap()
             .put(&1, &(), &1)
@@ -301,7 +383,10 @@ fn turning_ttl_on_or_off_is_a_registration_error() {
         b.value_state::<u32, (), u32>(StateDescriptor::new("plain").with_ttl(TtlConfig::new(TTL))),
         Err(Error::StateMismatch { .. })
     ));
-    assert!(matches!(b.value_state::<u32, (), u32>("ttl"), Err(Error::StateMismatch { .. })));
+    assert!(matches!(
+        b.value_state::<u32, (), u32>("ttl"),
+        Err(Error::StateMismatch { .. })
+    ));
     // Same flag, other duration: allowed (as in Flink), data intact.
     let v = b
         .value_state::<u32, (), u32>(StateDescriptor::new("ttl").with_ttl(TtlConfig::new(TTL * 2)))
@@ -325,5 +410,9 @@ fn idle_state_retention_is_a_ttl_config() {
         assert_eq!(v.get(&1, &()).unwrap(), Some(1), "reading keeps it alive");
     }
     clock.advance(Duration::from_millis(1000));
-    assert_eq!(v.get(&1, &()).unwrap(), None, "idle for the retention: gone");
+    assert_eq!(
+        v.get(&1, &()).unwrap(),
+        None,
+        "idle for the retention: gone"
+    );
 }

@@ -52,10 +52,7 @@ impl<K: Serialize, N: Serialize, F: AggregateFunction> AggregatingState<K, N, F>
 
     /// The result for the accumulator of `key` in `ns`, if anything was added.
     pub fn get(&self, key: &K, ns: &N) -> Result<Option<F::Out>> {
-        Ok(self
-            .acc
-            .get(key, ns)?
-            .map(|acc| self.function.result(&acc)))
+        Ok(self.acc.get(key, ns)?.map(|acc| self.function.result(&acc)))
     }
 
     /// Folds `input` into the accumulator.

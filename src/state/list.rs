@@ -17,8 +17,8 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use super::{with_encoded, StateCore};
 use crate::codec;
-use crate::store::TableBatch;
 use crate::error::Result;
+use crate::store::TableBatch;
 
 /// List state over serialized bytes.
 #[derive(Clone)]
@@ -78,10 +78,12 @@ impl RawListState {
     ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
         let mut batch = self.core.table.batch();
-        self.core.table.scan(&prefix, codec::prefix_end(&prefix).as_deref(), |k, _| {
-            batch.delete(k);
-            Ok(true)
-        })?;
+        self.core
+            .table
+            .scan(&prefix, codec::prefix_end(&prefix).as_deref(), |k, _| {
+                batch.delete(k);
+                Ok(true)
+            })?;
         self.append_to_batch(&mut batch, &prefix, elements)?;
         batch.commit()
     }

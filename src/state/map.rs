@@ -132,7 +132,12 @@ where
         }
     }
 
-    fn with_key_ns<R>(&self, key: &K, ns: &N, f: impl FnOnce(&[u8], &[u8]) -> Result<R>) -> Result<R> {
+    fn with_key_ns<R>(
+        &self,
+        key: &K,
+        ns: &N,
+        f: impl FnOnce(&[u8], &[u8]) -> Result<R>,
+    ) -> Result<R> {
         with_encoded(key, "key", |k| with_encoded(ns, "namespace", |n| f(k, n)))
     }
 
@@ -140,7 +145,8 @@ where
     pub fn get(&self, key: &K, ns: &N, user_key: &UK) -> Result<Option<UV>> {
         self.with_key_ns(key, ns, |k, n| {
             with_encoded(user_key, "map user key", |u| {
-                self.raw.get_with(k, n, u, |v| codec::decode(v, "map value"))
+                self.raw
+                    .get_with(k, n, u, |v| codec::decode(v, "map value"))
             })
         })
     }

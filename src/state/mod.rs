@@ -23,9 +23,9 @@ pub use reducing::ReducingState;
 pub use value::{RawValueState, ValueState};
 
 use crate::codec::{self, StoredKey};
-use crate::store::{Table, TableBatch};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
+use crate::store::{Table, TableBatch};
 use crate::ttl::{self, Clock, TtlConfig, TtlCounters, UpdateType, Visibility};
 
 /// A stored key under construction; keys up to 128 bytes never touch the heap.
@@ -290,18 +290,19 @@ impl StateCore {
         }
         let mut batch = self.table.batch();
         let mut dropped = 0;
-        self.table.scan(prefix, end.as_deref(), |k, v| match self.classify(v)? {
-            Found::Live(p) => f(&k[prefix.len()..], p),
-            Found::LiveRefresh(p) => {
-                self.batch_put_payload(&mut batch, k, p);
-                f(&k[prefix.len()..], p)
-            }
-            Found::ExpiredHidden => {
-                batch.delete(k);
-                dropped += 1;
-                Ok(true)
-            }
-        })?;
+        self.table
+            .scan(prefix, end.as_deref(), |k, v| match self.classify(v)? {
+                Found::Live(p) => f(&k[prefix.len()..], p),
+                Found::LiveRefresh(p) => {
+                    self.batch_put_payload(&mut batch, k, p);
+                    f(&k[prefix.len()..], p)
+                }
+                Found::ExpiredHidden => {
+                    batch.delete(k);
+                    dropped += 1;
+                    Ok(true)
+                }
+            })?;
         if batch.len() > 0 {
             batch.commit()?;
             self.count_dropped_on_read(dropped);
@@ -312,10 +313,11 @@ impl StateCore {
     /// Deletes every entry under `prefix` (a key's list or map in one namespace).
     pub(crate) fn clear_prefix(&self, prefix: &[u8]) -> Result<()> {
         let mut batch = self.table.batch();
-        self.table.scan(prefix, codec::prefix_end(prefix).as_deref(), |k, _| {
-            batch.delete(k);
-            Ok(true)
-        })?;
+        self.table
+            .scan(prefix, codec::prefix_end(prefix).as_deref(), |k, _| {
+                batch.delete(k);
+                Ok(true)
+            })?;
         if batch.len() > 0 {
             batch.commit()?;
         }

@@ -66,8 +66,7 @@ pub use meta::{
 pub use properties::TableProperties;
 pub use savepoint::{
     verify_savepoint, IndexEntry, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats,
-    SavepointWriter,
-    SAVEPOINT_MAGIC, SAVEPOINT_VERSION,
+    SavepointWriter, SAVEPOINT_MAGIC, SAVEPOINT_VERSION,
 };
 pub use sst::{
     parse_sst_meta, read_sst_meta, read_sst_meta_with_stats, SstMeta, SstUniqueId, TailReadStats,

@@ -533,7 +533,8 @@ pub fn verify_savepoint<R: Read + Seek>(input: R) -> Result<SavepointStats> {
     for block in &index {
         reader.for_each_entry(block, |e| {
             stats.entries += 1;
-            stats.raw_bytes += (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
+            stats.raw_bytes +=
+                (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
             Ok(())
         })?;
         stats.blocks += 1;

@@ -59,7 +59,10 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("empty", savepoint(1, &[], 0, false)),
         ("one_block", savepoint(1, &[5], 3, false)),
         ("three_states", savepoint(3, &[0, 7, 127], 4, true)),
-        ("many_blocks", savepoint(2, &(0..40).collect::<Vec<_>>(), 2, true)),
+        (
+            "many_blocks",
+            savepoint(2, &(0..40).collect::<Vec<_>>(), 2, true),
+        ),
     ]
 }
 
@@ -79,7 +82,8 @@ fn regenerate_seeds() {
     if std::env::var_os("ROCKSTATE_REGENERATE_SAVEPOINT_SEEDS").is_none() {
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/savepoint_decode");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/savepoint_decode");
     std::fs::create_dir_all(&dir).unwrap();
     for (name, bytes) in seeds() {
         std::fs::write(dir.join(format!("{name}.rssp")), &bytes).unwrap();

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
-use rockstate::{CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawValueState};
+use rockstate::{
+    CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawValueState,
+};
 
 /// Arguments of `bench ops`.
 #[derive(clap::Args, Debug)]
@@ -23,22 +25,41 @@ pub struct OpsArgs {
     seed: u64,
 }
 
+/// Raw rust-rocksdb. With `same_layout`, keys are stored in rockstate's layout
+/// (`[key group][len][key][len][namespace]`), so only rockstate's code path differs.
 struct Raw {
     db: rocksdb::DB,
     write: rocksdb::WriteOptions,
     read: rocksdb::ReadOptions,
+    same_layout: bool,
 }
 
 impl Raw {
+    fn key(&self, key: &[u8]) -> Vec<u8> {
+        if !self.same_layout {
+            return key.to_vec();
+        }
+        let mut k = Vec::with_capacity(key.len() + 4);
+        let group = rockstate::keygroup::key_group_of(key, 128);
+        rockstate::codec::write_key_prefix(&mut k, group, 128, key, &[]);
+        k
+    }
     fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>> {
         self.db
-            .get_pinned_opt(key, &self.read)
+            .get_pinned_opt(self.key(key), &self.read)
             .map(|v| v.map(|v| v.to_vec()))
             .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
     }
     fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
         self.db
-            .put_opt(key, value, &self.write)
+            .put_opt(self.key(key), value, &self.write)
+            .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
+    }
+    fn settle(&self) -> rockstate::Result<()> {
+        let mut opts = rocksdb::WaitForCompactOptions::default();
+        opts.set_flush(true);
+        self.db
+            .wait_for_compact(&opts)
             .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
     }
 }
@@ -95,7 +116,12 @@ impl Phase {
 }
 
 /// Runs one phase on one store; returns ops/s. Both stores see the same key sequence.
-fn run_phase(store: &dyn Store, phase: Phase, args: &OpsArgs, values: &[Vec<u8>]) -> rockstate::Result<f64> {
+fn run_phase(
+    store: &dyn Store,
+    phase: Phase,
+    args: &OpsArgs,
+    values: &[Vec<u8>],
+) -> rockstate::Result<f64> {
     let n = args.keys;
     let mut rng = SmallRng::seed_from_u64(args.seed ^ phase as u64);
     let mut found = 0u64;
@@ -105,9 +131,15 @@ fn run_phase(store: &dyn Store, phase: Phase, args: &OpsArgs, values: &[Vec<u8>]
         match phase {
             Phase::Insert => store.put(&i.to_be_bytes(), value)?,
             Phase::Update => store.put(&rng.random_range(0..n).to_be_bytes(), value)?,
-            Phase::Get => found += u64::from(store.get(&rng.random_range(0..n).to_be_bytes())?.is_some()),
+            Phase::Get => {
+                found += u64::from(store.get(&rng.random_range(0..n).to_be_bytes())?.is_some())
+            }
             Phase::GetMissing => {
-                found += u64::from(store.get(&rng.random_range(n..2 * n).to_be_bytes())?.is_some())
+                found += u64::from(
+                    store
+                        .get(&rng.random_range(n..2 * n).to_be_bytes())?
+                        .is_some(),
+                )
             }
             Phase::ReadModifyWrite => {
                 let key = rng.random_range(0..n).to_be_bytes();
@@ -128,7 +160,10 @@ fn run_phase(store: &dyn Store, phase: Phase, args: &OpsArgs, values: &[Vec<u8>]
     if found != expected {
         return Err(rockstate::Error::Decode {
             what: "benchmark",
-            detail: format!("phase {} found {found} keys, expected {expected}", phase.name()),
+            detail: format!(
+                "phase {} found {found} keys, expected {expected}",
+                phase.name()
+            ),
         });
     }
     Ok(n as f64 / secs)
@@ -149,17 +184,22 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         .open()?;
     let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
 
-    let raw_budget = MemoryBudget::new(budget_config)?;
-    let raw_opts = rockstate::rocksdb_options_for_benchmarks(&options, &raw_budget);
-    let db = rocksdb::DB::open(&raw_opts, dir.path().join("raw"))
-        .map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
-    let mut write = rocksdb::WriteOptions::default();
-    write.disable_wal(!options.wal);
-    let raw = Raw {
-        db,
-        write,
-        read: rocksdb::ReadOptions::default(),
+    let open_raw = |name: &str, same_layout: bool| -> rockstate::Result<Raw> {
+        let budget = MemoryBudget::new(budget_config.clone())?;
+        let opts = rockstate::rocksdb_options_for_benchmarks(&options, &budget);
+        let db = rocksdb::DB::open(&opts, dir.path().join(name))
+            .map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
+        let mut write = rocksdb::WriteOptions::default();
+        write.disable_wal(!options.wal);
+        Ok(Raw {
+            db,
+            write,
+            read: rocksdb::ReadOptions::default(),
+            same_layout,
+        })
     };
+    let raw = open_raw("raw", false)?;
+    let raw_same = open_raw("raw-same-layout", true)?;
 
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let values: Vec<Vec<u8>> = (0..4096)
@@ -170,18 +210,26 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         })
         .collect();
     println!(
-        "# bench ops: keys={} value_bytes={} (rockstate RawValueState vs raw rust-rocksdb, same options)",
+        "# bench ops: keys={} value_bytes={} (rockstate RawValueState vs raw rust-rocksdb, same options; \
+         raw_same_layout stores rockstate's key layout, so layout_ratio is rockstate's code overhead alone; \
+         every store is flushed and compacted, untimed, before each phase)",
         args.keys, args.value_bytes
     );
     for phase in Phase::ALL {
+        backend.wait_for_compactions()?;
         let ours_ops = run_phase(&ours, phase, args, &values)?;
+        raw.settle()?;
         let raw_ops = run_phase(&raw, phase, args, &values)?;
+        raw_same.settle()?;
+        let same_ops = run_phase(&raw_same, phase, args, &values)?;
         println!(
-            "phase={} rockstate_ops_s={:.0} raw_ops_s={:.0} ratio={:.3}",
+            "phase={} rockstate_ops_s={:.0} raw_ops_s={:.0} ratio={:.3} raw_same_layout_ops_s={:.0} layout_ratio={:.3}",
             phase.name(),
             ours_ops,
             raw_ops,
-            ours_ops / raw_ops
+            ours_ops / raw_ops,
+            same_ops,
+            ours_ops / same_ops
         );
     }
     Ok(())
