@@ -38,6 +38,8 @@ fn main() -> Result<()> {
             let c = per_ad.get(user, &(), &ad)?.unwrap_or(0);
             per_ad.put(user, &(), &ad, &(c + 1))?;
         }
+        // The database closes when the backend and every state handle are gone.
+        drop((clicks, per_ad));
         backend.close()?;
 
         let backend = KeyedBackend::builder(&path)
