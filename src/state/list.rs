@@ -18,7 +18,6 @@ use serde::{de::DeserializeOwned, Serialize};
 use super::{with_encoded, StateCore};
 use crate::codec;
 use crate::error::Result;
-use crate::store::TableBatch;
 
 /// List state over serialized bytes.
 #[derive(Clone)]
@@ -63,10 +62,7 @@ impl RawListState {
         ns: &[u8],
         elements: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<()> {
-        let prefix = self.core.key(key, ns)?;
-        let mut batch = self.core.table.batch();
-        self.append_to_batch(&mut batch, &prefix, elements)?;
-        batch.commit()
+        self.write_elements(key, ns, elements, false)
     }
 
     /// Replaces the elements of `key` in `ns`, atomically.
@@ -76,31 +72,33 @@ impl RawListState {
         ns: &[u8],
         elements: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<()> {
+        self.write_elements(key, ns, elements, true)
+    }
+
+    /// One batch that (when `replace`) deletes the current elements, then appends `elements`.
+    fn write_elements<'a>(
+        &self,
+        key: &[u8],
+        ns: &[u8],
+        elements: impl IntoIterator<Item = &'a [u8]>,
+        replace: bool,
+    ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
         let mut batch = self.core.table.batch();
-        self.core
-            .table
-            .scan(&prefix, codec::prefix_end(&prefix).as_deref(), |k, _| {
+        if replace {
+            let end = codec::prefix_end(&prefix);
+            self.core.table.scan(&prefix, end.as_deref(), |k, _| {
                 batch.delete(k);
                 Ok(true)
             })?;
-        self.append_to_batch(&mut batch, &prefix, elements)?;
-        batch.commit()
-    }
-
-    fn append_to_batch<'a>(
-        &self,
-        batch: &mut TableBatch,
-        prefix: &[u8],
-        elements: impl IntoIterator<Item = &'a [u8]>,
-    ) -> Result<()> {
+        }
         for element in elements {
             self.core.check_value("list element", element)?;
-            let mut k = super::KeyBuf::from_slice(prefix);
+            let mut k = super::KeyBuf::from_slice(&prefix);
             k.extend_from_slice(&self.core.list_seq.next()?.to_be_bytes());
-            self.core.batch_put_payload(batch, &k, element);
+            self.core.batch_put_payload(&mut batch, &k, element);
         }
-        Ok(())
+        batch.commit()
     }
 
     /// Removes every element of `key` in `ns`.
