@@ -54,7 +54,10 @@ pub struct BackendMeta {
 /// is used, so numbers only grow across reopen and restore.
 pub(crate) struct SequenceAllocator {
     next: AtomicU64,
-    reserved: Mutex<u64>,
+    /// Numbers below this are persisted as reserved; read lock-free on every append.
+    reserved: AtomicU64,
+    /// Serializes persisting a new reservation.
+    reserving: Mutex<()>,
     meta: Cf,
 }
 
@@ -63,11 +66,15 @@ const SEQ_BLOCK: u64 = 1 << 16;
 impl SequenceAllocator {
     pub(crate) fn next(&self) -> Result<u64> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut reserved = self.reserved.lock();
-        if n >= *reserved {
+        if n < self.reserved.load(Ordering::Acquire) {
+            return Ok(n);
+        }
+        let _guard = self.reserving.lock();
+        // Another thread may have reserved past `n` while we waited.
+        if n >= self.reserved.load(Ordering::Acquire) {
             let new = n + SEQ_BLOCK;
             self.meta.put(META_LIST_SEQ, &new.to_be_bytes())?;
-            *reserved = new;
+            self.reserved.store(new, Ordering::Release);
         }
         Ok(n)
     }
@@ -172,7 +179,8 @@ impl BackendBuilder {
         )?;
         let list_seq = Arc::new(SequenceAllocator {
             next: AtomicU64::new(reserved),
-            reserved: Mutex::new(reserved),
+            reserved: AtomicU64::new(reserved),
+            reserving: Mutex::new(()),
             meta: meta.clone(),
         });
         Ok(KeyedBackend {

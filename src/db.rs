@@ -252,6 +252,8 @@ unsafe impl Sync for SharedReadOptions {}
 /// An open RocksDB database.
 pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
+    /// Names of every column family (kept here so a flush needs no directory read).
+    cf_names: parking_lot::Mutex<Vec<String>>,
     filters: FilterRegistry,
     write: SharedWriteOptions,
     read: SharedReadOptions,
@@ -297,10 +299,12 @@ impl Db {
             )
         });
         let db = DBWithThreadMode::<MultiThreaded>::open_cf_descriptors(&opts, path, descriptors)?;
+        let cf_names = parking_lot::Mutex::new(existing.clone());
         let mut write = WriteOptions::default();
         write.disable_wal(!options.wal);
         Ok(Arc::new(Db {
             db,
+            cf_names,
             filters,
             write: SharedWriteOptions(write),
             read: SharedReadOptions(ReadOptions::default()),
@@ -339,6 +343,7 @@ impl Db {
             name,
             &state_cf_options(&self.options, &self.budget, name, &self.filters),
         )?;
+        self.cf_names.lock().push(name.to_string());
         self.cf(name)
             .ok_or_else(|| Error::RocksDb(format!("column family {name} vanished after creation")))
     }
@@ -357,8 +362,12 @@ impl Db {
 
     /// Flushes every column family's memtable to SST files.
     pub(crate) fn flush_all(&self) -> Result<()> {
-        let names = DBWithThreadMode::<MultiThreaded>::list_cf(&Options::default(), &self.path)?;
-        let handles: Vec<_> = names.iter().filter_map(|n| self.db.cf_handle(n)).collect();
+        let handles: Vec<_> = self
+            .cf_names
+            .lock()
+            .iter()
+            .filter_map(|n| self.db.cf_handle(n))
+            .collect();
         let refs: Vec<_> = handles.iter().collect();
         self.db
             .flush_cfs_opt(&refs, &rocksdb::FlushOptions::default())?;

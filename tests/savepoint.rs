@@ -109,10 +109,21 @@ fn round_trip_at_other_parallelisms() {
                 .unwrap();
             b.restore_savepoint(&sp).unwrap();
             total += check(&b, &d);
-            // A savepoint of the restored part, restored again at parallelism 1 from all parts,
-            // is exercised by the rescale tests; here: writing it back works.
-            b.write_savepoint(&dir.path().join(format!("sp-p{p}-{i}")))
+            // The restored part can be savepointed again, holding exactly its own entries.
+            let part = b
+                .write_savepoint(&dir.path().join(format!("sp-p{p}-{i}")))
                 .unwrap();
+            let restored = KeyedBackend::builder(dir.path().join(format!("again-p{p}-{i}")))
+                .key_groups(range)
+                .open()
+                .unwrap();
+            assert_eq!(
+                restored
+                    .restore_savepoint(&dir.path().join(format!("sp-p{p}-{i}")))
+                    .unwrap()
+                    .entries,
+                part.entries
+            );
         }
         assert_eq!(
             total,
