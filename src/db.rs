@@ -18,7 +18,7 @@ use rocksdb::{
 };
 
 use crate::error::{Error, Result};
-use crate::options::{Compression, DbOptions, MemoryBudgetConfig};
+use crate::options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
 use crate::ttl::{self, Clock, TtlCounters};
 
 impl From<rocksdb::Error> for Error {
@@ -44,7 +44,11 @@ impl MemoryBudget {
     /// Creates a budget; share it by cloning (clones share the same memory).
     pub fn new(config: MemoryBudgetConfig) -> Result<Self> {
         config.validate()?;
-        let cache = Cache::new_lru_cache(config.total_bytes);
+        let cache = match config.cache {
+            CacheKind::Lru => Cache::new_lru_cache(config.total_bytes),
+            // 0 = let the cache size its table itself (RocksDB's AutoHyperClockCache).
+            CacheKind::HyperClock => Cache::new_hyper_clock_cache(config.total_bytes, 0),
+        };
         let memtable_bytes = (config.total_bytes as f64 * config.write_buffer_ratio) as usize;
         let write_buffers = WriteBufferManager::new_write_buffer_manager_with_cache(
             memtable_bytes,
@@ -117,6 +121,10 @@ fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Options {
     opts.set_bottommost_compression_type(compression(o.compression));
     opts.set_target_file_size_base(o.target_file_size_base);
     opts.set_level_compaction_dynamic_level_bytes(true);
+    if o.memtable_bloom_ratio > 0.0 {
+        opts.set_memtable_prefix_bloom_ratio(o.memtable_bloom_ratio);
+        opts.set_memtable_whole_key_filtering(true);
+    }
     opts
 }
 

@@ -45,7 +45,7 @@ pub use db::rocksdb_options_for_benchmarks;
 pub use db::MemoryBudget;
 pub use error::{Error, Result};
 pub use keygroup::KeyGroupRange;
-pub use options::{Compression, DbOptions, MemoryBudgetConfig};
+pub use options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
     RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,

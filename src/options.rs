@@ -44,6 +44,11 @@ pub struct DbOptions {
     pub target_file_size_base: u64,
     /// Largest stored value (value, list element, map entry, accumulator) in bytes. Default 64 MiB.
     pub max_value_bytes: usize,
+    /// Size of a whole-key bloom filter in each memtable, as a fraction of `write_buffer_size`;
+    /// 0 disables it. Default 0.02 (about 1.3 MB per 64 MiB memtable, ≈20 bits per 100-byte
+    /// entry): a point read of a key that is not in the memtable skips the skip-list search,
+    /// which is the costliest part of reads right after writes (read-modify-write).
+    pub memtable_bloom_ratio: f64,
 }
 
 impl Default for DbOptions {
@@ -59,6 +64,7 @@ impl Default for DbOptions {
             max_background_jobs: 2,
             target_file_size_base: 64 << 20,
             max_value_bytes: 64 << 20,
+            memtable_bloom_ratio: 0.02,
         }
     }
 }
@@ -88,12 +94,27 @@ impl DbOptions {
                 "must be ≥ 2 / ≥ 1".into(),
             );
         }
+        if !(0.0..=0.25).contains(&self.memtable_bloom_ratio) {
+            return bad(
+                "memtable_bloom_ratio",
+                format!("{} is not in 0..=0.25", self.memtable_bloom_ratio),
+            );
+        }
         // RocksDB's own hard limit on a value is 2^32 - 1 bytes; ours must stay below it.
         if self.max_value_bytes == 0 || self.max_value_bytes >= (u32::MAX as usize) {
             return bad("max_value_bytes", format!("{}", self.max_value_bytes));
         }
         Ok(())
     }
+}
+
+/// The block cache implementation behind a [`MemoryBudgetConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CacheKind {
+    /// RocksDB's sharded LRU cache: every lookup takes a shard mutex.
+    Lru,
+    /// RocksDB's hyper clock cache (auto-sized table): lock-free lookups; the default.
+    HyperClock,
 }
 
 /// Size of the process-wide memory budget shared by every backend that uses it.
@@ -104,6 +125,8 @@ pub struct MemoryBudgetConfig {
     pub total_bytes: usize,
     /// Share of the total that memtables may use before RocksDB flushes. Default 0.5.
     pub write_buffer_ratio: f64,
+    /// Block cache implementation. Default [`CacheKind::HyperClock`].
+    pub cache: CacheKind,
 }
 
 impl Default for MemoryBudgetConfig {
@@ -111,6 +134,7 @@ impl Default for MemoryBudgetConfig {
         MemoryBudgetConfig {
             total_bytes: 512 << 20,
             write_buffer_ratio: 0.5,
+            cache: CacheKind::HyperClock,
         }
     }
 }

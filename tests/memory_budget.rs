@@ -8,13 +8,23 @@
 //! deterministic: active memtables stay near the budget and everything else was handed to
 //! flushes.
 
-use rockstate::{CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig};
+use rockstate::{CacheKind, CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig};
 
 #[test]
-fn backends_sharing_a_budget_stay_within_it() {
+fn backends_sharing_a_hyper_clock_budget_stay_within_it() {
+    backends_sharing_a_budget_stay_within_it(CacheKind::HyperClock);
+}
+
+#[test]
+fn backends_sharing_an_lru_budget_stay_within_it() {
+    backends_sharing_a_budget_stay_within_it(CacheKind::Lru);
+}
+
+fn backends_sharing_a_budget_stay_within_it(cache: CacheKind) {
     let budget = MemoryBudget::new(MemoryBudgetConfig {
         total_bytes: 16 << 20,
         write_buffer_ratio: 0.5,
+        cache,
     })
     .unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -23,6 +23,27 @@ pub struct OpsArgs {
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Overrides of the RocksDB options (applied to both sides) as JSON, e.g.
+    /// `{"block_size":4096}`; fields not given keep their defaults.
+    #[arg(long)]
+    options: Option<String>,
+    /// Overrides of the memory budget as JSON, e.g. `{"cache":"Lru"}`.
+    #[arg(long)]
+    budget: Option<String>,
+}
+
+/// Parses a JSON override of a serde-default settings struct.
+fn parse_override<T: serde::de::DeserializeOwned + Default>(
+    what: &'static str,
+    json: Option<&str>,
+) -> rockstate::Result<T> {
+    match json {
+        None => Ok(T::default()),
+        Some(j) => serde_json::from_str(j).map_err(|e| rockstate::Error::Decode {
+            what,
+            detail: e.to_string(),
+        }),
+    }
 }
 
 /// Raw rust-rocksdb. With `same_layout`, keys are stored in rockstate's layout
@@ -115,18 +136,25 @@ impl Phase {
     }
 }
 
-/// Runs one phase on one store; returns ops/s. Both stores see the same key sequence.
-fn run_phase(
+/// Number of slices a phase is cut into. The stores take turns slice by slice, so a burst of
+/// load from elsewhere on a shared machine hits all of them alike instead of one whole phase.
+const SLICES: u64 = 20;
+
+/// Runs slice `slice` (of [`SLICES`]) of one phase on one store; returns the elapsed seconds
+/// and how many reads found a value. Every store sees the same key sequence.
+fn run_slice(
     store: &dyn Store,
     phase: Phase,
+    slice: u64,
     args: &OpsArgs,
     values: &[Vec<u8>],
-) -> rockstate::Result<f64> {
+) -> rockstate::Result<(f64, u64)> {
     let n = args.keys;
-    let mut rng = SmallRng::seed_from_u64(args.seed ^ phase as u64);
+    let (lo, hi) = (n * slice / SLICES, n * (slice + 1) / SLICES);
+    let mut rng = SmallRng::seed_from_u64(args.seed ^ ((phase as u64) << 32) ^ slice);
     let mut found = 0u64;
     let start = Instant::now();
-    for i in 0..n {
+    for i in lo..hi {
         let value = &values[(i as usize) % values.len()];
         match phase {
             Phase::Insert => store.put(&i.to_be_bytes(), value)?,
@@ -151,22 +179,40 @@ fn run_phase(
             }
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let expected = match phase {
-        Phase::Get => n,
-        Phase::GetMissing => 0,
-        _ => found,
-    };
-    if found != expected {
-        return Err(rockstate::Error::Decode {
-            what: "benchmark",
-            detail: format!(
-                "phase {} found {found} keys, expected {expected}",
-                phase.name()
-            ),
-        });
+    Ok((start.elapsed().as_secs_f64(), found))
+}
+
+/// Runs one phase on every store, slice by slice in turn; returns ops/s per store.
+fn run_phase(
+    stores: &[&dyn Store],
+    phase: Phase,
+    args: &OpsArgs,
+    values: &[Vec<u8>],
+) -> rockstate::Result<Vec<f64>> {
+    let mut secs = vec![0.0; stores.len()];
+    let mut found = vec![0u64; stores.len()];
+    for slice in 0..SLICES {
+        for (i, store) in stores.iter().enumerate() {
+            let (s, f) = run_slice(*store, phase, slice, args, values)?;
+            secs[i] += s;
+            found[i] += f;
+        }
     }
-    Ok(n as f64 / secs)
+    let n = args.keys;
+    for f in found {
+        let expected = match phase {
+            Phase::Get => n,
+            Phase::GetMissing => 0,
+            _ => f,
+        };
+        if f != expected {
+            return Err(rockstate::Error::Decode {
+                what: "benchmark",
+                detail: format!("phase {} found {f} keys, expected {expected}", phase.name()),
+            });
+        }
+    }
+    Ok(secs.iter().map(|s| n as f64 / s).collect())
 }
 
 /// Runs the workload and prints one line per phase.
@@ -175,8 +221,8 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         path: std::env::temp_dir(),
         source: e,
     })?;
-    let options = DbOptions::default();
-    let budget_config = MemoryBudgetConfig::default();
+    let options: DbOptions = parse_override("--options", args.options.as_deref())?;
+    let budget_config: MemoryBudgetConfig = parse_override("--budget", args.budget.as_deref())?;
 
     let backend = KeyedBackend::builder(dir.path().join("rockstate"))
         .options(options.clone())
@@ -212,16 +258,15 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     println!(
         "# bench ops: keys={} value_bytes={} (rockstate RawValueState vs raw rust-rocksdb, same options; \
          raw_same_layout stores rockstate's key layout, so layout_ratio is rockstate's code overhead alone; \
-         every store is flushed and compacted, untimed, before each phase)",
+         every store is flushed and compacted, untimed, before each phase; the stores take turns in 20 slices per phase)",
         args.keys, args.value_bytes
     );
     for phase in Phase::ALL {
         backend.wait_for_compactions()?;
-        let ours_ops = run_phase(&ours, phase, args, &values)?;
         raw.settle()?;
-        let raw_ops = run_phase(&raw, phase, args, &values)?;
         raw_same.settle()?;
-        let same_ops = run_phase(&raw_same, phase, args, &values)?;
+        let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
+        let (ours_ops, raw_ops, same_ops) = (ops[0], ops[1], ops[2]);
         println!(
             "phase={} rockstate_ops_s={:.0} raw_ops_s={:.0} ratio={:.3} raw_same_layout_ops_s={:.0} layout_ratio={:.3}",
             phase.name(),
