@@ -96,7 +96,7 @@ fn compression(c: Compression) -> DBCompressionType {
 }
 
 /// The options every column family gets (identical table options everywhere).
-fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Options {
+fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&budget.cache);
     table.set_block_size(o.block_size);
@@ -125,7 +125,16 @@ fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Options {
         opts.set_memtable_prefix_bloom_ratio(o.memtable_bloom_ratio);
         opts.set_memtable_whole_key_filtering(true);
     }
-    opts
+    if o.memtable_insert_hint {
+        // Not in the C API as a setter; RocksDB's option-string parser sets it on a copy of
+        // `opts` (the copy shares the table factory and cache through C++ shared pointers).
+        // Two bytes: the key group (one byte up to max parallelism 128) plus the first byte
+        // of the key's length, or the whole two-byte key group above 128.
+        opts = opts.get_options_from_string(
+            "memtable_insert_with_hint_prefix_extractor=rocksdb.CappedPrefix.2",
+        )?;
+    }
+    Ok(opts)
 }
 
 /// What the TTL compaction filter of one column family needs; set when a TTL state registers.
@@ -216,32 +225,32 @@ fn state_cf_options(
     budget: &MemoryBudget,
     name: &str,
     registry: &FilterRegistry,
-) -> Options {
-    let mut opts = cf_options(o, budget);
+) -> Result<Options> {
+    let mut opts = cf_options(o, budget)?;
     if name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
         opts.set_compaction_filter_factory(TtlFilterFactory {
             cf: name.to_string(),
             registry: Arc::clone(registry),
         });
     }
-    opts
+    Ok(opts)
 }
 
 /// Database-wide options: the column-family options plus the shared budget and threads.
-fn db_options(o: &DbOptions, budget: &MemoryBudget) -> Options {
-    let mut opts = cf_options(o, budget);
+fn db_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
+    let mut opts = cf_options(o, budget)?;
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
     opts.set_write_buffer_manager(&budget.write_buffers);
     opts.set_max_background_jobs(o.max_background_jobs);
     opts.set_keep_log_file_num(2);
-    opts
+    Ok(opts)
 }
 
 /// RocksDB options exactly as rockstate builds them, for benchmarks that compare a raw
 /// rust-rocksdb database against rockstate under identical settings.
 #[doc(hidden)]
-pub fn rocksdb_options_for_benchmarks(o: &DbOptions, budget: &MemoryBudget) -> Options {
+pub fn rocksdb_options_for_benchmarks(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
     db_options(o, budget)
 }
 
@@ -286,7 +295,7 @@ impl Db {
     /// Opens (or creates) the database at `path` with every column family it already has.
     pub(crate) fn open(path: &Path, options: &DbOptions, budget: &MemoryBudget) -> Result<Arc<Db>> {
         options.validate()?;
-        let opts = db_options(options, budget);
+        let opts = db_options(options, budget)?;
         let mut existing = if path.join("CURRENT").exists() {
             DBWithThreadMode::<MultiThreaded>::list_cf(&opts, path)?
         } else {
@@ -300,12 +309,15 @@ impl Db {
             existing.insert(0, rocksdb::DEFAULT_COLUMN_FAMILY_NAME.to_string());
         }
         let filters = FilterRegistry::default();
-        let descriptors = existing.iter().map(|name| {
-            rocksdb::ColumnFamilyDescriptor::new(
-                name,
-                state_cf_options(options, budget, name, &filters),
-            )
-        });
+        let descriptors = existing
+            .iter()
+            .map(|name| {
+                Ok(rocksdb::ColumnFamilyDescriptor::new(
+                    name,
+                    state_cf_options(options, budget, name, &filters)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let db = DBWithThreadMode::<MultiThreaded>::open_cf_descriptors(&opts, path, descriptors)?;
         let cf_names = parking_lot::Mutex::new(existing.clone());
         let mut write = WriteOptions::default();
@@ -349,7 +361,7 @@ impl Db {
         }
         self.db.create_cf(
             name,
-            &state_cf_options(&self.options, &self.budget, name, &self.filters),
+            &state_cf_options(&self.options, &self.budget, name, &self.filters)?,
         )?;
         self.cf_names.lock().push(name.to_string());
         self.cf(name)

@@ -49,6 +49,11 @@ pub struct DbOptions {
     /// entry): a point read of a key that is not in the memtable skips the skip-list search,
     /// which is the costliest part of reads right after writes (read-modify-write).
     pub memtable_bloom_ratio: f64,
+    /// Memtable inserts remember, per key-group prefix (the first two key bytes), where the last
+    /// insert went and start the next search there. Default on: keys that arrive in ascending
+    /// order within a key group (sequence numbers, timestamps, the bulk load of a restore) then
+    /// skip most of the skip-list search; random keys pay one small hash lookup.
+    pub memtable_insert_hint: bool,
 }
 
 impl Default for DbOptions {
@@ -65,6 +70,7 @@ impl Default for DbOptions {
             target_file_size_base: 64 << 20,
             max_value_bytes: 64 << 20,
             memtable_bloom_ratio: 0.02,
+            memtable_insert_hint: true,
         }
     }
 }

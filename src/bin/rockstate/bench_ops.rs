@@ -232,7 +232,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
 
     let open_raw = |name: &str, same_layout: bool| -> rockstate::Result<Raw> {
         let budget = MemoryBudget::new(budget_config.clone())?;
-        let opts = rockstate::rocksdb_options_for_benchmarks(&options, &budget);
+        let opts = rockstate::rocksdb_options_for_benchmarks(&options, &budget)?;
         let db = rocksdb::DB::open(&opts, dir.path().join(name))
             .map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
         let mut write = rocksdb::WriteOptions::default();
