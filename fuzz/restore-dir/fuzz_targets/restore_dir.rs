@@ -2,6 +2,8 @@
 //! error or exactly the state of a completed checkpoint. See `harness.rs`.
 #![no_main]
 
+// The replay test uses more of the harness than the fuzz target does.
+#[allow(dead_code)]
 #[path = "../harness.rs"]
 mod harness;
 

@@ -51,6 +51,9 @@ pub struct CheckpointArgs {
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Overrides of the RocksDB options as JSON, e.g. `{"write_buffer_size":33554432}`.
+    #[arg(long)]
+    options: Option<String>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -127,7 +130,10 @@ fn open_run<'a>(
 ) -> rockstate::Result<(Run<'a>, Arc<LocalStorage>)> {
     let storage = Arc::new(LocalStorage::new(root.join(format!("storage-{mode}")))?);
     let backend = KeyedBackend::builder(root.join(format!("db-{mode}")))
-        .options(DbOptions::default())
+        .options(crate::bench_ops::parse_override::<DbOptions>(
+            "--options",
+            args.options.as_deref(),
+        )?)
         .memory_budget(budget.clone())
         .checkpoint_storage(storage.clone())
         .checkpoint_options(CheckpointOptions {

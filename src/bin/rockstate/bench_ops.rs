@@ -33,7 +33,7 @@ pub struct OpsArgs {
 }
 
 /// Parses a JSON override of a serde-default settings struct.
-fn parse_override<T: serde::de::DeserializeOwned + Default>(
+pub(crate) fn parse_override<T: serde::de::DeserializeOwned + Default>(
     what: &'static str,
     json: Option<&str>,
 ) -> rockstate::Result<T> {
