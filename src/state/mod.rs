@@ -329,27 +329,37 @@ impl StateCore {
     pub(crate) fn scan_key_group(
         &self,
         key_group: u16,
-        mut f: impl FnMut(RawEntry<'_>) -> Result<bool>,
+        f: impl FnMut(RawEntry<'_>) -> Result<bool>,
     ) -> Result<()> {
-        let mut lower = Vec::new();
-        keygroup::write_prefix(&mut lower, key_group, self.max_parallelism);
-        let upper = codec::prefix_end(&lower);
-        self.table.scan(&lower, upper.as_deref(), |k, v| {
-            let StoredKey {
-                key_group,
-                key,
-                namespace,
-                suffix,
-            } = codec::split_key(k, self.max_parallelism)?;
-            f(RawEntry {
-                key_group,
-                key,
-                namespace,
-                suffix,
-                value: v,
-            })
-        })
+        scan_key_group(&self.table, self.max_parallelism, key_group, f)
     }
+}
+
+/// Visits every stored entry of key group `key_group` in `table` in key order.
+pub(crate) fn scan_key_group(
+    table: &Table,
+    max_parallelism: u32,
+    key_group: u16,
+    mut f: impl FnMut(RawEntry<'_>) -> Result<bool>,
+) -> Result<()> {
+    let mut lower = Vec::new();
+    keygroup::write_prefix(&mut lower, key_group, max_parallelism);
+    let upper = codec::prefix_end(&lower);
+    table.scan(&lower, upper.as_deref(), |k, v| {
+        let StoredKey {
+            key_group,
+            key,
+            namespace,
+            suffix,
+        } = codec::split_key(k, max_parallelism)?;
+        f(RawEntry {
+            key_group,
+            key,
+            namespace,
+            suffix,
+            value: v,
+        })
+    })
 }
 
 /// Serializes `value` with postcard into a stack buffer (heap only when larger) and calls `f`.
