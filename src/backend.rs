@@ -25,9 +25,9 @@ use crate::heap::HeapTable;
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::{DbOptions, MemoryBudgetConfig};
 use crate::state::{
-    AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
-    RawMapState, RawValueState, ReducingState, StateCore, StateDescriptor, StateKind, StateMeta,
-    TtlRuntime, ValueState,
+    AggregateFunction, AggregatingState, CodecId, IncrementalCleanup, ListState, MapState,
+    RawEntry, RawListState, RawMapState, RawValueState, ReducingState, StateCore, StateDescriptor,
+    StateKind, StateMeta, TtlRuntime, ValueState,
 };
 use crate::storage::CheckpointStorage;
 use crate::store::Table;
@@ -95,6 +95,7 @@ pub struct BackendBuilder {
     checkpoint_storage: Option<Arc<dyn CheckpointStorage>>,
     checkpoint_options: CheckpointOptions,
     kind: BackendKind,
+    incremental_cleanup: usize,
 }
 
 /// Where a backend keeps its state.
@@ -112,6 +113,16 @@ impl BackendBuilder {
     /// Where state lives (default [`BackendKind::RocksDb`]).
     pub fn kind(mut self, kind: BackendKind) -> Self {
         self.kind = kind;
+        self
+    }
+
+    /// Heap backend only: on every TTL-state write and point read, also examine the next
+    /// `entries` entries of that state (a cursor walks the state round-robin) and remove the
+    /// expired ones, like Flink's `cleanupIncrementally`. Default 0: off (expired entries go
+    /// when read or, in savepoints, when snapshotted). Non-zero on RocksDB is
+    /// [`Error::InvalidOption`]: its compaction filter does this job there.
+    pub fn heap_incremental_cleanup(mut self, entries: usize) -> Self {
+        self.incremental_cleanup = entries;
         self
     }
 
@@ -166,6 +177,12 @@ impl BackendBuilder {
         }
         let (engine, meta) = match self.kind {
             BackendKind::RocksDb => {
+                if self.incremental_cleanup > 0 {
+                    return Err(Error::InvalidOption {
+                        name: "heap_incremental_cleanup",
+                        detail: "only the heap backend cleans up incrementally".into(),
+                    });
+                }
                 let budget = match self.budget {
                     Some(b) => b,
                     None => process_budget()?,
@@ -231,6 +248,7 @@ impl BackendBuilder {
                 key_groups,
                 max_parallelism: self.max_parallelism,
                 max_value_bytes: self.options.max_value_bytes,
+                incremental_cleanup: self.incremental_cleanup,
                 states: Mutex::new(BTreeMap::new()),
                 list_seq,
                 clock: self.clock,
@@ -276,6 +294,8 @@ struct Inner {
     key_groups: KeyGroupRange,
     max_parallelism: u32,
     max_value_bytes: usize,
+    /// Entries examined per access by heap incremental TTL cleanup (0: off).
+    incremental_cleanup: usize,
     states: Mutex<BTreeMap<String, Arc<StateCore>>>,
     list_seq: Arc<SequenceAllocator>,
     clock: Arc<dyn Clock>,
@@ -315,6 +335,7 @@ impl KeyedBackend {
             checkpoint_storage: None,
             checkpoint_options: CheckpointOptions::default(),
             kind: BackendKind::RocksDb,
+            incremental_cleanup: 0,
         }
     }
 
@@ -412,6 +433,11 @@ impl KeyedBackend {
             max_parallelism: self.inner.max_parallelism,
             max_value_bytes: self.inner.max_value_bytes,
             list_seq: Arc::clone(&self.inner.list_seq),
+            incremental: ttl
+                .as_ref()
+                .filter(|t| t.config.update_type != UpdateType::Disabled)
+                .filter(|_| self.inner.incremental_cleanup > 0)
+                .map(|_| IncrementalCleanup::new(self.inner.incremental_cleanup)),
             ttl,
         }
     }

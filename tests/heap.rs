@@ -1,7 +1,7 @@
 //! The heap backend: savepoints move state heap → RocksDB → heap at other parallelisms with
 //! every state kind and namespaces; a copy-on-write snapshot sees exactly the state at snapshot
-//! time while the task keeps writing; TTL cleanup on read and in full snapshots; checkpoints
-//! are a typed `Unsupported`.
+//! time while the task keeps writing; TTL cleanup on read, incremental and in full snapshots;
+//! checkpoints are a typed `Unsupported`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -503,4 +503,50 @@ fn heap_checkpoints_and_rocksdb_full_snapshots_are_unsupported() {
     assert!(matches!(heap.snapshot(1), Err(Error::Unsupported(_))));
     let rocks = KeyedBackend::builder(dir.path().join("db")).open().unwrap();
     assert!(matches!(rocks.full_snapshot(), Err(Error::Unsupported(_))));
+}
+
+#[test]
+fn heap_incremental_cleanup_removes_expired_entries_nobody_reads() {
+    let run = |entries: usize| {
+        let clock = ManualClock::new(0);
+        let b = KeyedBackend::heap_builder()
+            .clock(Arc::new(clock.clone()))
+            .heap_incremental_cleanup(entries)
+            .open()
+            .unwrap();
+        let desc = ttl_desc(
+            "v",
+            UpdateType::OnCreateAndWrite,
+            Visibility::NeverReturnExpired,
+        );
+        let v = b.value_state::<u32, (), u32>(desc).unwrap();
+        let plain = b.value_state::<u32, (), u32>("plain").unwrap();
+        for i in 0..20 {
+            v.put(&i, &(), &i).unwrap();
+            plain.put(&i, &(), &i).unwrap();
+        }
+        clock.advance(Duration::from_secs(11)); // all 20 expired, none is read again
+        for _ in 0..10 {
+            v.put(&100, &(), &1).unwrap(); // each access examines `entries` more entries
+        }
+        (
+            stored(&b, "v"),
+            b.ttl_stats("v").unwrap(),
+            stored(&b, "plain"),
+        )
+    };
+    let (left, stats, plain) = run(5);
+    assert_eq!(left, 1, "only the live entry is left");
+    assert_eq!(stats.dropped_incrementally, 20);
+    assert_eq!(stats.dropped_on_read, 0);
+    assert_eq!(plain, 20, "states without TTL are untouched");
+    let (left, stats, _) = run(0);
+    assert_eq!(left, 21, "off: nothing removed");
+    assert_eq!(stats.dropped_incrementally, 0);
+    assert!(matches!(
+        KeyedBackend::builder(tempfile::tempdir().unwrap().path())
+            .heap_incremental_cleanup(5)
+            .open(),
+        Err(Error::InvalidOption { .. })
+    ));
 }
