@@ -57,7 +57,10 @@ fn check(parts: &[(Vec<u64>, Vec<u16>)], rules: &[String], new: &[OperatorState]
     }
 }
 
-fn parts_strategy() -> impl Strategy<Value = (Vec<(Vec<u64>, Vec<u16>)>, Vec<String>, usize)> {
+/// Old instances' (split offsets, union elements), the broadcast rules, the new parallelism.
+type Case = (Vec<(Vec<u64>, Vec<u16>)>, Vec<String>, usize);
+
+fn parts_strategy() -> impl Strategy<Value = Case> {
     (
         proptest::collection::vec(
             (
