@@ -367,7 +367,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
     })?;
     let stats = stats?;
     println!(
-        "heap_snapshot blocked_ms={:.3} total_ms={:.0} blocked_min_ms={:.3} entries={} file_bytes={} task_updates_during={} task_update_ops_s_during={:.0}",
+        "heap_snapshot blocked_ms={:.4} total_ms={:.0} blocked_min_ms={:.4} entries={} file_bytes={} task_updates_during={} task_update_ops_s_during={:.0}",
         blocked.as_secs_f64() * 1e3,
         total.as_secs_f64() * 1e3,
         blocked_min.as_secs_f64() * 1e3,
