@@ -1,7 +1,9 @@
-//! The keyed backend: opening a RocksDB instance for one key-group range, the registry of
-//! states (one column family each, metadata persisted and checked), and the handles.
+//! The keyed backend: opening a RocksDB instance (or, with [`BackendKind::Heap`], in-memory
+//! tables) for one key-group range, the registry of states (one column family or heap table
+//! each, metadata persisted and checked), and the handles.
 //!
-//! Metadata lives in RocksDB's default column family:
+//! Metadata lives in RocksDB's default column family (the heap backend keeps the same keys in
+//! a metadata heap table):
 //! `backend` → [`BackendMeta`], `state/<name>` → [`StateMeta`], `list-seq` → u64 BE high-water
 //! mark of list element sequences. All values are postcard.
 
@@ -17,14 +19,15 @@ use crate::checkpoint::registry::{Checkpointer, RestoredBase};
 use crate::checkpoint::{CheckpointOptions, RestoreFrom};
 use crate::codec;
 use crate::db::TtlFilter;
-use crate::db::{Cf, Db, MemoryBudget};
+use crate::db::{Db, MemoryBudget};
 use crate::error::{Error, Result};
+use crate::heap::HeapTable;
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::{DbOptions, MemoryBudgetConfig};
 use crate::state::{
-    AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
-    RawMapState, RawValueState, ReducingState, StateCore, StateDescriptor, StateKind, StateMeta,
-    TtlRuntime, ValueState,
+    AggregateFunction, AggregatingState, CodecId, IncrementalCleanup, ListState, MapState,
+    RawEntry, RawListState, RawMapState, RawValueState, ReducingState, StateCore, StateDescriptor,
+    StateKind, StateMeta, TtlRuntime, ValueState,
 };
 use crate::storage::CheckpointStorage;
 use crate::store::Table;
@@ -58,7 +61,7 @@ pub(crate) struct SequenceAllocator {
     reserved: AtomicU64,
     /// Serializes persisting a new reservation.
     reserving: Mutex<()>,
-    meta: Cf,
+    meta: Table,
 }
 
 const SEQ_BLOCK: u64 = 1 << 16;
@@ -91,9 +94,38 @@ pub struct BackendBuilder {
     clock: Arc<dyn Clock>,
     checkpoint_storage: Option<Arc<dyn CheckpointStorage>>,
     checkpoint_options: CheckpointOptions,
+    kind: BackendKind,
+    incremental_cleanup: usize,
+}
+
+/// Where a backend keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// RocksDB on local disk (the default).
+    #[default]
+    RocksDb,
+    /// In memory, in copy-on-write ordered maps with RocksDB's byte layout (docs/heap-backend.md).
+    /// Nothing is written to the builder's path; state survives only through savepoints.
+    Heap,
 }
 
 impl BackendBuilder {
+    /// Where state lives (default [`BackendKind::RocksDb`]).
+    pub fn kind(mut self, kind: BackendKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Heap backend only: on every TTL-state write and point read, also examine the next
+    /// `entries` entries of that state (a cursor walks the state round-robin) and remove the
+    /// expired ones, like Flink's `cleanupIncrementally`. Default 0: off (expired entries go
+    /// when read or, in savepoints, when snapshotted). Non-zero on RocksDB is
+    /// [`Error::InvalidOption`]: its compaction filter does this job there.
+    pub fn heap_incremental_cleanup(mut self, entries: usize) -> Self {
+        self.incremental_cleanup = entries;
+        self
+    }
+
     /// The processing-time clock TTL uses (default: the wall clock). Tests inject a
     /// [`ManualClock`] so they never sleep.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -143,13 +175,36 @@ impl BackendBuilder {
                 self.max_parallelism
             )));
         }
-        let budget = match self.budget {
-            Some(b) => b,
-            None => process_budget()?,
+        let (engine, meta) = match self.kind {
+            BackendKind::RocksDb => {
+                if self.incremental_cleanup > 0 {
+                    return Err(Error::InvalidOption {
+                        name: "heap_incremental_cleanup",
+                        detail: "only the heap backend cleans up incrementally".into(),
+                    });
+                }
+                let budget = match self.budget {
+                    Some(b) => b,
+                    None => process_budget()?,
+                };
+                std::fs::create_dir_all(&self.path).map_err(|e| Error::io(&self.path, e))?;
+                let db = Db::open(&self.path, &self.options, &budget)?;
+                let meta = Table::Rocks(db.default_cf()?);
+                (Engine::Rocks(db), meta)
+            }
+            BackendKind::Heap => {
+                if self.checkpoint_storage.is_some() || restored.is_some() {
+                    return Err(Error::Unsupported(
+                        "checkpoints of the heap backend (use savepoints)".into(),
+                    ));
+                }
+                let engine = Engine::Heap {
+                    path: self.path.clone(),
+                    tables: Mutex::new(BTreeMap::new()),
+                };
+                (engine, Table::Heap(HeapTable::new()))
+            }
         };
-        std::fs::create_dir_all(&self.path).map_err(|e| Error::io(&self.path, e))?;
-        let db = Db::open(&self.path, &self.options, &budget)?;
-        let meta = db.default_cf()?;
         let wanted = BackendMeta {
             version: BACKEND_META_VERSION,
             max_parallelism: self.max_parallelism,
@@ -171,12 +226,15 @@ impl BackendBuilder {
             Some(Ok(b)) => u64::from_be_bytes(b),
             Some(Err(_)) => return Err(Error::decode("list sequence", "not 8 bytes")),
         };
-        let (backend_id, checkpointer) = crate::checkpoint::attach(
-            &meta,
-            self.checkpoint_storage,
-            &self.checkpoint_options,
-            restored,
-        )?;
+        let (backend_id, checkpointer) = match &meta {
+            Table::Rocks(cf) => crate::checkpoint::attach(
+                cf,
+                self.checkpoint_storage,
+                &self.checkpoint_options,
+                restored,
+            )?,
+            Table::Heap(_) => (crate::checkpoint::layout::new_backend_id(), None),
+        };
         let list_seq = Arc::new(SequenceAllocator {
             next: AtomicU64::new(reserved),
             reserved: AtomicU64::new(reserved),
@@ -185,11 +243,12 @@ impl BackendBuilder {
         });
         Ok(KeyedBackend {
             inner: Arc::new(Inner {
-                db,
+                engine,
                 meta,
                 key_groups,
                 max_parallelism: self.max_parallelism,
                 max_value_bytes: self.options.max_value_bytes,
+                incremental_cleanup: self.incremental_cleanup,
                 states: Mutex::new(BTreeMap::new()),
                 list_seq,
                 clock: self.clock,
@@ -210,17 +269,33 @@ fn process_budget() -> Result<MemoryBudget> {
     Ok(BUDGET.get_or_init(|| budget).clone())
 }
 
-fn read_meta<T: DeserializeOwned>(meta: &Cf, key: &[u8], what: &'static str) -> Result<Option<T>> {
+fn read_meta<T: DeserializeOwned>(
+    meta: &Table,
+    key: &[u8],
+    what: &'static str,
+) -> Result<Option<T>> {
     meta.get_with(key, |b| codec::decode::<T>(b, what))?
         .transpose()
 }
 
+/// The storage engine behind a backend.
+enum Engine {
+    Rocks(Arc<Db>),
+    Heap {
+        path: PathBuf,
+        /// One table per state, by state name.
+        tables: Mutex<BTreeMap<String, HeapTable>>,
+    },
+}
+
 struct Inner {
-    db: Arc<Db>,
-    meta: Cf,
+    engine: Engine,
+    meta: Table,
     key_groups: KeyGroupRange,
     max_parallelism: u32,
     max_value_bytes: usize,
+    /// Entries examined per access by heap incremental TTL cleanup (0: off).
+    incremental_cleanup: usize,
     states: Mutex<BTreeMap<String, Arc<StateCore>>>,
     list_seq: Arc<SequenceAllocator>,
     clock: Arc<dyn Clock>,
@@ -229,8 +304,8 @@ struct Inner {
     checkpointer: Option<Arc<Checkpointer>>,
 }
 
-/// Keyed state of one operator instance: the key groups it owns, on one RocksDB instance.
-/// Cheap to clone; handles stay valid as long as any clone or handle lives.
+/// Keyed state of one operator instance: the key groups it owns, on one RocksDB instance (or
+/// in memory, [`BackendKind::Heap`]). Cheap to clone; handles stay valid as long as any clone or handle lives.
 #[derive(Clone)]
 pub struct KeyedBackend {
     inner: Arc<Inner>,
@@ -239,7 +314,8 @@ pub struct KeyedBackend {
 impl std::fmt::Debug for KeyedBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedBackend")
-            .field("path", &self.inner.db.path())
+            .field("path", &self.path())
+            .field("kind", &self.kind())
             .field("key_groups", &self.inner.key_groups)
             .field("max_parallelism", &self.inner.max_parallelism)
             .finish()
@@ -258,6 +334,21 @@ impl KeyedBackend {
             clock: Arc::new(SystemClock),
             checkpoint_storage: None,
             checkpoint_options: CheckpointOptions::default(),
+            kind: BackendKind::RocksDb,
+            incremental_cleanup: 0,
+        }
+    }
+
+    /// Starts configuring a heap backend ([`BackendKind::Heap`]); its path is empty.
+    pub fn heap_builder() -> BackendBuilder {
+        Self::builder("").kind(BackendKind::Heap)
+    }
+
+    /// Where this backend keeps its state.
+    pub fn kind(&self) -> BackendKind {
+        match self.inner.engine {
+            Engine::Rocks(_) => BackendKind::RocksDb,
+            Engine::Heap { .. } => BackendKind::Heap,
         }
     }
 
@@ -271,9 +362,12 @@ impl KeyedBackend {
         self.inner.max_parallelism
     }
 
-    /// The database directory.
+    /// The database directory (for a heap backend: the builder's path, unused).
     pub fn path(&self) -> &Path {
-        self.inner.db.path()
+        match &self.inner.engine {
+            Engine::Rocks(db) => db.path(),
+            Engine::Heap { path, .. } => path,
+        }
     }
 
     /// Metadata of every state persisted in this backend, registered in this session or not.
@@ -290,8 +384,8 @@ impl KeyedBackend {
     }
 
     /// Checks `requested` against the persisted metadata of its state (persisting it when new)
-    /// and returns the state's column family.
-    fn persist_state(&self, requested: &StateMeta) -> Result<Cf> {
+    /// and returns the state's table (column family or heap table).
+    fn persist_state(&self, requested: &StateMeta) -> Result<Table> {
         let name = requested.name.as_str();
         if name.is_empty() || name.len() > MAX_STATE_NAME {
             return Err(Error::InvalidStateName(name.to_string()));
@@ -307,7 +401,14 @@ impl KeyedBackend {
                 &codec::encode(requested, "state metadata")?,
             )?,
         }
-        self.inner.db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))
+        match &self.inner.engine {
+            Engine::Rocks(db) => Ok(Table::Rocks(
+                db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?,
+            )),
+            Engine::Heap { tables, .. } => Ok(Table::Heap(
+                tables.lock().entry(name.to_string()).or_default().clone(),
+            )),
+        }
     }
 
     /// A handle core for persisted state `meta`: the registered one if registered in this
@@ -320,18 +421,23 @@ impl KeyedBackend {
             }
             return Ok(Arc::clone(core));
         }
-        let cf = self.persist_state(meta)?;
-        Ok(Arc::new(self.new_core(cf, meta.clone(), None)))
+        let table = self.persist_state(meta)?;
+        Ok(Arc::new(self.new_core(table, meta.clone(), None)))
     }
 
-    fn new_core(&self, cf: Cf, meta: StateMeta, ttl: Option<TtlRuntime>) -> StateCore {
+    fn new_core(&self, table: Table, meta: StateMeta, ttl: Option<TtlRuntime>) -> StateCore {
         StateCore {
-            table: Table::Rocks(cf),
+            table,
             meta,
             key_groups: self.inner.key_groups,
             max_parallelism: self.inner.max_parallelism,
             max_value_bytes: self.inner.max_value_bytes,
             list_seq: Arc::clone(&self.inner.list_seq),
+            incremental: ttl
+                .as_ref()
+                .filter(|t| t.config.update_type != UpdateType::Disabled)
+                .filter(|_| self.inner.incremental_cleanup > 0)
+                .map(|_| IncrementalCleanup::new(self.inner.incremental_cleanup)),
             ttl,
         }
     }
@@ -357,7 +463,7 @@ impl KeyedBackend {
             }
             return Ok(Arc::clone(core));
         }
-        let cf = self.persist_state(&requested)?;
+        let table = self.persist_state(&requested)?;
         let ttl = desc.ttl.map(|config| {
             let clock: Arc<dyn Clock> = match config.time_domain {
                 TimeDomain::ProcessingTime => Arc::clone(&self.inner.clock),
@@ -370,7 +476,7 @@ impl KeyedBackend {
                 config,
             }
         });
-        if let Some(t) = &ttl {
+        if let (Some(t), Table::Rocks(cf)) = (&ttl, &table) {
             if t.config.cleanup.compaction_filter && t.config.update_type != UpdateType::Disabled {
                 cf.set_ttl_filter(
                     TtlFilter {
@@ -383,7 +489,7 @@ impl KeyedBackend {
                 )?;
             }
         }
-        let core = Arc::new(self.new_core(cf, requested, ttl));
+        let core = Arc::new(self.new_core(table, requested, ttl));
         states.insert(name.to_string(), Arc::clone(&core));
         Ok(core)
     }
@@ -548,27 +654,36 @@ impl KeyedBackend {
     }
 
     /// Compacts every column family of registered state `name` fully, the way RocksDB's
-    /// background compaction would eventually, running the TTL filter over every entry.
+    /// background compaction would eventually, running the TTL filter over every entry. A
+    /// no-op on the heap backend (no compaction filter there; see docs/heap-backend.md).
     pub fn compact_state(&self, name: &str) -> Result<()> {
         self.registered(name)?.table.compact_all()
     }
 
     /// A RocksDB integer property of state `name`'s column family, e.g.
-    /// `rocksdb.estimate-num-keys` or `rocksdb.live-sst-files-size`.
+    /// `rocksdb.estimate-num-keys` or `rocksdb.live-sst-files-size`. The heap backend answers
+    /// only `rocksdb.estimate-num-keys` (exactly) and `None` for the rest.
     pub fn state_property(&self, name: &str, property: &str) -> Result<Option<u64>> {
         self.registered(name)?.table.property_u64(property)
     }
 
     /// Flushes memtables to disk. With the WAL off (the default), state written since the last
     /// flush or checkpoint is lost on a crash; `close` flushes too.
+    /// A no-op on the heap backend.
     pub fn flush(&self) -> Result<()> {
-        self.inner.db.flush_all()
+        match &self.inner.engine {
+            Engine::Rocks(db) => db.flush_all(),
+            Engine::Heap { .. } => Ok(()),
+        }
     }
 
     /// Flushes memtables and waits until RocksDB has no compaction pending or running (for
     /// benchmarks and tests that want a quiescent database).
     pub fn wait_for_compactions(&self) -> Result<()> {
-        self.inner.db.wait_for_compactions()
+        match &self.inner.engine {
+            Engine::Rocks(db) => db.wait_for_compactions(),
+            Engine::Heap { .. } => Ok(()),
+        }
     }
 
     /// Flushes and closes this handle (the database closes when the last clone and state handle
@@ -613,6 +728,11 @@ impl BackendBuilder {
     /// backend id and keeps the checkpoint's files as its reuse base, so its next checkpoint
     /// is incremental.
     pub fn restore(self, from: RestoreFrom) -> Result<KeyedBackend> {
+        if self.kind == BackendKind::Heap {
+            return Err(Error::Unsupported(
+                "checkpoints of the heap backend (use savepoints)".into(),
+            ));
+        }
         crate::restore::restore(self, from)
     }
 
@@ -647,7 +767,13 @@ impl KeyedBackend {
         self.inner.checkpointer.as_ref()
     }
 
-    pub(crate) fn database(&self) -> &Arc<Db> {
-        &self.inner.db
+    /// The RocksDB instance; [`Error::Unsupported`] for a heap backend.
+    pub(crate) fn database(&self) -> Result<&Arc<Db>> {
+        match &self.inner.engine {
+            Engine::Rocks(db) => Ok(db),
+            Engine::Heap { .. } => Err(Error::Unsupported(
+                "checkpoints of the heap backend (use savepoints)".into(),
+            )),
+        }
     }
 }

@@ -165,6 +165,10 @@ pub enum Error {
     /// A restore target directory already holds files.
     #[error("restore target {0} is not empty")]
     RestoreTargetNotEmpty(PathBuf),
+    /// The operation is not available on this kind of backend (e.g. checkpoints of the heap
+    /// backend).
+    #[error("not supported: {0}")]
+    Unsupported(String),
     /// An on-disk format error from the `sst-format` crate.
     #[error(transparent)]
     Format(#[from] sst_format::Error),

@@ -25,6 +25,7 @@ pub mod checkpoint;
 pub mod codec;
 mod db;
 pub mod error;
+mod heap;
 pub mod keygroup;
 pub mod operator_state;
 pub mod options;
@@ -35,7 +36,7 @@ pub mod storage;
 mod store;
 pub mod ttl;
 
-pub use backend::{BackendBuilder, KeyedBackend};
+pub use backend::{BackendBuilder, BackendKind, KeyedBackend};
 pub use checkpoint::{
     verify_checkpoints, CheckpointOptions, CheckpointStats, PendingSnapshot, RestoreFrom,
     SweepStats,

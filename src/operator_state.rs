@@ -7,7 +7,9 @@
 //! - **Broadcast**: every old instance holds the same copy (checked), every new one gets it.
 //!
 //! The state is plain data, stored in checkpoint manifests and savepoint headers as
-//! `sst_format::OperatorListState`.
+//! `sst_format::OperatorListState`. To rescale, read every old instance's state
+//! ([`crate::checkpoint::read_operator_states`] or [`crate::savepoint::read_operator_states`],
+//! which order the instances and check none is missing) and call [`redistribute`].
 
 use std::collections::BTreeMap;
 
@@ -16,6 +18,7 @@ pub use sst_format::{OperatorListState, RedistributionMode};
 
 use crate::codec;
 use crate::error::{Error, Result};
+use crate::keygroup::KeyGroupRange;
 
 /// The operator state of one operator instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -176,6 +179,33 @@ pub fn redistribute(old: &[OperatorState], new_parallelism: usize) -> Result<Vec
         }
     }
     Ok(out)
+}
+
+/// Orders the operator states of one operator's instances by their key-group ranges and checks
+/// that the ranges tile `[0, max_parallelism)` exactly, so that no instance's state is missing
+/// or counted twice before [`redistribute`].
+pub(crate) fn in_instance_order(
+    mut parts: Vec<(KeyGroupRange, OperatorState)>,
+    max_parallelism: u32,
+) -> Result<Vec<OperatorState>> {
+    parts.sort_by_key(|(r, _)| (r.start, r.end));
+    let mut next: u32 = 0;
+    for (range, _) in &parts {
+        if u32::from(range.start) != next {
+            return Err(Error::InvalidKeyGroups(format!(
+                "operator state of instances: key groups from {next} expected, next instance \
+                 holds {range} (an instance is missing or appears twice)"
+            )));
+        }
+        next = u32::from(range.end) + 1;
+    }
+    if next != max_parallelism {
+        return Err(Error::InvalidKeyGroups(format!(
+            "operator state of instances covers key groups [0, {next}) of {max_parallelism}: \
+             an instance is missing"
+        )));
+    }
+    Ok(parts.into_iter().map(|(_, s)| s).collect())
 }
 
 #[cfg(test)]

@@ -7,20 +7,28 @@
 //! states registered with their TTL settings in this session are filtered: the TTL duration is
 //! not persisted). List elements are written with their position; restore gives them fresh
 //! sequence numbers in the same order.
+//!
+//! The heap backend writes the same format from a [`FullSnapshot`]: a copy-on-write view taken
+//! in O(number of states) on the task thread and serialized on any thread while the task keeps
+//! writing (docs/heap-backend.md). State therefore moves between the heap and RocksDB backends,
+//! both ways and at any parallelism, through a savepoint.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use sst_format::{
     SavepointEntry, SavepointHeader, SavepointReader, SavepointStats, SavepointWriter,
 };
 
-use crate::backend::KeyedBackend;
+use crate::backend::{BackendKind, KeyedBackend};
 use crate::codec;
 use crate::error::{Error, Result};
+use crate::keygroup::KeyGroupRange;
 use crate::operator_state::OperatorState;
-use crate::state::{KeyBuf, StateKind};
+use crate::state::{self, KeyBuf, StateKind, StateMeta};
+use crate::store::Table;
 use crate::ttl;
 
 /// zstd level of savepoint blocks: fast to write, still compact.
@@ -40,23 +48,231 @@ impl KeyedBackend {
         self.write_savepoint_with(path, &OperatorState::new())
     }
 
-    /// [`KeyedBackend::write_savepoint`], also storing the operator's non-keyed state.
+    /// [`KeyedBackend::write_savepoint`], also storing the operator's non-keyed state. On the
+    /// heap backend this is [`KeyedBackend::full_snapshot`] then
+    /// [`FullSnapshot::write_savepoint`] on the calling thread.
     pub fn write_savepoint_with(
         &self,
         path: &Path,
         operator_state: &OperatorState,
     ) -> Result<SavepointStats> {
-        let metas = self.states()?;
-        let cores = metas
-            .iter()
-            .map(|m| self.core_for(m))
-            .collect::<Result<Vec<_>>>()?;
-        let range = self.key_groups();
-        let header = SavepointHeader {
+        self.snapshot_view()?.write_savepoint(path, operator_state)
+    }
+
+    /// A point-in-time view of a heap backend's keyed state for a savepoint, taken
+    /// copy-on-write: every state's map is cloned in O(1) and the current time is fixed for
+    /// full-snapshot TTL cleanup, so the view holds exactly the state at this call. Move it to
+    /// another thread and call [`FullSnapshot::write_savepoint`] while the task keeps writing.
+    /// A RocksDB backend answers [`Error::Unsupported`]: use [`KeyedBackend::write_savepoint`]
+    /// or checkpoints there.
+    pub fn full_snapshot(&self) -> Result<FullSnapshot> {
+        if self.kind() != BackendKind::Heap {
+            return Err(Error::Unsupported(
+                "full_snapshot of a RocksDB backend (use write_savepoint or snapshot)".into(),
+            ));
+        }
+        self.snapshot_view()
+    }
+
+    /// Every state's metadata, table view and TTL expiry rule as of now.
+    fn snapshot_view(&self) -> Result<FullSnapshot> {
+        let start = Instant::now();
+        let mut states = Vec::new();
+        for meta in self.states()? {
+            let core = self.core_for(&meta)?;
+            let expiry = core
+                .ttl
+                .as_ref()
+                .filter(|t| t.config.cleanup.full_snapshot)
+                .map(|t| (t.ttl_ms, t.clock.now_ms()));
+            states.push(SnapshotState {
+                table: core.table.frozen(),
+                meta,
+                expiry,
+            });
+        }
+        Ok(FullSnapshot {
             max_parallelism: self.max_parallelism(),
-            key_group_start: range.start,
-            key_group_end: range.end,
-            states: metas,
+            key_groups: self.key_groups(),
+            states,
+            taken_in: start.elapsed(),
+        })
+    }
+
+    /// Loads the savepoint at `path` into this backend, which must hold no state yet. Only key
+    /// groups in this backend's range are loaded, so any parallelism works; the max parallelism
+    /// must match. Every block is verified before anything is written: a corrupt savepoint is
+    /// a typed error and leaves the backend's data untouched.
+    pub fn restore_savepoint(&self, path: &Path) -> Result<SavepointStats> {
+        self.restore_savepoints(&[path])
+    }
+
+    /// Loads the savepoints of several old instances (one file each, e.g. the two halves of a
+    /// parallelism-2 job) into this empty backend, keeping only this backend's key groups: the
+    /// restore side of rescaling through savepoints. The files' key-group ranges must not
+    /// overlap, their max parallelism must be this backend's, and their state metadata must
+    /// agree. Every block of every file is verified before anything is written.
+    pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
+        if !self.states()?.is_empty() {
+            return Err(Error::InvalidOption {
+                name: "restore_savepoint",
+                detail: "the backend already holds state; restore into an empty backend".into(),
+            });
+        }
+        let max_parallelism = self.max_parallelism();
+        let range = self.key_groups();
+        let mut readers = Vec::with_capacity(paths.len());
+        for path in paths {
+            let file = File::open(path).map_err(|e| Error::io(path, e))?;
+            let reader = SavepointReader::open(BufReader::new(file))?;
+            let h = reader.header();
+            if h.max_parallelism != max_parallelism {
+                return Err(Error::BackendMismatch {
+                    path: path.to_path_buf(),
+                    existing: format!("max parallelism {}", h.max_parallelism),
+                    requested: format!("max parallelism {max_parallelism}"),
+                });
+            }
+            let groups = KeyGroupRange::new(h.key_group_start, h.key_group_end)?;
+            for (other, _) in &readers {
+                if groups.intersect(other).is_some() {
+                    return Err(Error::InvalidKeyGroups(format!(
+                        "savepoint {} holds key groups {groups}, overlapping another one's {other}",
+                        path.display()
+                    )));
+                }
+            }
+            readers.push((groups, reader));
+        }
+        // Verify every block (checksum, decompression, entry structure, key groups) of every
+        // file before writing anything, so a corrupt savepoint leaves the backend untouched.
+        for (_, reader) in &mut readers {
+            let index = reader.index().to_vec();
+            for block in index.iter().filter(|b| range.contains(b.key_group)) {
+                reader.for_each_entry(block, |e| {
+                    if crate::keygroup::key_group_of(e.key, max_parallelism) != block.key_group {
+                        return Err(sst_format::Error::Corrupt {
+                            what: format!(
+                                "savepoint entry stored under key group {} hashes elsewhere",
+                                block.key_group
+                            ),
+                        });
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        let mut stats = SavepointStats::default();
+        for (_, reader) in &mut readers {
+            let cores = reader
+                .header()
+                .states
+                .iter()
+                .map(|m| self.core_for(m))
+                .collect::<Result<Vec<_>>>()?;
+            let index = reader.index().to_vec();
+            for block in index.iter().filter(|b| range.contains(b.key_group)) {
+                let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
+                let mut failure: Option<Error> = None;
+                let read = reader.for_each_entry(block, |e| {
+                    let core = &cores[e.state as usize];
+                    let mut key = KeyBuf::new();
+                    codec::write_key_prefix(
+                        &mut key,
+                        block.key_group,
+                        max_parallelism,
+                        e.key,
+                        e.namespace,
+                    );
+                    match core.meta.kind {
+                        StateKind::List => match core.list_seq.next() {
+                            Ok(seq) => key.extend_from_slice(&seq.to_be_bytes()),
+                            Err(err) => {
+                                failure = Some(err);
+                                return Err(sst_format::Error::Corrupt {
+                                    what: "restore aborted".into(),
+                                });
+                            }
+                        },
+                        _ => key.extend_from_slice(e.suffix),
+                    }
+                    batches[e.state as usize].put(&key, e.value);
+                    stats.entries += 1;
+                    stats.raw_bytes +=
+                        (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
+                    Ok(())
+                });
+                if let Some(err) = failure {
+                    return Err(err);
+                }
+                read?;
+                stats.blocks += 1;
+                for batch in batches {
+                    batch.commit()?;
+                }
+            }
+        }
+        for path in paths {
+            stats.file_bytes += std::fs::metadata(path)
+                .map_err(|e| Error::io(path, e))?
+                .len();
+        }
+        Ok(stats)
+    }
+}
+
+/// The operator state stored in the savepoint at `path` (verified like the rest of the header).
+pub fn read_operator_state(path: &Path) -> Result<OperatorState> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let reader = SavepointReader::open(BufReader::new(file))?;
+    OperatorState::from_snapshot(reader.header().operator_state.clone())
+}
+
+/// One state of a [`FullSnapshot`].
+struct SnapshotState {
+    meta: StateMeta,
+    table: Table,
+    /// `(ttl_ms, now_ms)` when expired entries are dropped while writing.
+    expiry: Option<(u64, u64)>,
+}
+
+/// The keyed state of a heap backend frozen at [`KeyedBackend::full_snapshot`]: later writes to
+/// the backend do not show in it. `Send`; serialize it on any thread.
+pub struct FullSnapshot {
+    max_parallelism: u32,
+    key_groups: KeyGroupRange,
+    states: Vec<SnapshotState>,
+    taken_in: Duration,
+}
+
+impl std::fmt::Debug for FullSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FullSnapshot")
+            .field("key_groups", &self.key_groups)
+            .field("states", &self.states.len())
+            .finish()
+    }
+}
+
+impl FullSnapshot {
+    /// How long taking the view blocked the task.
+    pub fn taken_in(&self) -> Duration {
+        self.taken_in
+    }
+
+    /// Writes the view into a canonical savepoint at `path` (created; an existing file is an
+    /// error), with `operator_state` in its header. Expired TTL entries are dropped when the
+    /// state's `Cleanup::full_snapshot` is on, judged at the time the view was taken.
+    pub fn write_savepoint(
+        &self,
+        path: &Path,
+        operator_state: &OperatorState,
+    ) -> Result<SavepointStats> {
+        let header = SavepointHeader {
+            max_parallelism: self.max_parallelism,
+            key_group_start: self.key_groups.start,
+            key_group_end: self.key_groups.end,
+            states: self.states.iter().map(|s| s.meta.clone()).collect(),
             operator_state: operator_state.snapshot(),
             created_at_ms: now_ms(),
         };
@@ -70,15 +286,10 @@ impl KeyedBackend {
             &header,
             SAVEPOINT_ZSTD_LEVEL,
         )?;
-        for key_group in range.iter() {
-            for (state, core) in cores.iter().enumerate() {
-                let expiry = core
-                    .ttl
-                    .as_ref()
-                    .filter(|t| t.config.cleanup.full_snapshot)
-                    .map(|t| (t.ttl_ms, t.clock.now_ms()));
-                core.scan_key_group(key_group, |e| {
-                    if let Some((ttl_ms, now)) = expiry {
+        for key_group in self.key_groups.iter() {
+            for (index, s) in self.states.iter().enumerate() {
+                state::scan_key_group(&s.table, self.max_parallelism, key_group, |e| {
+                    if let Some((ttl_ms, now)) = s.expiry {
                         if ttl::stored_is_expired(e.value, ttl_ms, now) {
                             return Ok(true);
                         }
@@ -86,7 +297,7 @@ impl KeyedBackend {
                     writer.add(
                         key_group,
                         SavepointEntry {
-                            state: state as u32,
+                            state: index as u32,
                             key: e.key,
                             namespace: e.namespace,
                             suffix: e.suffix,
@@ -104,106 +315,32 @@ impl KeyedBackend {
         file.sync_all().map_err(|e| Error::io(path, e))?;
         Ok(stats)
     }
-
-    /// Loads the savepoint at `path` into this backend, which must hold no state yet. Only key
-    /// groups in this backend's range are loaded, so any parallelism works; the max parallelism
-    /// must match. Every block is verified before anything is written: a corrupt savepoint is
-    /// a typed error and leaves the backend's data untouched.
-    pub fn restore_savepoint(&self, path: &Path) -> Result<SavepointStats> {
-        if !self.states()?.is_empty() {
-            return Err(Error::InvalidOption {
-                name: "restore_savepoint",
-                detail: "the backend already holds state; restore into an empty backend".into(),
-            });
-        }
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut reader = SavepointReader::open(BufReader::new(file))?;
-        let header = reader.header().clone();
-        if header.max_parallelism != self.max_parallelism() {
-            return Err(Error::BackendMismatch {
-                path: path.to_path_buf(),
-                existing: format!("max parallelism {}", header.max_parallelism),
-                requested: format!("max parallelism {}", self.max_parallelism()),
-            });
-        }
-        let range = self.key_groups();
-        let mut stats = SavepointStats::default();
-        let index = reader.index().to_vec();
-        let blocks: Vec<_> = index
-            .iter()
-            .filter(|b| range.contains(b.key_group))
-            .collect();
-        // Verify every block (checksum, decompression, entry structure, key groups) before
-        // writing anything, so a corrupt savepoint leaves the backend untouched.
-        let max_parallelism = self.max_parallelism();
-        for block in &blocks {
-            reader.for_each_entry(block, |e| {
-                if crate::keygroup::key_group_of(e.key, max_parallelism) != block.key_group {
-                    return Err(sst_format::Error::Corrupt {
-                        what: format!(
-                            "savepoint entry stored under key group {} hashes elsewhere",
-                            block.key_group
-                        ),
-                    });
-                }
-                Ok(())
-            })?;
-        }
-        let cores = header
-            .states
-            .iter()
-            .map(|m| self.core_for(m))
-            .collect::<Result<Vec<_>>>()?;
-        for block in blocks {
-            let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
-            let mut failure: Option<Error> = None;
-            let read = reader.for_each_entry(block, |e| {
-                let core = &cores[e.state as usize];
-                let mut key = KeyBuf::new();
-                codec::write_key_prefix(
-                    &mut key,
-                    block.key_group,
-                    max_parallelism,
-                    e.key,
-                    e.namespace,
-                );
-                match core.meta.kind {
-                    StateKind::List => match core.list_seq.next() {
-                        Ok(seq) => key.extend_from_slice(&seq.to_be_bytes()),
-                        Err(err) => {
-                            failure = Some(err);
-                            return Err(sst_format::Error::Corrupt {
-                                what: "restore aborted".into(),
-                            });
-                        }
-                    },
-                    _ => key.extend_from_slice(e.suffix),
-                }
-                batches[e.state as usize].put(&key, e.value);
-                stats.entries += 1;
-                stats.raw_bytes +=
-                    (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
-                Ok(())
-            });
-            if let Some(err) = failure {
-                return Err(err);
-            }
-            read?;
-            stats.blocks += 1;
-            for batch in batches {
-                batch.commit()?;
-            }
-        }
-        stats.file_bytes = std::fs::metadata(path)
-            .map_err(|e| Error::io(path, e))?
-            .len();
-        Ok(stats)
-    }
 }
 
-/// The operator state stored in the savepoint at `path` (verified like the rest of the header).
-pub fn read_operator_state(path: &Path) -> Result<OperatorState> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let reader = SavepointReader::open(BufReader::new(file))?;
-    OperatorState::from_snapshot(reader.header().operator_state.clone())
+/// The operator states stored in the savepoints of every instance of one operator (one file
+/// each, any order), ordered by instance (key-group range), ready for
+/// [`crate::operator_state::redistribute`]. The files' key-group ranges must tile the key
+/// groups exactly: a missing or duplicated instance is a typed error, never a silent loss.
+pub fn read_operator_states(paths: &[&Path]) -> Result<Vec<OperatorState>> {
+    let mut parts = Vec::with_capacity(paths.len());
+    let mut max_parallelism = None;
+    for path in paths {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let reader = SavepointReader::open(BufReader::new(file))?;
+        let h = reader.header();
+        if *max_parallelism.get_or_insert(h.max_parallelism) != h.max_parallelism {
+            return Err(Error::InvalidKeyGroups(format!(
+                "savepoint {} has max parallelism {}, another one {}",
+                path.display(),
+                h.max_parallelism,
+                max_parallelism.unwrap_or_default()
+            )));
+        }
+        let range = KeyGroupRange::new(h.key_group_start, h.key_group_end)?;
+        parts.push((
+            range,
+            OperatorState::from_snapshot(h.operator_state.clone())?,
+        ));
+    }
+    crate::operator_state::in_instance_order(parts, max_parallelism.unwrap_or_default())
 }

@@ -1,22 +1,28 @@
-//! Where a state's entries live. Today: a RocksDB column family. The state layer goes through
-//! this seam (point reads and writes, bounded scans, batches) rather than through `db` directly
-//! so that the heap backend (an in-memory persistent ordered map holding the same byte layout)
-//! can slot in as a second variant with every state kind, TTL and savepoints unchanged.
+//! Where a state's entries live: a RocksDB column family, or (heap backend) an in-memory
+//! persistent ordered map holding the same byte layout. The state layer goes through this seam
+//! (point reads and writes, bounded scans, batches) rather than through `db` directly, so every
+//! state kind, TTL and savepoints work unchanged on both.
+
+use std::sync::Arc;
 
 use crate::db::{self, Cf};
 use crate::error::Result;
+use crate::heap::{HeapOp, HeapTable};
 
 /// The storage of one state (or of the backend's metadata).
 #[derive(Clone)]
 pub(crate) enum Table {
     /// A RocksDB column family.
     Rocks(Cf),
+    /// An in-memory copy-on-write map (heap backend).
+    Heap(HeapTable),
 }
 
 /// Writes to one table, applied atomically by [`TableBatch::commit`]. A batch carries its
 /// table, so it can only ever be applied to the table it was made for.
 pub(crate) enum TableBatch {
     Rocks(Cf, db::Batch),
+    Heap(HeapTable, Vec<HeapOp>),
 }
 
 impl TableBatch {
@@ -24,6 +30,7 @@ impl TableBatch {
     pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) {
         match self {
             TableBatch::Rocks(cf, b) => b.put(cf, key, value),
+            TableBatch::Heap(_, ops) => ops.push(HeapOp::Put(Arc::from(key), Arc::from(value))),
         }
     }
 
@@ -31,6 +38,7 @@ impl TableBatch {
     pub(crate) fn delete(&mut self, key: &[u8]) {
         match self {
             TableBatch::Rocks(cf, b) => b.delete(cf, key),
+            TableBatch::Heap(_, ops) => ops.push(HeapOp::Delete(Arc::from(key))),
         }
     }
 
@@ -38,6 +46,7 @@ impl TableBatch {
     pub(crate) fn len(&self) -> usize {
         match self {
             TableBatch::Rocks(_, b) => b.len(),
+            TableBatch::Heap(_, ops) => ops.len(),
         }
     }
 
@@ -46,6 +55,10 @@ impl TableBatch {
         match self {
             TableBatch::Rocks(_, b) if b.len() == 0 => Ok(()),
             TableBatch::Rocks(cf, b) => cf.db().write(b),
+            TableBatch::Heap(t, ops) => {
+                t.apply(ops);
+                Ok(())
+            }
         }
     }
 }
@@ -56,6 +69,7 @@ impl Table {
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         match self {
             Table::Rocks(cf) => cf.get_with(key, f),
+            Table::Heap(t) => Ok(t.get(key).map(|v| f(&v))),
         }
     }
 
@@ -64,6 +78,10 @@ impl Table {
     pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         match self {
             Table::Rocks(cf) => cf.put(key, value),
+            Table::Heap(t) => {
+                t.put(key, value);
+                Ok(())
+            }
         }
     }
 
@@ -71,6 +89,10 @@ impl Table {
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
         match self {
             Table::Rocks(cf) => cf.delete(key),
+            Table::Heap(t) => {
+                t.delete(key);
+                Ok(())
+            }
         }
     }
 
@@ -83,6 +105,16 @@ impl Table {
     ) -> Result<()> {
         match self {
             Table::Rocks(cf) => cf.scan(lower, upper, f),
+            Table::Heap(t) => t.scan(lower, upper, f),
+        }
+    }
+
+    /// This table as of now: for the heap an O(1) copy-on-write clone that later writes do not
+    /// change; for RocksDB the live column family (no isolation).
+    pub(crate) fn frozen(&self) -> Table {
+        match self {
+            Table::Rocks(cf) => Table::Rocks(cf.clone()),
+            Table::Heap(t) => Table::Heap(t.snapshot()),
         }
     }
 
@@ -90,20 +122,24 @@ impl Table {
     pub(crate) fn batch(&self) -> TableBatch {
         match self {
             Table::Rocks(cf) => TableBatch::Rocks(cf.clone(), db::Batch::new()),
+            Table::Heap(t) => TableBatch::Heap(t.clone(), Vec::new()),
         }
     }
 
-    /// Compacts the column family fully (running TTL filters).
+    /// Compacts the column family fully (running TTL filters). Nothing to do on the heap.
     pub(crate) fn compact_all(&self) -> Result<()> {
         match self {
             Table::Rocks(cf) => cf.compact_all(),
+            Table::Heap(_) => Ok(()),
         }
     }
 
-    /// A RocksDB integer property.
+    /// A RocksDB integer property. On the heap only `rocksdb.estimate-num-keys` is known (the
+    /// exact entry count).
     pub(crate) fn property_u64(&self, name: &str) -> Result<Option<u64>> {
         match self {
             Table::Rocks(cf) => cf.property_u64(name),
+            Table::Heap(t) => Ok((name == "rocksdb.estimate-num-keys").then(|| t.len() as u64)),
         }
     }
 }

@@ -218,6 +218,8 @@ pub struct TtlCounters {
     pub compaction_filters: AtomicU64,
     /// Expired entries removed when a read found them.
     pub dropped_on_read: AtomicU64,
+    /// Expired entries removed by the heap backend's incremental cleanup.
+    pub dropped_incrementally: AtomicU64,
 }
 
 /// A snapshot of [`TtlCounters`].
@@ -231,6 +233,8 @@ pub struct TtlStats {
     pub compaction_filters: u64,
     /// Expired entries removed when a read found them.
     pub dropped_on_read: u64,
+    /// Expired entries removed by the heap backend's incremental cleanup.
+    pub dropped_incrementally: u64,
 }
 
 impl TtlCounters {
@@ -241,6 +245,7 @@ impl TtlCounters {
             examined_by_compaction: self.examined_by_compaction.load(Ordering::Relaxed),
             compaction_filters: self.compaction_filters.load(Ordering::Relaxed),
             dropped_on_read: self.dropped_on_read.load(Ordering::Relaxed),
+            dropped_incrementally: self.dropped_incrementally.load(Ordering::Relaxed),
         }
     }
 }

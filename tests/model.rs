@@ -1,14 +1,17 @@
 //! Model-based test: random operation sequences over every state kind and namespace, checked
 //! against in-memory models after every step, with close-and-reopen in the middle. Also checks
 //! invariant 7: every stored entry lives under the key group of its key's hash.
+//!
+//! Runs against both backends. The heap backend keeps nothing across a close, so its "reopen"
+//! carries the state through a savepoint into a fresh heap backend instead.
 
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use rockstate::keygroup::key_group_of;
 use rockstate::{
-    AggregateFunction, AggregatingState, KeyedBackend, ListState, MapState, ReducingState,
-    ValueState,
+    AggregateFunction, AggregatingState, BackendKind, KeyedBackend, ListState, MapState,
+    ReducingState, ValueState,
 };
 
 #[derive(Debug, Clone)]
@@ -94,11 +97,17 @@ struct Handles {
     agg: AggregatingState<K, u8, Avg>,
 }
 
-fn open(path: &std::path::Path) -> Handles {
-    let backend = KeyedBackend::builder(path)
-        .max_parallelism(128)
-        .open()
-        .unwrap();
+fn open(path: &std::path::Path, kind: BackendKind) -> Handles {
+    handles(
+        KeyedBackend::builder(path)
+            .kind(kind)
+            .max_parallelism(128)
+            .open()
+            .unwrap(),
+    )
+}
+
+fn handles(backend: KeyedBackend) -> Handles {
     Handles {
         value: backend.value_state("value").unwrap(),
         list: backend.list_state("list").unwrap(),
@@ -124,10 +133,11 @@ fn key(k: u8) -> String {
     format!("key-{k}")
 }
 
-fn run(ops: Vec<Op>) {
+fn run(ops: Vec<Op>, kind: BackendKind) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let mut h = open(&path);
+    let mut h = open(&path, kind);
+    let mut savepoints = 0;
     let mut m = Model::default();
     for op in ops {
         match op {
@@ -220,10 +230,19 @@ fn run(ops: Vec<Op>) {
                 h.agg.clear(&key(k), &n).unwrap();
                 m.agg.remove(&(k, n));
             }
+            Op::Reopen if kind == BackendKind::Heap => {
+                savepoints += 1;
+                let sp = dir.path().join(format!("sp-{savepoints}"));
+                h.backend.write_savepoint(&sp).unwrap();
+                drop(h);
+                let fresh = KeyedBackend::heap_builder().open().unwrap();
+                fresh.restore_savepoint(&sp).unwrap();
+                h = handles(fresh);
+            }
             Op::Reopen => {
                 h.backend.clone().close().unwrap();
                 drop(h);
-                h = open(&path);
+                h = open(&path, kind);
             }
         }
     }
@@ -268,6 +287,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
     fn state_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
-        run(ops);
+        run(ops, BackendKind::RocksDb);
+    }
+
+    #[test]
+    fn heap_state_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
+        run(ops, BackendKind::Heap);
     }
 }

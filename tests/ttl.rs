@@ -1,7 +1,8 @@
 //! State TTL with an injected clock (no sleeps): every update type × visibility for every state
 //! kind, compaction-filter cleanup checked on the raw column family, lists with mixed expired
 //! and live elements, periodic compaction reaching RocksDB, clock refresh every N entries,
-//! event time, counters, and TTL on/off as a registration error.
+//! event time, counters, and TTL on/off as a registration error. The tests that do not
+//! depend on RocksDB's compaction filter run against the heap backend too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,7 +10,8 @@ use std::time::Duration;
 
 use rockstate::ttl::{Cleanup, TimeDomain, UpdateType, Visibility};
 use rockstate::{
-    AggregateFunction, Clock, Error, KeyedBackend, ManualClock, StateDescriptor, TtlConfig,
+    AggregateFunction, BackendKind, Clock, Error, KeyedBackend, ManualClock, StateDescriptor,
+    TtlConfig,
 };
 
 const TTL: Duration = Duration::from_millis(1000);
@@ -29,11 +31,18 @@ impl Clock for CountingClock {
 }
 
 fn open(dir: &std::path::Path, clock: &ManualClock) -> KeyedBackend {
+    open_kind(dir, clock, BackendKind::RocksDb)
+}
+
+fn open_kind(dir: &std::path::Path, clock: &ManualClock, kind: BackendKind) -> KeyedBackend {
     KeyedBackend::builder(dir)
+        .kind(kind)
         .clock(Arc::new(clock.clone()))
         .open()
         .unwrap()
 }
+
+const KINDS: [BackendKind; 2] = [BackendKind::RocksDb, BackendKind::Heap];
 
 fn desc(name: &str, update: UpdateType, visibility: Visibility) -> StateDescriptor {
     StateDescriptor::new(name).with_ttl(
@@ -83,94 +92,99 @@ fn expect_alive(update: UpdateType, visibility: Visibility) -> bool {
 
 #[test]
 fn every_update_type_and_visibility_for_every_kind() {
-    for update in [
-        UpdateType::Disabled,
-        UpdateType::OnCreateAndWrite,
-        UpdateType::OnReadAndWrite,
-    ] {
-        for visibility in [
-            Visibility::NeverReturnExpired,
-            Visibility::ReturnExpiredIfNotCleanedUp,
+    for kind in KINDS {
+        for update in [
+            UpdateType::Disabled,
+            UpdateType::OnCreateAndWrite,
+            UpdateType::OnReadAndWrite,
         ] {
-            let dir = tempfile::tempdir().unwrap();
-            let clock = ManualClock::new(10_000);
-            let b = open(dir.path(), &clock);
-            let value = b
-                .value_state::<String, (), u64>(desc("value", update, visibility))
-                .unwrap();
-            let list = b
-                .list_state::<String, (), u64>(desc("list", update, visibility))
-                .unwrap();
-            let map = b
-                .map_state::<String, (), u8, u64>(desc("map", update, visibility))
-                .unwrap();
-            let reduce = b
-                .reducing_state::<String, (), u64>(desc("reduce", update, visibility), |a, b| a + b)
-                .unwrap();
-            let agg = b
-                .aggregating_state::<String, (), Sum>(desc("agg", update, visibility), Sum)
-                .unwrap();
-            let k = "k".to_string();
-            value.put(&k, &(), &1).unwrap();
-            list.add(&k, &(), &1).unwrap();
-            map.put(&k, &(), &1, &1).unwrap();
-            reduce.add(&k, &(), &1).unwrap();
-            agg.add(&k, &(), &1).unwrap();
+            for visibility in [
+                Visibility::NeverReturnExpired,
+                Visibility::ReturnExpiredIfNotCleanedUp,
+            ] {
+                let dir = tempfile::tempdir().unwrap();
+                let clock = ManualClock::new(10_000);
+                let b = open_kind(dir.path(), &clock, kind);
+                let value = b
+                    .value_state::<String, (), u64>(desc("value", update, visibility))
+                    .unwrap();
+                let list = b
+                    .list_state::<String, (), u64>(desc("list", update, visibility))
+                    .unwrap();
+                let map = b
+                    .map_state::<String, (), u8, u64>(desc("map", update, visibility))
+                    .unwrap();
+                let reduce = b
+                    .reducing_state::<String, (), u64>(
+                        desc("reduce", update, visibility),
+                        |a, b| a + b,
+                    )
+                    .unwrap();
+                let agg = b
+                    .aggregating_state::<String, (), Sum>(desc("agg", update, visibility), Sum)
+                    .unwrap();
+                let k = "k".to_string();
+                value.put(&k, &(), &1).unwrap();
+                list.add(&k, &(), &1).unwrap();
+                map.put(&k, &(), &1, &1).unwrap();
+                reduce.add(&k, &(), &1).unwrap();
+                agg.add(&k, &(), &1).unwrap();
 
-            clock.advance(Duration::from_millis(600));
-            // Reads within the TTL see everything (and refresh under OnReadAndWrite).
-            assert_eq!(value.get(&k, &()).unwrap(), Some(1));
-            assert_eq!(list.get(&k, &()).unwrap(), vec![1]);
-            assert_eq!(map.get(&k, &(), &1).unwrap(), Some(1));
-            assert_eq!(reduce.get(&k, &()).unwrap(), Some(1));
-            assert_eq!(agg.get(&k, &()).unwrap(), Some(1));
+                clock.advance(Duration::from_millis(600));
+                // Reads within the TTL see everything (and refresh under OnReadAndWrite).
+                assert_eq!(value.get(&k, &()).unwrap(), Some(1));
+                assert_eq!(list.get(&k, &()).unwrap(), vec![1]);
+                assert_eq!(map.get(&k, &(), &1).unwrap(), Some(1));
+                assert_eq!(reduce.get(&k, &()).unwrap(), Some(1));
+                assert_eq!(agg.get(&k, &()).unwrap(), Some(1));
 
-            clock.advance(Duration::from_millis(900)); // 1500 ms after the write
-            let alive = expect_alive(update, visibility);
-            let case = format!("{update:?}/{visibility:?}");
-            assert_eq!(
-                value.get(&k, &()).unwrap(),
-                alive.then_some(1),
-                "value {case}"
-            );
-            assert_eq!(
-                list.get(&k, &()).unwrap(),
-                if alive { vec![1] } else { vec![] },
-                "list {case}"
-            );
-            assert_eq!(
-                map.get(&k, &(), &1).unwrap(),
-                alive.then_some(1),
-                "map {case}"
-            );
-            assert_eq!(
-                map.contains(&k, &(), &1).unwrap(),
-                alive,
-                "map contains {case}"
-            );
-            assert_eq!(
-                reduce.get(&k, &()).unwrap(),
-                alive.then_some(1),
-                "reduce {case}"
-            );
-            assert_eq!(agg.get(&k, &()).unwrap(), alive.then_some(1), "agg {case}");
+                clock.advance(Duration::from_millis(900)); // 1500 ms after the write
+                let alive = expect_alive(update, visibility);
+                let case = format!("{kind:?} {update:?}/{visibility:?}");
+                assert_eq!(
+                    value.get(&k, &()).unwrap(),
+                    alive.then_some(1),
+                    "value {case}"
+                );
+                assert_eq!(
+                    list.get(&k, &()).unwrap(),
+                    if alive { vec![1] } else { vec![] },
+                    "list {case}"
+                );
+                assert_eq!(
+                    map.get(&k, &(), &1).unwrap(),
+                    alive.then_some(1),
+                    "map {case}"
+                );
+                assert_eq!(
+                    map.contains(&k, &(), &1).unwrap(),
+                    alive,
+                    "map contains {case}"
+                );
+                assert_eq!(
+                    reduce.get(&k, &()).unwrap(),
+                    alive.then_some(1),
+                    "reduce {case}"
+                );
+                assert_eq!(agg.get(&k, &()).unwrap(), alive.then_some(1), "agg {case}");
 
-            // Hidden expired entries were removed by the read (cleanup on read).
-            let stored = raw_entries(&b, "value");
-            let hidden = !alive;
-            assert_eq!(stored, usize::from(!hidden), "value storage {case}");
-            if hidden {
-                assert_eq!(b.ttl_stats("value").unwrap().dropped_on_read, 1);
+                // Hidden expired entries were removed by the read (cleanup on read).
+                let stored = raw_entries(&b, "value");
+                let hidden = !alive;
+                assert_eq!(stored, usize::from(!hidden), "value storage {case}");
+                if hidden {
+                    assert_eq!(b.ttl_stats("value").unwrap().dropped_on_read, 1);
+                }
+
+                // A write after expiry starts a fresh life; reducing starts from scratch.
+                reduce.add(&k, &(), &5).unwrap();
+                let expected = if alive { 6 } else { 5 };
+                assert_eq!(
+                    reduce.get(&k, &()).unwrap(),
+                    Some(expected),
+                    "reduce restart {case}"
+                );
             }
-
-            // A write after expiry starts a fresh life; reducing starts from scratch.
-            reduce.add(&k, &(), &5).unwrap();
-            let expected = if alive { 6 } else { 5 };
-            assert_eq!(
-                reduce.get(&k, &()).unwrap(),
-                Some(expected),
-                "reduce restart {case}"
-            );
         }
     }
 }
@@ -344,22 +358,24 @@ fn periodic_compaction_option_reaches_rocksdb() {
 
 #[test]
 fn event_time_ttl_follows_the_watermark() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(5_000_000);
-    let b = open(dir.path(), &clock);
-    let cfg = TtlConfig::new(TTL).time_domain(TimeDomain::EventTime);
-    let v = b
-        .value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg))
-        .unwrap();
-    b.advance_watermark(100);
-    v.put(&1, &(), &1).unwrap();
-    clock.advance(Duration::from_secs(3600)); // processing time is irrelevant
-    assert_eq!(v.get(&1, &()).unwrap(), Some(1));
-    b.advance_watermark(1099);
-    assert_eq!(v.get(&1, &()).unwrap(), Some(1));
-    b.advance_watermark(50); // watermarks never go back
-    b.advance_watermark(1100);
-    assert_eq!(v.get(&1, &()).unwrap(), None);
+    for kind in KINDS {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(5_000_000);
+        let b = open_kind(dir.path(), &clock, kind);
+        let cfg = TtlConfig::new(TTL).time_domain(TimeDomain::EventTime);
+        let v = b
+            .value_state::<u32, (), u32>(StateDescriptor::new("v").with_ttl(cfg))
+            .unwrap();
+        b.advance_watermark(100);
+        v.put(&1, &(), &1).unwrap();
+        clock.advance(Duration::from_secs(3600)); // processing time is irrelevant
+        assert_eq!(v.get(&1, &()).unwrap(), Some(1));
+        b.advance_watermark(1099);
+        assert_eq!(v.get(&1, &()).unwrap(), Some(1));
+        b.advance_watermark(50); // watermarks never go back
+        b.advance_watermark(1100);
+        assert_eq!(v.get(&1, &()).unwrap(), None);
+    }
 }
 
 #[test]
@@ -396,23 +412,25 @@ fn turning_ttl_on_or_off_is_a_registration_error() {
 
 #[test]
 fn idle_state_retention_is_a_ttl_config() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(0);
-    let b = open(dir.path(), &clock);
-    let v = b
-        .value_state::<u32, (), u32>(
-            StateDescriptor::new("v").with_ttl(TtlConfig::idle_state_retention(TTL)),
-        )
-        .unwrap();
-    v.put(&1, &(), &1).unwrap();
-    for _ in 0..5 {
-        clock.advance(Duration::from_millis(900));
-        assert_eq!(v.get(&1, &()).unwrap(), Some(1), "reading keeps it alive");
+    for kind in KINDS {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let b = open_kind(dir.path(), &clock, kind);
+        let v = b
+            .value_state::<u32, (), u32>(
+                StateDescriptor::new("v").with_ttl(TtlConfig::idle_state_retention(TTL)),
+            )
+            .unwrap();
+        v.put(&1, &(), &1).unwrap();
+        for _ in 0..5 {
+            clock.advance(Duration::from_millis(900));
+            assert_eq!(v.get(&1, &()).unwrap(), Some(1), "reading keeps it alive");
+        }
+        clock.advance(Duration::from_millis(1000));
+        assert_eq!(
+            v.get(&1, &()).unwrap(),
+            None,
+            "idle for the retention: gone"
+        );
     }
-    clock.advance(Duration::from_millis(1000));
-    assert_eq!(
-        v.get(&1, &()).unwrap(),
-        None,
-        "idle for the retention: gone"
-    );
 }

@@ -41,6 +41,8 @@ pub use snapshot::PendingSnapshot;
 use crate::backend::KeyedBackend;
 use crate::db::Cf;
 use crate::error::{Error, Result};
+use crate::keygroup::KeyGroupRange;
+use crate::operator_state::OperatorState;
 use crate::state::StateMeta;
 use crate::storage::CheckpointStorage;
 use registry::{Checkpointer, RestoredBase};
@@ -263,6 +265,7 @@ pub(crate) fn attach(
 
 impl KeyedBackend {
     fn checkpoint_ctx(&self) -> Result<&Arc<Checkpointer>> {
+        self.database()?;
         self.checkpointer().ok_or(Error::NoCheckpointStorage)
     }
 
@@ -271,6 +274,16 @@ impl KeyedBackend {
     /// metadata. Short; the task may keep reading and writing as soon as it returns. Move the
     /// result to another thread and call [`PendingSnapshot::upload`].
     pub fn snapshot(&self, checkpoint_id: u64) -> Result<PendingSnapshot> {
+        self.snapshot_with(checkpoint_id, &OperatorState::new())
+    }
+
+    /// [`KeyedBackend::snapshot`], also storing the operator's non-keyed state (as of this
+    /// call) in the checkpoint's manifest; read it back with [`read_operator_states`].
+    pub fn snapshot_with(
+        &self,
+        checkpoint_id: u64,
+        operator_state: &OperatorState,
+    ) -> Result<PendingSnapshot> {
         let start = Instant::now();
         let cp = Arc::clone(self.checkpoint_ctx()?);
         let base = cp.begin(checkpoint_id)?;
@@ -282,6 +295,7 @@ impl KeyedBackend {
             cp,
             base,
             states: Vec::new(),
+            operator_state: operator_state.snapshot(),
             key_groups: self.key_groups(),
             max_parallelism: self.max_parallelism(),
             sync_duration: Duration::ZERO,
@@ -289,7 +303,7 @@ impl KeyedBackend {
         };
         pending.states = self.states()?.iter().map(to_manifest_state).collect();
         prepare_staging(&pending.dir)?;
-        self.database().checkpoint(&pending.dir)?;
+        self.database()?.checkpoint(&pending.dir)?;
         pending.sync_duration = start.elapsed();
         Ok(pending)
     }
@@ -297,6 +311,16 @@ impl KeyedBackend {
     /// Sync and async phase on the calling thread: `snapshot(id)?.upload()`.
     pub fn checkpoint(&self, checkpoint_id: u64) -> Result<CheckpointStats> {
         self.snapshot(checkpoint_id)?.upload()
+    }
+
+    /// Sync and async phase on the calling thread, with operator state:
+    /// `snapshot_with(id, operator_state)?.upload()`.
+    pub fn checkpoint_with(
+        &self,
+        checkpoint_id: u64,
+        operator_state: &OperatorState,
+    ) -> Result<CheckpointStats> {
+        self.snapshot_with(checkpoint_id, operator_state)?.upload()
     }
 
     /// Checkpoint `checkpoint_id` completed (job-wide): it becomes the base SSTs are reused
@@ -331,7 +355,7 @@ impl KeyedBackend {
     /// registry work: the baseline `rockstate bench checkpoint` compares the sync phase with.
     #[doc(hidden)]
     pub fn bare_rocksdb_checkpoint(&self, dir: &Path) -> Result<()> {
-        self.database().checkpoint(dir)
+        self.database()?.checkpoint(dir)
     }
 
     /// The last completed (or restored-from) checkpoint id.
@@ -346,6 +370,52 @@ impl KeyedBackend {
             .map(|c| c.retained())
             .unwrap_or_default()
     }
+}
+
+/// The operator states stored in checkpoint `checkpoint_id` by every backend (operator
+/// instance) that committed it to `storage`, ordered by instance (key-group range), ready for
+/// [`crate::operator_state::redistribute`]. Every manifest is verified (checksum, and that it
+/// describes the checkpoint its name says). The manifests' key-group ranges must tile the key
+/// groups exactly: a missing instance (say, one whose upload failed) or two backends claiming
+/// the same groups is a typed error, never a silently lost or duplicated element.
+pub fn read_operator_states(
+    storage: &dyn CheckpointStorage,
+    checkpoint_id: u64,
+) -> Result<Vec<OperatorState>> {
+    let mut parts = Vec::new();
+    let mut max_parallelism = None;
+    for (name, id, backend) in registry::list_committed(storage)? {
+        if id != checkpoint_id {
+            continue;
+        }
+        let m = registry::decode_manifest_named(&name, &storage.get_bytes(&name)?)?;
+        if m.checkpoint_id != id || m.backend_id != backend {
+            return Err(Error::CheckpointCorrupt {
+                file: name,
+                detail: format!(
+                    "manifest describes checkpoint {} of backend {}",
+                    m.checkpoint_id, m.backend_id
+                ),
+            });
+        }
+        if *max_parallelism.get_or_insert(m.max_parallelism) != m.max_parallelism {
+            return Err(Error::CheckpointCorrupt {
+                file: name,
+                detail: format!(
+                    "max parallelism {} differs from the other manifests' of checkpoint {id}",
+                    m.max_parallelism
+                ),
+            });
+        }
+        let range = KeyGroupRange::new(m.key_group_start, m.key_group_end)?;
+        parts.push((range, OperatorState::from_snapshot(m.operator_state)?));
+    }
+    let Some(max_parallelism) = max_parallelism else {
+        return Err(Error::CheckpointNotFound(format!(
+            "checkpoint {checkpoint_id}"
+        )));
+    };
+    crate::operator_state::in_instance_order(parts, max_parallelism)
 }
 
 /// Makes sure `dir` does not exist (a leftover of a crashed attempt is removed) and its parent

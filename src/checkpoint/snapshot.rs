@@ -29,6 +29,8 @@ pub struct PendingSnapshot {
     pub(crate) cp: Arc<Checkpointer>,
     pub(crate) base: Option<Arc<CheckpointManifest>>,
     pub(crate) states: Vec<sst_format::StateMeta>,
+    /// The operator's non-keyed state as of the sync phase, stored in the manifest.
+    pub(crate) operator_state: Vec<sst_format::OperatorListState>,
     pub(crate) key_groups: KeyGroupRange,
     pub(crate) max_parallelism: u32,
     pub(crate) sync_duration: Duration,
@@ -226,7 +228,7 @@ impl PendingSnapshot {
             states: self.states.clone(),
             shared_files,
             private_files,
-            operator_state: Vec::new(),
+            operator_state: self.operator_state.clone(),
             created_at_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)

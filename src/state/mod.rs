@@ -139,6 +139,24 @@ pub(crate) struct StateCore {
     pub(crate) max_value_bytes: usize,
     pub(crate) list_seq: Arc<crate::backend::SequenceAllocator>,
     pub(crate) ttl: Option<TtlRuntime>,
+    /// Heap incremental TTL cleanup, when configured (only with TTL on a heap backend).
+    pub(crate) incremental: Option<IncrementalCleanup>,
+}
+
+/// Incremental TTL cleanup (heap backend): each access examines the next `entries` entries
+/// after `cursor`, wrapping around at the end of the state.
+pub(crate) struct IncrementalCleanup {
+    entries: usize,
+    cursor: parking_lot::Mutex<Vec<u8>>,
+}
+
+impl IncrementalCleanup {
+    pub(crate) fn new(entries: usize) -> Self {
+        IncrementalCleanup {
+            entries,
+            cursor: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
 }
 
 /// A stored value under construction (timestamp + payload); small ones stay on the stack.
@@ -219,7 +237,48 @@ impl StateCore {
         if self.ttl.is_none() {
             return self.table.put(k, payload);
         }
-        self.table.put(k, &self.stamp(payload))
+        self.table.put(k, &self.stamp(payload))?;
+        self.cleanup_incrementally()
+    }
+
+    /// One step of incremental TTL cleanup: examines the next entries after the cursor and
+    /// removes the expired ones. Skipped when another thread is doing a step of this state.
+    fn cleanup_incrementally(&self) -> Result<()> {
+        let (Some(inc), Some(t)) = (&self.incremental, &self.ttl) else {
+            return Ok(());
+        };
+        let Some(mut cursor) = inc.cursor.try_lock() else {
+            return Ok(());
+        };
+        let now = t.clock.now_ms();
+        let mut batch = self.table.batch();
+        let mut seen = 0;
+        let mut last: Option<Vec<u8>> = None;
+        self.table.scan(&cursor, None, |k, v| {
+            seen += 1;
+            if ttl::stored_is_expired(v, t.ttl_ms, now) {
+                batch.delete(k);
+            }
+            if seen == inc.entries {
+                last = Some(k.to_vec());
+                return Ok(false);
+            }
+            Ok(true)
+        })?;
+        // Resume right after the last key examined; at the end of the state, start over.
+        *cursor = match last {
+            Some(mut k) => {
+                k.push(0);
+                k
+            }
+            None => Vec::new(),
+        };
+        let dropped = batch.len() as u64;
+        batch.commit()?;
+        t.counters
+            .dropped_incrementally
+            .fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Adds a put of `payload` under the full key `k` to `batch`.
@@ -265,12 +324,13 @@ impl StateCore {
             .transpose()?
             .flatten();
         if let Some(p) = refresh {
-            self.put_payload(k, &p)?;
+            self.table.put(k, &self.stamp(&p))?;
         }
         if expired {
             self.table.delete(k)?;
             self.count_dropped_on_read(1);
         }
+        self.cleanup_incrementally()?;
         Ok(out)
     }
 
@@ -329,27 +389,37 @@ impl StateCore {
     pub(crate) fn scan_key_group(
         &self,
         key_group: u16,
-        mut f: impl FnMut(RawEntry<'_>) -> Result<bool>,
+        f: impl FnMut(RawEntry<'_>) -> Result<bool>,
     ) -> Result<()> {
-        let mut lower = Vec::new();
-        keygroup::write_prefix(&mut lower, key_group, self.max_parallelism);
-        let upper = codec::prefix_end(&lower);
-        self.table.scan(&lower, upper.as_deref(), |k, v| {
-            let StoredKey {
-                key_group,
-                key,
-                namespace,
-                suffix,
-            } = codec::split_key(k, self.max_parallelism)?;
-            f(RawEntry {
-                key_group,
-                key,
-                namespace,
-                suffix,
-                value: v,
-            })
-        })
+        scan_key_group(&self.table, self.max_parallelism, key_group, f)
     }
+}
+
+/// Visits every stored entry of key group `key_group` in `table` in key order.
+pub(crate) fn scan_key_group(
+    table: &Table,
+    max_parallelism: u32,
+    key_group: u16,
+    mut f: impl FnMut(RawEntry<'_>) -> Result<bool>,
+) -> Result<()> {
+    let mut lower = Vec::new();
+    keygroup::write_prefix(&mut lower, key_group, max_parallelism);
+    let upper = codec::prefix_end(&lower);
+    table.scan(&lower, upper.as_deref(), |k, v| {
+        let StoredKey {
+            key_group,
+            key,
+            namespace,
+            suffix,
+        } = codec::split_key(k, max_parallelism)?;
+        f(RawEntry {
+            key_group,
+            key,
+            namespace,
+            suffix,
+            value: v,
+        })
+    })
 }
 
 /// Serializes `value` with postcard into a stack buffer (heap only when larger) and calls `f`.

@@ -2,6 +2,10 @@
 //! raw rust-rocksdb opened with the same options, phase by phase in one process, so the ratio
 //! is measured under the same machine conditions. (This file and the criterion benches are the
 //! only places outside `db` that name `rocksdb::` types: they are the comparison baseline.)
+//!
+//! `--backend heap` runs the same phases through the heap backend, against plain
+//! `BTreeMap<Vec<u8>, Vec<u8>>` baselines (raw keys, and rockstate's key layout), then times a
+//! copy-on-write snapshot of the whole state into a savepoint while the task keeps updating.
 
 use std::time::Instant;
 
@@ -23,6 +27,9 @@ pub struct OpsArgs {
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Which backend runs the workload.
+    #[arg(long, value_enum, default_value_t = BenchBackend::Rocksdb)]
+    backend: BenchBackend,
     /// Overrides of the RocksDB options (applied to both sides) as JSON, e.g.
     /// `{"block_size":4096}`; fields not given keep their defaults.
     #[arg(long)]
@@ -30,6 +37,15 @@ pub struct OpsArgs {
     /// Overrides of the memory budget as JSON, e.g. `{"cache":"Lru"}`.
     #[arg(long)]
     budget: Option<String>,
+}
+
+/// The backend `bench ops` measures.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchBackend {
+    /// RocksDB, against raw rust-rocksdb.
+    Rocksdb,
+    /// The heap backend, against a plain BTreeMap.
+    Heap,
 }
 
 /// Parses a JSON override of a serde-default settings struct.
@@ -217,6 +233,9 @@ fn run_phase(
 
 /// Runs the workload and prints one line per phase.
 pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
+    if args.backend == BenchBackend::Heap {
+        return run_heap(args);
+    }
     let dir = tempfile::tempdir().map_err(|e| rockstate::Error::Io {
         path: std::env::temp_dir(),
         source: e,
@@ -247,14 +266,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     let raw = open_raw("raw", false)?;
     let raw_same = open_raw("raw-same-layout", true)?;
 
-    let mut rng = SmallRng::seed_from_u64(args.seed);
-    let values: Vec<Vec<u8>> = (0..4096)
-        .map(|_| {
-            let mut v = vec![0u8; args.value_bytes];
-            rng.fill_bytes(&mut v);
-            v
-        })
-        .collect();
+    let values = random_values(args);
     println!(
         "# bench ops: keys={} value_bytes={} (rockstate RawValueState vs raw rust-rocksdb, same options; \
          raw_same_layout stores rockstate's key layout, so layout_ratio is rockstate's code overhead alone; \
@@ -277,5 +289,129 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
             ours_ops / same_ops
         );
     }
+    Ok(())
+}
+
+/// The heap baseline: a plain ordered map, keys raw or in rockstate's layout.
+struct RawHeap {
+    map: std::cell::RefCell<std::collections::BTreeMap<Vec<u8>, Vec<u8>>>,
+    same_layout: bool,
+}
+
+impl RawHeap {
+    fn new(same_layout: bool) -> Self {
+        RawHeap {
+            map: Default::default(),
+            same_layout,
+        }
+    }
+    fn key(&self, key: &[u8]) -> Vec<u8> {
+        if !self.same_layout {
+            return key.to_vec();
+        }
+        let mut k = Vec::with_capacity(key.len() + 4);
+        let group = rockstate::keygroup::key_group_of(key, 128);
+        rockstate::codec::write_key_prefix(&mut k, group, 128, key, &[]);
+        k
+    }
+}
+
+impl Store for RawHeap {
+    fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>> {
+        Ok(self.map.borrow().get(&self.key(key)).cloned())
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
+        self.map.borrow_mut().insert(self.key(key), value.to_vec());
+        Ok(())
+    }
+}
+
+fn random_values(args: &OpsArgs) -> Vec<Vec<u8>> {
+    let mut rng = SmallRng::seed_from_u64(args.seed);
+    (0..4096)
+        .map(|_| {
+            let mut v = vec![0u8; args.value_bytes];
+            rng.fill_bytes(&mut v);
+            v
+        })
+        .collect()
+}
+
+/// `--backend heap`: the phases through the heap backend vs BTreeMaps, then the snapshot.
+fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
+    let backend = KeyedBackend::heap_builder().open()?;
+    let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    let raw = RawHeap::new(false);
+    let raw_same = RawHeap::new(true);
+    let values = random_values(args);
+    println!(
+        "# bench ops: keys={} value_bytes={} backend=heap (rockstate heap RawValueState vs a plain \
+         BTreeMap<Vec<u8>, Vec<u8>>; raw_same_layout stores rockstate's key layout, so \
+         layout_ratio is rockstate's code overhead alone)",
+        args.keys, args.value_bytes
+    );
+    for phase in Phase::ALL {
+        let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
+        let (ours_ops, raw_ops, same_ops) = (ops[0], ops[1], ops[2]);
+        println!(
+            "phase={} rockstate_ops_s={:.0} raw_ops_s={:.0} ratio={:.3} raw_same_layout_ops_s={:.0} layout_ratio={:.3}",
+            phase.name(),
+            ours_ops,
+            raw_ops,
+            ours_ops / raw_ops,
+            same_ops,
+            ours_ops / same_ops
+        );
+    }
+    drop((raw, raw_same));
+
+    // Snapshot the whole state (args.keys entries of args.value_bytes) into a savepoint on a
+    // second thread while this thread, the task, keeps updating random keys.
+    let dir = tempfile::tempdir().map_err(|e| rockstate::Error::Io {
+        path: std::env::temp_dir(),
+        source: e,
+    })?;
+    let path = dir.path().join("savepoint");
+    // The machine is shared: also report the fastest of a few extra (discarded) snapshots, so
+    // scheduler noise can be told from the cost of taking one.
+    let mut blocked_min = std::time::Duration::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        drop(backend.full_snapshot()?);
+        blocked_min = blocked_min.min(t.elapsed());
+    }
+    let start = Instant::now();
+    let snapshot = backend.full_snapshot()?;
+    let blocked = start.elapsed();
+    let writer = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let stats = snapshot.write_savepoint(&path, &Default::default());
+            (stats, start.elapsed())
+        })
+    };
+    let mut rng = SmallRng::seed_from_u64(args.seed ^ 0x5eed);
+    let mut updates = 0u64;
+    while !writer.is_finished() {
+        let key = rng.random_range(0..args.keys).to_be_bytes();
+        ours.put(&key, &[], &values[(updates as usize) % values.len()])?;
+        updates += 1;
+    }
+    let updating = start.elapsed();
+    let (stats, total) = writer.join().map_err(|_| rockstate::Error::Decode {
+        what: "benchmark",
+        detail: "snapshot thread panicked".into(),
+    })?;
+    let stats = stats?;
+    println!(
+        "heap_snapshot blocked_ms={:.4} total_ms={:.0} blocked_min_ms={:.4} entries={} file_bytes={} task_updates_during={} task_update_ops_s_during={:.0}",
+        blocked.as_secs_f64() * 1e3,
+        total.as_secs_f64() * 1e3,
+        blocked_min.as_secs_f64() * 1e3,
+        stats.entries,
+        stats.file_bytes,
+        updates,
+        updates as f64 / updating.as_secs_f64()
+    );
     Ok(())
 }
