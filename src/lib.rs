@@ -28,6 +28,7 @@ pub mod error;
 pub mod keygroup;
 pub mod operator_state;
 pub mod options;
+mod rescale;
 mod restore;
 pub mod savepoint;
 pub mod state;
