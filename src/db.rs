@@ -487,7 +487,9 @@ impl Cf {
 /// SST ingestion of one column family.
 impl Cf {
     /// Deletes every key in `[from, to)` with a range tombstone; first drops the SST files that
-    /// lie entirely inside the range (they are then no longer part of the database).
+    /// lie entirely inside the range (they are then no longer part of the database). RocksDB
+    /// selects those files with `to` *inclusive*: callers pass a key-group prefix, which no
+    /// stored key equals (stored keys are longer than their prefix).
     pub(crate) fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
         if from >= to {
             return Ok(());
