@@ -139,6 +139,21 @@ fn run(seed: u64) {
     drop(backends);
     let last = restore_all(dir.path(), &storage, "final", 1, &opts, RestoreFrom::Latest);
     check_all(&last, &model);
+    // The rescaled state also round-trips through a canonical savepoint at parallelism 3.
+    let sp = dir.path().join("savepoint");
+    last[0].write_savepoint(&sp).unwrap();
+    let three: Vec<KeyedBackend> = (0..3)
+        .map(|i| {
+            let b = KeyedBackend::builder(dir.path().join(format!("sp-{i}")))
+                .options(small_options())
+                .key_groups(rockstate::KeyGroupRange::for_operator(M, 3, i).unwrap())
+                .open()
+                .unwrap();
+            b.restore_savepoint(&sp).unwrap();
+            b
+        })
+        .collect();
+    check_all(&three, &model);
     let report = rockstate::verify_checkpoints(storage.as_ref()).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
