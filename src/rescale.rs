@@ -17,8 +17,10 @@
 //!    per state column family, drop the SST files entirely outside the target range and
 //!    `delete_range` the rest of `[start of keyspace, target start)` and
 //!    `[target end + 1, max parallelism)`; optionally compact those ranges.
-//! 3. **Merge the others**: per state, their in-range key groups are scanned in key order into
-//!    a new SST ([`Db::write_sst`]) and ingested into the base (moved, not copied). Ingested
+//! 3. **Merge the others**: per state, their in-range key groups are cut into up to
+//!    `threads` contiguous slices, each scanned in key order into a new SST ([`Db::write_sst`])
+//!    in parallel, and a state's SSTs are ingested into the base in one call (moved, not
+//!    copied). Ingested
 //!    entries get newer sequence numbers than the clip's range tombstones, so clipping first
 //!    is correct. States must agree ([`Error::MergedStateMismatch`]); a state only the other
 //!    source has is created in the base. No key-by-key write batch is used.
@@ -36,6 +38,7 @@ use crate::backend::{
     BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX,
     STATE_CF_PREFIX,
 };
+use crate::checkpoint::uploader::run_parallel;
 use crate::codec;
 use crate::db::{Cf, Db, MemoryBudget};
 use crate::error::{Error, Result};
@@ -67,6 +70,8 @@ pub(crate) struct Target<'a> {
     pub(crate) compact_clipped: bool,
     /// Scratch directory on the target's filesystem for ingest files.
     pub(crate) scratch: &'a Path,
+    /// Threads scanning the other sources into ingest files.
+    pub(crate) threads: usize,
 }
 
 /// What a rescale did.
@@ -140,8 +145,10 @@ pub(crate) fn rescale(
         let Some(copy) = claimed.intersect(&target.key_groups) else {
             continue;
         };
-        let from = prefix(u32::from(copy.start), m);
-        let to = prefix(u32::from(copy.end) + 1, m);
+        // Each state's in-range groups are cut into up to `threads` contiguous slices, each
+        // scanned into its own SST in parallel; a state's slices are ingested in one call.
+        let slices = split(copy, target.threads);
+        let mut jobs: Vec<(String, Cf, KeyGroupRange, PathBuf)> = Vec::new();
         for (j, (name, st)) in other_states.iter().enumerate() {
             match states.get(name) {
                 Some(have) if have != st => {
@@ -160,19 +167,34 @@ pub(crate) fn rescale(
                     states.insert(name.clone(), st.clone());
                 }
             }
-            let dst = db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?;
             let src = state_cf(&odb, other, name)?;
-            let file: PathBuf = target.scratch.join(format!("ingest-{i}-{j}.sst"));
-            let n = db.write_sst(&file, |sink| {
+            for (k, slice) in slices.iter().enumerate() {
+                let file = target.scratch.join(format!("ingest-{i}-{j}-{k}.sst"));
+                jobs.push((name.clone(), src.clone(), *slice, file));
+            }
+        }
+        let counts = run_parallel(&jobs, target.threads, |(_, src, slice, file)| {
+            let from = prefix(u32::from(slice.start), m);
+            let to = prefix(u32::from(slice.end) + 1, m);
+            db.write_sst(file, |sink| {
                 src.scan(&from, Some(&to), |k, v| {
                     sink.put(k, v)?;
                     Ok(true)
                 })
-            })?;
+            })
+        })?;
+        let mut by_state: BTreeMap<&str, Vec<PathBuf>> = BTreeMap::new();
+        for ((name, _, _, file), n) in jobs.iter().zip(counts) {
             if n > 0 {
-                dst.ingest(std::slice::from_ref(&file))?;
+                by_state.entry(name).or_default().push(file.clone());
                 stats.entries_ingested += n;
                 stats.files_ingested += 1;
+            }
+        }
+        for name in other_states.keys() {
+            let dst = db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?;
+            if let Some(files) = by_state.get(name.as_str()) {
+                dst.ingest(files)?;
             }
         }
     }
@@ -190,6 +212,24 @@ pub(crate) fn rescale(
     meta.put(META_LIST_SEQ, &list_seq.to_be_bytes())?;
     db.flush_all()?;
     Ok(stats)
+}
+
+/// `range` cut into at most `parts` contiguous, non-empty slices, in order.
+fn split(range: KeyGroupRange, parts: usize) -> Vec<KeyGroupRange> {
+    let len = range.len() as usize;
+    let parts = parts.clamp(1, len.max(1));
+    let mut out = Vec::with_capacity(parts);
+    let mut start = usize::from(range.start);
+    for p in 0..parts {
+        let n = len / parts + usize::from(p < len % parts);
+        // `start + n - 1 <= range.end`, a u16, by construction.
+        out.push(KeyGroupRange {
+            start: start as u16,
+            end: (start + n - 1) as u16,
+        });
+        start += n;
+    }
+    out
 }
 
 /// The big-endian key-group prefix of group `group` (which may be `max_parallelism`, the
@@ -306,4 +346,24 @@ fn first_key(cf: &Cf, lower: &[u8], upper: Option<&[u8]>) -> Result<Option<Vec<u
         Ok(false)
     })?;
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_covers_the_range_in_order() {
+        for (start, end, parts) in [(0u16, 127u16, 4usize), (43, 63, 4), (5, 5, 8), (0, 2, 3)] {
+            let r = KeyGroupRange { start, end };
+            let s = split(r, parts);
+            assert!(s.len() <= parts && !s.is_empty());
+            assert_eq!(s[0].start, start);
+            assert_eq!(s[s.len() - 1].end, end);
+            for w in s.windows(2) {
+                assert_eq!(w[0].end + 1, w[1].start);
+            }
+            assert!(s.iter().all(|x| x.start <= x.end));
+        }
+    }
 }

@@ -118,6 +118,7 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
                     budget: &budget,
                     compact_clipped: p.compact_clipped,
                     scratch: scratch.as_ref().map_or(target.as_path(), |s| s.path()),
+                    threads: p.transfer_threads,
                 },
             )?;
         }
