@@ -35,10 +35,10 @@ use crate::ttl::{Clock, ManualClock, SystemClock, TimeDomain, TtlCounters, TtlSt
 
 /// Version of the metadata layout in the default column family.
 pub const BACKEND_META_VERSION: u32 = 1;
-const META_BACKEND: &[u8] = b"backend";
-const META_STATE_PREFIX: &str = "state/";
-const META_LIST_SEQ: &[u8] = b"list-seq";
-const STATE_CF_PREFIX: &str = "state:";
+pub(crate) const META_BACKEND: &[u8] = b"backend";
+pub(crate) const META_STATE_PREFIX: &str = "state/";
+pub(crate) const META_LIST_SEQ: &[u8] = b"list-seq";
+pub(crate) const STATE_CF_PREFIX: &str = "state:";
 /// Longest accepted state name in bytes.
 pub const MAX_STATE_NAME: usize = 255;
 
@@ -96,6 +96,7 @@ pub struct BackendBuilder {
     checkpoint_options: CheckpointOptions,
     kind: BackendKind,
     incremental_cleanup: usize,
+    compact_clipped: bool,
 }
 
 /// Where a backend keeps its state.
@@ -260,7 +261,7 @@ impl BackendBuilder {
     }
 }
 
-fn process_budget() -> Result<MemoryBudget> {
+pub(crate) fn process_budget() -> Result<MemoryBudget> {
     static BUDGET: OnceLock<MemoryBudget> = OnceLock::new();
     if let Some(b) = BUDGET.get() {
         return Ok(b.clone());
@@ -336,6 +337,7 @@ impl KeyedBackend {
             checkpoint_options: CheckpointOptions::default(),
             kind: BackendKind::RocksDb,
             incremental_cleanup: 0,
+            compact_clipped: false,
         }
     }
 
@@ -721,12 +723,21 @@ impl BackendBuilder {
         self
     }
 
+    /// After a rescaling restore, also compact the clipped key-group ranges (drops their data
+    /// from disk now instead of at the next natural compaction; the rewritten files make the
+    /// first checkpoint upload more). Default false.
+    pub fn compact_clipped(mut self, compact: bool) -> Self {
+        self.compact_clipped = compact;
+        self
+    }
+
     /// Restores a checkpoint from the configured storage into this builder's (empty or
     /// missing) directory: downloads every file in parallel, verifies size, CRC-32 and (for
-    /// SSTs) footer, properties and unique id against the manifest, then opens. The key-group
-    /// range and max parallelism must equal the checkpoint's. The restored backend gets a new
-    /// backend id and keeps the checkpoint's files as its reuse base, so its next checkpoint
-    /// is incremental.
+    /// SSTs) footer, properties and unique id against the manifest, then opens. The max
+    /// parallelism must equal the checkpoint's; the key-group range may differ (rescaling):
+    /// the manifests of the checkpoint that overlap the range are merged and clipped (see
+    /// `crate::restore`). The restored backend gets a new backend id and keeps the base
+    /// checkpoint's files as its reuse base, so its next checkpoint is incremental.
     pub fn restore(self, from: RestoreFrom) -> Result<KeyedBackend> {
         if self.kind == BackendKind::Heap {
             return Err(Error::Unsupported(
@@ -743,6 +754,9 @@ impl BackendBuilder {
             key_groups: self.key_groups,
             storage: self.checkpoint_storage.clone(),
             transfer_threads: self.checkpoint_options.transfer_threads,
+            options: self.options.clone(),
+            budget: self.budget.clone(),
+            compact_clipped: self.compact_clipped,
         }
     }
 }
@@ -754,6 +768,9 @@ pub(crate) struct RestoreParams {
     pub(crate) key_groups: Option<KeyGroupRange>,
     pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
     pub(crate) transfer_threads: usize,
+    pub(crate) options: DbOptions,
+    pub(crate) budget: Option<MemoryBudget>,
+    pub(crate) compact_clipped: bool,
 }
 
 /// Crate-internal access for the checkpoint module.

@@ -503,6 +503,102 @@ impl Cf {
     }
 }
 
+/// Rescale support (design.md §7): range deletion, file-level clipping, range compaction and
+/// SST ingestion of one column family.
+impl Cf {
+    /// Deletes every key in `[from, to)` with a range tombstone; first drops the SST files that
+    /// lie entirely inside the range (they are then no longer part of the database). RocksDB
+    /// selects those files with `to` *inclusive*: callers pass a key-group prefix, which no
+    /// stored key equals (stored keys are longer than their prefix).
+    pub(crate) fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        self.db.db.delete_file_in_range_cf(&self.handle, from, to)?;
+        self.db
+            .db
+            .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0)?;
+        Ok(())
+    }
+
+    /// Compacts `[from, to)` down to the bottom level, so range tombstones and the entries they
+    /// cover are dropped from disk.
+    pub(crate) fn compact_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
+        self.db
+            .db
+            .compact_range_cf_opt(&self.handle, Some(from), Some(to), &opts);
+        Ok(())
+    }
+
+    /// Ingests SST files written by [`Db::write_sst`] into this column family, moving them
+    /// (hard link) into the database directory. Their entries get sequence numbers above
+    /// everything already in the database, so they win over earlier range tombstones.
+    pub(crate) fn ingest(&self, files: &[PathBuf]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let mut opts = rocksdb::IngestExternalFileOptions::default();
+        opts.set_move_files(true);
+        self.db
+            .db
+            .ingest_external_file_cf_opts(&self.handle, &opts, files.to_vec())?;
+        Ok(())
+    }
+}
+
+/// Receives the sorted entries of one SST file being written by [`Db::write_sst`].
+pub(crate) struct SstSink<'a, 'w> {
+    writer: &'a mut rocksdb::SstFileWriter<'w>,
+    entries: u64,
+}
+
+impl SstSink<'_, '_> {
+    /// Appends an entry; keys must be strictly increasing.
+    pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.writer.put(key, value)?;
+        self.entries += 1;
+        Ok(())
+    }
+}
+
+impl Db {
+    /// Writes an SST file at `path` with this database's table options, filled by `fill`.
+    /// Returns the number of entries; with none, no file is left behind (RocksDB refuses to
+    /// finish an empty SST).
+    pub(crate) fn write_sst(
+        &self,
+        path: &Path,
+        fill: impl FnOnce(&mut SstSink<'_, '_>) -> Result<()>,
+    ) -> Result<u64> {
+        let opts = cf_options(&self.options, &self.budget)?;
+        let mut writer = rocksdb::SstFileWriter::create(&opts);
+        writer.open(path)?;
+        let mut sink = SstSink {
+            writer: &mut writer,
+            entries: 0,
+        };
+        fill(&mut sink)?;
+        let entries = sink.entries;
+        if entries == 0 {
+            drop(writer);
+            let _ = std::fs::remove_file(path);
+            return Ok(0);
+        }
+        writer.finish()?;
+        Ok(entries)
+    }
+
+    /// The names of every column family of the database.
+    pub(crate) fn cf_names(&self) -> Vec<String> {
+        self.cf_names.lock().clone()
+    }
+}
+
 impl Batch {
     /// An empty batch.
     pub(crate) fn new() -> Self {

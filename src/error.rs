@@ -162,6 +162,34 @@ pub enum Error {
         /// The requested setting.
         requested: String,
     },
+    /// A restored checkpoint holds state in a key group outside the range its manifest claims.
+    #[error(
+        "checkpoint `{checkpoint}` claims key groups {claimed} but state `{state}` has data in key group {key_group}"
+    )]
+    DataOutsideKeyGroups {
+        /// The manifest's object name.
+        checkpoint: String,
+        /// The state (column family) holding the entry.
+        state: String,
+        /// The key group of the first entry found outside the claimed range.
+        key_group: u16,
+        /// The range the manifest claims.
+        claimed: KeyGroupRange,
+    },
+    /// The checkpoints merged by a rescaling restore disagree about a state's metadata.
+    #[error("state `{name}` is {base_meta} in `{base}` but {other_meta} in `{other}`")]
+    MergedStateMismatch {
+        /// State name.
+        name: String,
+        /// The base manifest's object name.
+        base: String,
+        /// The state's metadata there.
+        base_meta: String,
+        /// The other manifest's object name.
+        other: String,
+        /// The state's metadata there.
+        other_meta: String,
+    },
     /// A restore target directory already holds files.
     #[error("restore target {0} is not empty")]
     RestoreTargetNotEmpty(PathBuf),

@@ -29,6 +29,7 @@ mod heap;
 pub mod keygroup;
 pub mod operator_state;
 pub mod options;
+mod rescale;
 mod restore;
 pub mod savepoint;
 pub mod state;

@@ -1,15 +1,23 @@
-//! Restore (design.md §7) of one checkpoint into an empty directory: pick the manifest, check
-//! it against what the builder asks for, download every file in parallel, verify each one
-//! (size, CRC-32, and for SSTs the footer, properties and unique id) and only then open
-//! RocksDB. Any mismatch is a typed error naming the file; nothing is opened from unverified
-//! bytes, and a failed restore removes what it downloaded.
+//! Restore (design.md §7): pick the manifests, check them against what the builder asks for,
+//! download every file in parallel, verify each one (size, CRC-32, and for SSTs the footer,
+//! properties and unique id) and only then open RocksDB. Any mismatch is a typed error naming
+//! the file; nothing is opened from unverified bytes, and a failed restore removes what it
+//! downloaded.
 //!
-//! This module owns selection, verification and download. For issue 4 the checkpoint's
-//! key-group range must equal the target's; rescaling (clip with `delete_range`, merge several
-//! handles) will plug in after [`select`] and [`download`], which already work per manifest.
+//! Rescaling (another key-group range of the same max parallelism) plugs in between download
+//! and open: [`select`] takes every committed manifest of one checkpoint id that overlaps the
+//! target range (they must be disjoint and cover it), the one with the most overlap becomes
+//! the base (downloaded into the target directory), the others go to a scratch directory next
+//! to it, and `crate::rescale` clips the base and ingests the others' in-range key groups.
+//! A manifest whose range equals the target is restored as is. The base's files stay the
+//! restored backend's reuse base, so its first checkpoint is incremental; every source
+//! manifest is claimed in storage (see `crate::checkpoint::registry`) so no backend deletes
+//! what another restored backend still needs. `docs/rescale.md` describes the whole procedure.
+//!
+//! This module owns selection, verification and download.
 
-use std::collections::HashSet;
-use std::path::Path;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sst_format::{CheckpointManifest, SstUniqueId};
@@ -21,7 +29,11 @@ use crate::checkpoint::uploader::run_parallel;
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
+use crate::rescale;
 use crate::storage::{validate_object_name, CheckpointStorage};
+
+/// A chosen manifest: its object name and contents.
+type Chosen = (String, CheckpointManifest);
 
 /// Restores per `from` and opens the backend `builder` describes.
 pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<KeyedBackend> {
@@ -32,8 +44,10 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
         Some(r) => r,
         None => KeyGroupRange::all(p.max_parallelism)?,
     };
-    let (metadata_name, manifest) = select(storage.as_ref(), &from, key_groups, p.max_parallelism)?;
-    validate_manifest(&metadata_name, &manifest)?;
+    let chosen = select(storage.as_ref(), &from, key_groups, p.max_parallelism)?;
+    for (name, m) in &chosen {
+        validate_manifest(name, m)?;
+    }
 
     let target = p.path.clone();
     let existed = target.exists();
@@ -45,27 +59,91 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
     } else {
         std::fs::create_dir_all(&target).map_err(|e| Error::io(&target, e))?;
     }
-    let manifest = Arc::new(manifest);
-    let result = download(storage.as_ref(), &manifest, &target, p.transfer_threads)
-        .and_then(|()| {
-            builder.open_inner(Some(RestoredBase {
-                metadata_name: metadata_name.clone(),
-                manifest: Arc::clone(&manifest),
-            }))
-        })
-        .and_then(|backend| {
-            let mut have: Vec<_> = backend.states()?.iter().map(to_manifest_state).collect();
-            let mut want = manifest.states.clone();
-            have.sort_by(|a, b| a.name.cmp(&b.name));
-            want.sort_by(|a, b| a.name.cmp(&b.name));
-            if have != want {
-                return Err(Error::CheckpointCorrupt {
-                    file: metadata_name.clone(),
-                    detail: "the manifest's state list differs from the restored database's".into(),
-                });
+    let mut chosen = chosen.into_iter().map(|(n, m)| (n, Arc::new(m)));
+    let (metadata_name, manifest) = chosen.next().ok_or_else(|| {
+        Error::CheckpointNotFound(format!("any checkpoint for key groups {key_groups}"))
+    })?;
+    let others: Vec<(String, Arc<CheckpointManifest>)> = chosen.collect();
+    let rescaling = !others.is_empty()
+        || (manifest.key_group_start, manifest.key_group_end) != (key_groups.start, key_groups.end);
+    let result = (|| {
+        // The scratch directory (sources other than the base, ingest files) sits next to the
+        // target so ingestion moves files by hard link.
+        let scratch = if rescaling {
+            let parent = target.parent().unwrap_or(Path::new("."));
+            Some(
+                tempfile::Builder::new()
+                    .prefix(".rockstate-rescale-")
+                    .tempdir_in(parent)
+                    .map_err(|e| Error::io(parent, e))?,
+            )
+        } else {
+            None
+        };
+        let mut dirs: Vec<(&CheckpointManifest, PathBuf)> = vec![(&manifest, target.clone())];
+        if let Some(s) = &scratch {
+            for (i, (_, m)) in others.iter().enumerate() {
+                let dir = s.path().join(format!("source-{i}"));
+                std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+                dirs.push((m, dir));
             }
-            Ok(backend)
-        });
+        }
+        download_all(storage.as_ref(), &dirs, p.transfer_threads)?;
+        {
+            let budget = match &p.budget {
+                Some(b) => b.clone(),
+                None => crate::backend::process_budget()?,
+            };
+            let base = rescale::Source {
+                name: &metadata_name,
+                manifest: &manifest,
+                dir: &target,
+            };
+            let other_sources: Vec<rescale::Source<'_>> = others
+                .iter()
+                .zip(&dirs[1..])
+                .map(|((name, m), (_, dir))| rescale::Source {
+                    name,
+                    manifest: m,
+                    dir,
+                })
+                .collect();
+            rescale::rescale(
+                &base,
+                &other_sources,
+                &rescale::Target {
+                    key_groups,
+                    max_parallelism: p.max_parallelism,
+                    options: &p.options,
+                    budget: &budget,
+                    compact_clipped: p.compact_clipped,
+                    scratch: scratch.as_ref().map_or(target.as_path(), |s| s.path()),
+                    threads: p.transfer_threads,
+                },
+            )?;
+        }
+        drop(scratch);
+        let backend = builder.open_inner(Some(RestoredBase {
+            metadata_name: metadata_name.clone(),
+            manifest: Arc::clone(&manifest),
+            others: others.clone(),
+        }))?;
+        let mut have: Vec<_> = backend.states()?.iter().map(to_manifest_state).collect();
+        let mut want: BTreeMap<&str, &sst_format::StateMeta> = BTreeMap::new();
+        for m in std::iter::once(&manifest).chain(others.iter().map(|(_, m)| m)) {
+            for s in &m.states {
+                want.entry(s.name.as_str()).or_insert(s);
+            }
+        }
+        have.sort_by(|a, b| a.name.cmp(&b.name));
+        if !have.iter().eq(want.values().copied()) {
+            return Err(Error::CheckpointCorrupt {
+                file: metadata_name.clone(),
+                detail: "the manifests' state list differs from the restored database's".into(),
+            });
+        }
+        Ok(backend)
+    })();
     if result.is_err() {
         // Best effort: leave the target as it was (empty or missing).
         if existed {
@@ -82,10 +160,57 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
     result
 }
 
-fn matches_range(m: &CheckpointManifest, key_groups: KeyGroupRange, max_parallelism: u32) -> bool {
-    m.key_group_start == key_groups.start
-        && m.key_group_end == key_groups.end
-        && m.max_parallelism == max_parallelism
+fn range_of(m: &CheckpointManifest) -> Option<KeyGroupRange> {
+    KeyGroupRange::new(m.key_group_start, m.key_group_end).ok()
+}
+
+fn overlap(m: &CheckpointManifest, target: KeyGroupRange) -> u32 {
+    range_of(m)
+        .and_then(|r| r.intersect(&target))
+        .map_or(0, |r| r.len())
+}
+
+/// From the manifests of one checkpoint id, the ones to restore `target` from, base first:
+/// the one whose range equals the target if there is one, else every overlapping one (base =
+/// most overlap). `Ok(None)` if they do not cover the target; overlapping manifests (two
+/// backends claiming one key group) are [`Error::AmbiguousCheckpoint`].
+fn choose(
+    id: u64,
+    candidates: Vec<Chosen>,
+    target: KeyGroupRange,
+    max_parallelism: u32,
+) -> Result<Option<Vec<Chosen>>> {
+    let mut found: Vec<Chosen> = candidates
+        .into_iter()
+        .filter(|(_, m)| m.max_parallelism == max_parallelism && overlap(m, target) > 0)
+        .collect();
+    let exact = |m: &CheckpointManifest| range_of(m) == Some(target);
+    if found.iter().filter(|(_, m)| exact(m)).count() == 1 {
+        found.retain(|(_, m)| exact(m));
+        return Ok(Some(found));
+    }
+    found.sort_by_key(|(_, m)| m.key_group_start);
+    let mut next = u32::from(target.start);
+    for (i, (_, m)) in found.iter().enumerate() {
+        if i > 0 && u32::from(m.key_group_start) <= u32::from(found[i - 1].1.key_group_end) {
+            return Err(Error::AmbiguousCheckpoint {
+                checkpoint_id: id,
+                candidates: found.into_iter().map(|(_, m)| m.backend_id).collect(),
+            });
+        }
+        if u32::from(m.key_group_start) > next {
+            return Ok(None); // a gap
+        }
+        next = u32::from(m.key_group_end) + 1;
+    }
+    if found.is_empty() || next <= u32::from(target.end) {
+        return Ok(None);
+    }
+    let base = (0..found.len())
+        .max_by_key(|&i| (overlap(&found[i].1, target), std::cmp::Reverse(i)))
+        .unwrap_or(0);
+    found.swap(0, base);
+    Ok(Some(found))
 }
 
 /// Loads the manifest `name`, checking that it describes the checkpoint its name says.
@@ -109,69 +234,83 @@ fn load(
     Ok(m)
 }
 
-/// Picks the manifest to restore; see [`RestoreFrom`].
+/// Picks the manifests to restore, base first; see [`RestoreFrom`].
 pub(crate) fn select(
     storage: &dyn CheckpointStorage,
     from: &RestoreFrom,
     key_groups: KeyGroupRange,
     max_parallelism: u32,
-) -> Result<(String, CheckpointManifest)> {
+) -> Result<Vec<Chosen>> {
     let committed = list_committed(storage)?;
-    let wanted = |m: &CheckpointManifest| matches_range(m, key_groups, max_parallelism);
     let describe = format!("key groups {key_groups} of max parallelism {max_parallelism}");
-    if let RestoreFrom::Exact {
-        checkpoint_id,
-        backend_id,
-    } = from
-    {
-        let name = layout::metadata_name(*checkpoint_id, backend_id);
+    let load_named = |id: u64, backend_id: &str| -> Result<Chosen> {
+        let name = layout::metadata_name(id, backend_id);
         if !committed.iter().any(|(n, _, _)| *n == name) {
             return Err(Error::CheckpointNotFound(format!(
-                "checkpoint {checkpoint_id} of backend {backend_id}"
+                "checkpoint {id} of backend {backend_id}"
             )));
         }
-        let m = load(storage, &name, *checkpoint_id, backend_id)?;
-        if !wanted(&m) {
-            return Err(Error::RestoreMismatch {
-                checkpoint: name,
-                existing: format!(
-                    "key groups [{}, {}] of max parallelism {}",
-                    m.key_group_start, m.key_group_end, m.max_parallelism
-                ),
-                requested: describe,
-            });
-        }
-        return Ok((name, m));
-    }
-    let mut ids: Vec<u64> = committed.iter().map(|(_, id, _)| *id).collect();
-    ids.dedup();
-    ids.reverse();
-    if let RestoreFrom::Checkpoint(id) = from {
-        ids.retain(|i| i == id);
-    }
-    for id in ids {
-        let mut found = Vec::new();
-        for (name, _, backend) in committed.iter().filter(|(_, i, _)| *i == id) {
-            let m = load(storage, name, id, backend)?;
-            if wanted(&m) {
-                found.push((name.clone(), m));
+        let m = load(storage, &name, id, backend_id)?;
+        Ok((name, m))
+    };
+    match from {
+        RestoreFrom::Exact {
+            checkpoint_id,
+            backend_id,
+        } => {
+            let (name, m) = load_named(*checkpoint_id, backend_id)?;
+            let covers = m.max_parallelism == max_parallelism
+                && m.key_group_start <= key_groups.start
+                && m.key_group_end >= key_groups.end;
+            if !covers {
+                return Err(Error::RestoreMismatch {
+                    checkpoint: name,
+                    existing: format!(
+                        "key groups [{}, {}] of max parallelism {}",
+                        m.key_group_start, m.key_group_end, m.max_parallelism
+                    ),
+                    requested: describe,
+                });
             }
+            Ok(vec![(name, m)])
         }
-        match found.len() {
-            0 => continue,
-            1 => return found.pop().ok_or(Error::CheckpointNotFound(describe)),
-            _ => {
-                return Err(Error::AmbiguousCheckpoint {
-                    checkpoint_id: id,
-                    candidates: found.into_iter().map(|(_, m)| m.backend_id).collect(),
-                })
+        RestoreFrom::Handles {
+            checkpoint_id,
+            backend_ids,
+        } => {
+            let all = backend_ids
+                .iter()
+                .map(|b| load_named(*checkpoint_id, b))
+                .collect::<Result<Vec<_>>>()?;
+            choose(*checkpoint_id, all, key_groups, max_parallelism)?.ok_or_else(|| {
+                Error::CheckpointNotFound(format!(
+                    "the given manifests of checkpoint {checkpoint_id} do not cover {describe}"
+                ))
+            })
+        }
+        RestoreFrom::Latest | RestoreFrom::Checkpoint(_) => {
+            let mut ids: Vec<u64> = committed.iter().map(|(_, id, _)| *id).collect();
+            ids.dedup();
+            ids.reverse();
+            if let RestoreFrom::Checkpoint(id) = from {
+                ids.retain(|i| i == id);
             }
+            for id in ids {
+                let all = committed
+                    .iter()
+                    .filter(|(_, i, _)| *i == id)
+                    .map(|(name, _, backend)| Ok((name.clone(), load(storage, name, id, backend)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                if let Some(chosen) = choose(id, all, key_groups, max_parallelism)? {
+                    return Ok(chosen);
+                }
+            }
+            Err(Error::CheckpointNotFound(match from {
+                RestoreFrom::Checkpoint(id) => format!("checkpoint {id} for {describe}"),
+                _ => format!("any checkpoint for {describe}"),
+            }))
         }
     }
-    Err(Error::CheckpointNotFound(match from {
-        RestoreFrom::Checkpoint(id) => format!("checkpoint {id} for {describe}"),
-        _ => format!("any checkpoint for {describe}"),
-    }))
 }
 
 /// Structural checks of a manifest before anything is downloaded: names are safe and unique,
@@ -220,40 +359,45 @@ struct Fetch<'a> {
     size: u64,
     crc32: u32,
     sst_id: Option<&'a SstUniqueId>,
+    dir: &'a Path,
 }
 
-/// Downloads and verifies every file of `m` into `target`, in parallel.
-pub(crate) fn download(
+/// Downloads and verifies every file of each manifest into its directory, all in parallel.
+pub(crate) fn download_all(
     storage: &dyn CheckpointStorage,
-    m: &CheckpointManifest,
-    target: &Path,
+    sources: &[(&CheckpointManifest, PathBuf)],
     threads: usize,
 ) -> Result<()> {
-    let mut jobs: Vec<Fetch<'_>> = m
-        .shared_files
-        .iter()
-        .map(|f| Fetch {
-            remote: &f.remote_name,
-            local: &f.local_name,
-            size: f.size,
-            crc32: f.crc32,
-            sst_id: Some(&f.sst_id),
-        })
-        .chain(m.private_files.iter().map(|f| Fetch {
-            remote: &f.remote_name,
-            local: &f.local_name,
-            size: f.size,
-            crc32: f.crc32,
-            sst_id: None,
-        }))
-        .collect();
+    let mut jobs: Vec<Fetch<'_>> = Vec::new();
+    for (m, dir) in sources {
+        jobs.extend(
+            m.shared_files
+                .iter()
+                .map(|f| Fetch {
+                    remote: &f.remote_name,
+                    local: &f.local_name,
+                    size: f.size,
+                    crc32: f.crc32,
+                    sst_id: Some(&f.sst_id),
+                    dir,
+                })
+                .chain(m.private_files.iter().map(|f| Fetch {
+                    remote: &f.remote_name,
+                    local: &f.local_name,
+                    size: f.size,
+                    crc32: f.crc32,
+                    sst_id: None,
+                    dir,
+                })),
+        );
+    }
     jobs.sort_by_key(|j| std::cmp::Reverse(j.size));
     run_parallel(&jobs, threads, |job| {
         let corrupt = |detail: String| Error::CheckpointCorrupt {
             file: job.remote.to_string(),
             detail,
         };
-        let local = target.join(job.local);
+        let local = job.dir.join(job.local);
         let digest = match storage.get_file(job.remote, &local) {
             Ok(d) => d,
             Err(Error::ObjectNotFound { .. }) => {

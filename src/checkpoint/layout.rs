@@ -5,6 +5,8 @@
 //! <root>/shared/<32 hex>.sst                 SSTs: random names, never reused, refcounted
 //! <root>/chk-<id>/<backend-id>/<local name>  private files of one checkpoint of one backend
 //! <root>/chk-<id>/<backend-id>/_metadata     that checkpoint's commit point (manifest)
+//! <root>/claims/<id>/<source>/<claimer>      empty: backend <claimer> was restored from (or
+//!                                            retains) checkpoint <id> of <source>
 //! ```
 //! Local staging: `<staging root>/<backend-id>/snap-<id>/` (a RocksDB checkpoint directory).
 
@@ -53,6 +55,36 @@ pub fn private_name(id: u64, backend_id: &str, local_name: &str) -> String {
 /// The manifest (commit point) of checkpoint `id` of `backend_id`.
 pub fn metadata_name(id: u64, backend_id: &str) -> String {
     format!("{}{METADATA_FILE}", checkpoint_dir(id, backend_id))
+}
+
+/// Prefix of every claim object.
+pub const CLAIM_PREFIX: &str = "claims/";
+
+/// The directory (prefix, ending in `/`) of the claims on checkpoint `id` of `source`.
+pub fn claim_dir(id: u64, source: &str) -> String {
+    format!("{CLAIM_PREFIX}{id}/{source}/")
+}
+
+/// The claim of backend `claimer` on checkpoint `id` of backend `source`.
+pub fn claim_name(id: u64, source: &str, claimer: &str) -> String {
+    format!("{}{claimer}", claim_dir(id, source))
+}
+
+/// Parses `claims/<id>/<source>/<claimer>` into `(id, source, claimer)`.
+pub fn parse_claim(name: &str) -> Option<(u64, &str, &str)> {
+    let rest = name.strip_prefix(CLAIM_PREFIX)?;
+    let mut parts = rest.split('/');
+    let id_str = parts.next()?;
+    if id_str.is_empty() || !id_str.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id = id_str.parse().ok()?;
+    let source = parts.next()?;
+    let claimer = parts.next()?;
+    if source.is_empty() || claimer.is_empty() || parts.next().is_some() {
+        return None;
+    }
+    Some((id, source, claimer))
 }
 
 /// An object inside a checkpoint directory, split into its parts.
@@ -143,5 +175,10 @@ mod tests {
         assert_ne!(s, new_shared_name());
         assert!(valid_local_name("000012.sst") && valid_local_name("MANIFEST-000005"));
         assert!(!valid_local_name("../x") && !valid_local_name("a/b") && !valid_local_name(".x"));
+        let c = claim_name(7, "src", "me");
+        assert_eq!(c, "claims/7/src/me");
+        assert_eq!(parse_claim(&c), Some((7, "src", "me")));
+        assert!(parse_claim("claims/7/src").is_none() && parse_claim("claims/x/a/b").is_none());
+        assert!(parse_claim("claims/7/a/b/c").is_none());
     }
 }

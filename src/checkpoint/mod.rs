@@ -131,21 +131,33 @@ pub struct SweepStats {
     pub bytes_deleted: u64,
 }
 
-/// Which checkpoint to restore.
+/// Which checkpoint to restore. The max parallelism must equal the builder's. If one
+/// manifest's key-group range equals the builder's, that one is restored as is; otherwise the
+/// restore rescales from the manifests of one checkpoint id that overlap the builder's range
+/// (they must cover it and be disjoint: manifests claiming the same group are
+/// [`Error::AmbiguousCheckpoint`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestoreFrom {
-    /// The newest committed checkpoint (one with a `_metadata`) whose key-group range and
-    /// max parallelism match the builder's. Several backends matching at that id is
-    /// [`Error::AmbiguousCheckpoint`].
+    /// The newest committed checkpoint id (one with a `_metadata`) whose manifests cover the
+    /// builder's key groups.
     Latest,
-    /// Checkpoint `id` of the one backend whose range matches.
+    /// Checkpoint `id`: the manifests of every backend at that id that overlap the range.
     Checkpoint(u64),
-    /// Checkpoint `checkpoint_id` of backend `backend_id`.
+    /// Checkpoint `checkpoint_id` of backend `backend_id` only; its range must contain the
+    /// builder's (equal, or clipped).
     Exact {
         /// The checkpoint id.
         checkpoint_id: u64,
         /// The backend id.
         backend_id: String,
+    },
+    /// What an engine passes after a rescale: the latest completed checkpoint id and all
+    /// backends' manifests of it; the restore picks the ones overlapping the builder's range.
+    Handles {
+        /// The checkpoint id.
+        checkpoint_id: u64,
+        /// Backend ids of every manifest of that checkpoint.
+        backend_ids: Vec<String>,
     },
 }
 

@@ -9,6 +9,18 @@
 //! this backend (or by an uncommitted leftover, for the sweep), no manifest in storage
 //! references it, and no in-flight or in-memory checkpoint of this backend references it.
 //!
+//! Ownership across backends (rescaling): several backends may be restored from the same
+//! checkpoint (1 → 2), and one backend from several (2 → 1). A restored backend *claims*
+//! every source manifest it used (and the older committed checkpoints of those source
+//! backends) by writing the empty object `claims/<id>/<source>/<claimer>`, and retains them
+//! like its own. Dropping a retained checkpoint releases this backend's claim on it; the
+//! checkpoint's manifest and files are deleted only when no claim on it remains (whoever
+//! drops last deletes; an owner dropping its own checkpoint that others still claim leaves it
+//! to them). Shared files additionally survive while any manifest in storage references them,
+//! so a file used by several backends' checkpoints lives until the last of them is gone.
+//! A claim of a backend that dies without ever completing a checkpoint stays behind and
+//! keeps its checkpoint alive: that errs on the side of keeping (never a dangling reference).
+//!
 //! Ordering on deletion: a checkpoint's `_metadata` goes first (so a crash leaves an
 //! uncommitted directory, never a manifest with missing files), then its private files, then
 //! the shared files nothing references. Crashes anywhere leave only garbage the sweep removes.
@@ -34,6 +46,9 @@ pub(crate) struct RestoredBase {
     pub(crate) metadata_name: String,
     /// The decoded manifest.
     pub(crate) manifest: Arc<CheckpointManifest>,
+    /// The other manifests a rescaling restore merged in (object name, manifest); claimed and
+    /// retained too, but never a reuse base.
+    pub(crate) others: Vec<(String, Arc<CheckpointManifest>)>,
 }
 
 /// One retained completed checkpoint.
@@ -171,27 +186,38 @@ impl Checkpointer {
         let mut book = Book::default();
         match restored {
             Some(r) => {
-                let source = r.manifest.backend_id.clone();
                 let restored_id = r.manifest.checkpoint_id;
-                let mut retained: Vec<Retained> = objects
-                    .iter()
-                    .filter_map(|o| layout::parse_checkpoint_object(&o.name))
-                    .filter(|p| p.is_metadata() && p.backend_id == source && p.id < restored_id)
-                    .map(|p| Retained {
-                        id: p.id,
-                        backend_id: source.clone(),
-                        manifest: None,
-                    })
-                    .collect();
-                retained.push(Retained {
-                    id: restored_id,
-                    backend_id: source,
-                    manifest: Some(Arc::clone(&r.manifest)),
-                });
-                retained.sort_by_key(|r| r.id);
-                cp.cache
-                    .lock()
-                    .insert(r.metadata_name, Arc::clone(&r.manifest));
+                let mut retained: Vec<Retained> = Vec::new();
+                let sources = std::iter::once((r.metadata_name.clone(), Arc::clone(&r.manifest)))
+                    .chain(r.others.iter().cloned());
+                for (name, m) in sources {
+                    let source = m.backend_id.clone();
+                    retained.extend(
+                        objects
+                            .iter()
+                            .filter_map(|o| layout::parse_checkpoint_object(&o.name))
+                            .filter(|p| {
+                                p.is_metadata() && p.backend_id == source && p.id < m.checkpoint_id
+                            })
+                            .map(|p| Retained {
+                                id: p.id,
+                                backend_id: source.clone(),
+                                manifest: None,
+                            }),
+                    );
+                    retained.push(Retained {
+                        id: m.checkpoint_id,
+                        backend_id: source,
+                        manifest: Some(Arc::clone(&m)),
+                    });
+                    cp.cache.lock().insert(name, m);
+                }
+                retained.sort_by(|x, y| (x.id, &x.backend_id).cmp(&(y.id, &y.backend_id)));
+                retained.dedup_by(|x, y| (x.id, &x.backend_id) == (y.id, &y.backend_id));
+                for r in &retained {
+                    let claim = layout::claim_name(r.id, &r.backend_id, &cp.backend_id);
+                    cp.storage.put_bytes(&claim, b"")?;
+                }
                 book.retained = retained;
                 book.base = Some(r.manifest);
                 book.last_completed = Some(restored_id);
@@ -215,17 +241,33 @@ impl Checkpointer {
                     book.base = Some(m);
                     book.last_completed = Some(newest);
                 }
-                book.retained = committed
+                let mut retained: Vec<Retained> = committed
                     .into_iter()
                     .map(|id| Retained {
                         id,
                         backend_id: cp.backend_id.clone(),
-                        manifest: None,
+                        manifest: book.base.clone().filter(|b| b.checkpoint_id == id),
                     })
                     .collect();
-                if let (Some(last), Some(base)) = (book.retained.last_mut(), &book.base) {
-                    last.manifest = Some(Arc::clone(base));
+                // Checkpoints of other backends this one claimed when it was restored and has
+                // not released yet.
+                let committed_names: HashSet<String> =
+                    objects.iter().map(|o| o.name.clone()).collect();
+                for o in cp.storage.list(layout::CLAIM_PREFIX)? {
+                    if let Some((id, source, claimer)) = layout::parse_claim(&o.name) {
+                        if claimer == cp.backend_id
+                            && committed_names.contains(&layout::metadata_name(id, source))
+                        {
+                            retained.push(Retained {
+                                id,
+                                backend_id: source.to_string(),
+                                manifest: None,
+                            });
+                        }
+                    }
                 }
+                retained.sort_by(|x, y| (x.id, &x.backend_id).cmp(&(y.id, &y.backend_id)));
+                book.retained = retained;
             }
         }
         *cp.book.lock() = book;
@@ -387,7 +429,17 @@ impl Checkpointer {
             b.retained
                 .sort_by(|x, y| (x.id, &x.backend_id).cmp(&(y.id, &y.backend_id)));
             b.last_completed = Some(id);
-            let n = b.retained.len().saturating_sub(self.options.retained);
+            // Retention counts checkpoint ids: a rescaled backend retains several manifests
+            // of one id (one per source backend).
+            let mut ids: Vec<u64> = b.retained.iter().map(|r| r.id).collect();
+            ids.dedup();
+            let keep_from = ids
+                .len()
+                .checked_sub(self.options.retained)
+                .and_then(|n| ids.get(n))
+                .copied()
+                .unwrap_or(0);
+            let n = b.retained.iter().take_while(|r| r.id < keep_from).count();
             let dropped: Vec<Retained> = b.retained.drain(..n).collect();
             dropped
         };
@@ -437,6 +489,18 @@ impl Checkpointer {
         let _guard = self.gc_lock.lock();
         let mut candidates: HashSet<String> = HashSet::new();
         for r in &dropped {
+            if r.backend_id != self.backend_id {
+                let claim = layout::claim_name(r.id, &r.backend_id, &self.backend_id);
+                self.storage.delete(&claim)?;
+            }
+            if !self
+                .storage
+                .list(&layout::claim_dir(r.id, &r.backend_id))?
+                .is_empty()
+            {
+                // Another backend still claims it: the last claimer deletes it.
+                continue;
+            }
             let manifest = match &r.manifest {
                 Some(m) => Some(Arc::clone(m)),
                 // A missing or unreadable manifest: its files become orphans for the sweep.

@@ -2,6 +2,7 @@
 
 mod bench_checkpoint;
 mod bench_ops;
+mod bench_rescale;
 mod bench_ttl;
 
 use std::process::ExitCode;
@@ -33,6 +34,8 @@ enum BenchCommand {
     Checkpoint(bench_checkpoint::CheckpointArgs),
     /// TTL: bounded state under churn, compaction-filter cost, TTL access cost.
     Ttl(bench_ttl::TtlArgs),
+    /// Rescale 1->2 and 2->1 vs plain restore, first checkpoint after a rescale, savepoints.
+    Rescale(bench_rescale::RescaleArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Ttl(args),
         } => bench_ttl::run(&args),
+        Command::Bench {
+            which: BenchCommand::Rescale(args),
+        } => bench_rescale::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,292 @@
+//! `rockstate bench rescale`: the issue-6 rescale workload, with its baselines measured in the
+//! same process.
+//!
+//! Workload: one backend (all 128 key groups) gets `keys` keys with `value_bytes`-byte random
+//! values through a value state → checkpoint 1. Then, each timed as the median of `repeat`
+//! runs into fresh directories:
+//! - `rescale=1->2`: two backends (halves) restored from checkpoint 1 concurrently, one thread
+//!   each, as two tasks of an engine would; baseline `plain_restore`: checkpoint 1 restored
+//!   into one backend of the same range (the same bytes, no clipping).
+//! - the two halves write checkpoint 2 (the first after the rescale) → its uploaded bytes vs
+//!   a full checkpoint of the same state.
+//! - `rescale=2->1`: one backend restored from both manifests of checkpoint 2 (base + SST
+//!   ingestion of the other); baseline: the same two manifests restored plainly, one after
+//!   the other, on one thread (the same bytes, no merging).
+//! - savepoint write and read of the merged backend, MB/s of uncompressed entry bytes.
+//!
+//! `ratio` = throughput of the rescale / throughput of the plain restore of the same bytes
+//! = `plain_restore_secs / secs` (target ≥ 0.5). For 1 -> 2 each new instance downloads the
+//! whole source checkpoint (SSTs are not filtered by key range before download), so the
+//! rescale moves twice the bytes; `ratio_per_downloaded_byte` shows that part separately.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+use rockstate::savepoint::SAVEPOINT_ZSTD_LEVEL;
+use rockstate::{
+    CheckpointOptions, CheckpointStorage, CodecId, Error, KeyGroupRange, KeyedBackend,
+    LocalStorage, MemoryBudget, MemoryBudgetConfig, RestoreFrom,
+};
+
+/// Arguments of `bench rescale`.
+#[derive(clap::Args, Debug)]
+pub struct RescaleArgs {
+    /// Number of keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Parallel file transfers per restore.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Timed runs per measurement (the median is printed).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+const M: u32 = 128;
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+struct Env<'a> {
+    args: &'a RescaleArgs,
+    root: &'a Path,
+    storage: Arc<dyn CheckpointStorage>,
+    budget: MemoryBudget,
+}
+
+impl Env<'_> {
+    fn builder(&self, name: &str, range: KeyGroupRange) -> rockstate::BackendBuilder {
+        KeyedBackend::builder(self.root.join(name))
+            .max_parallelism(M)
+            .key_groups(range)
+            .memory_budget(self.budget.clone())
+            .checkpoint_storage(Arc::clone(&self.storage))
+            .checkpoint_options(CheckpointOptions {
+                transfer_threads: self.args.threads,
+                ..CheckpointOptions::default()
+            })
+    }
+
+    fn restore(
+        &self,
+        name: &str,
+        range: KeyGroupRange,
+        from: RestoreFrom,
+    ) -> rockstate::Result<KeyedBackend> {
+        self.builder(name, range).restore(from)
+    }
+
+    fn remove(&self, name: &str) -> rockstate::Result<()> {
+        let p = self.root.join(name);
+        std::fs::remove_dir_all(&p).map_err(io(&p))
+    }
+
+    /// Median over `repeat` runs of `f(run index)`, which returns the backends to drop and
+    /// remove after the clock stopped.
+    fn timed(
+        &self,
+        label: &str,
+        mut f: impl FnMut(usize) -> rockstate::Result<Vec<(String, KeyedBackend)>>,
+    ) -> rockstate::Result<Duration> {
+        let mut times = Vec::new();
+        for i in 0..self.args.repeat.max(1) {
+            let t = Instant::now();
+            let made = f(i)?;
+            times.push(t.elapsed());
+            for (name, b) in made {
+                drop(b);
+                self.remove(&name)?;
+            }
+        }
+        let _ = label;
+        Ok(median(times))
+    }
+}
+
+fn half(i: u32) -> rockstate::Result<KeyGroupRange> {
+    KeyGroupRange::for_operator(M, 2, i)
+}
+
+/// `bytes`: what the plain restore downloads (the state); `downloaded`: what the rescale
+/// downloads in total (1 -> 2 fetches the whole source checkpoint into each new instance).
+fn print_ratio(what: &str, secs: Duration, plain: Duration, bytes: u64, downloaded: u64) {
+    let (s, p) = (secs.as_secs_f64(), plain.as_secs_f64());
+    println!(
+        "rescale={what} secs={s:.3} plain_restore_secs={p:.3} ratio={:.3} bytes={bytes} downloaded_bytes={downloaded} ratio_per_downloaded_byte={:.3} (median, target ratio >= 0.5)",
+        p / s,
+        (downloaded as f64 / s) / (bytes as f64 / p)
+    );
+}
+
+/// Runs the benchmark.
+pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
+    let tmp = std::env::temp_dir();
+    let dir = tempfile::tempdir_in(&tmp).map_err(io(&tmp))?;
+    let root = dir.path();
+    let env = Env {
+        args,
+        root,
+        storage: Arc::new(LocalStorage::new(root.join("storage"))?),
+        budget: MemoryBudget::new(MemoryBudgetConfig::default())?,
+    };
+    println!(
+        "# bench rescale: keys={} value_bytes={} threads={} repeat={} storage=LocalStorage (fsync) in {}",
+        args.keys,
+        args.value_bytes,
+        args.threads,
+        args.repeat,
+        root.display()
+    );
+    let all = KeyGroupRange::all(M)?;
+
+    // Source state and checkpoint 1 (full: nothing to reuse).
+    let src = env.builder("src", all).open()?;
+    let state = src.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    let mut rng = SmallRng::seed_from_u64(args.seed);
+    let mut value = vec![0u8; args.value_bytes];
+    for k in 0..args.keys {
+        rng.fill_bytes(&mut value);
+        state.put(&k.to_be_bytes(), &[], &value)?;
+    }
+    drop(state);
+    let full = src.checkpoint(1)?;
+    src.notify_checkpoint_complete(1)?;
+    drop(src);
+    env.remove("src")?;
+    println!(
+        "# checkpoint 1 (full): uploaded_bytes={} files={}",
+        full.bytes_uploaded, full.files_uploaded
+    );
+
+    // 1 -> 2.
+    let plain = env.timed("plain 1", |i| {
+        let name = format!("plain1-{i}");
+        Ok(vec![(
+            name.clone(),
+            env.restore(&name, all, RestoreFrom::Checkpoint(1))?,
+        )])
+    })?;
+    let restore_half = |name: String, i: u32| -> rockstate::Result<(String, KeyedBackend)> {
+        let b = env.restore(&name, half(i)?, RestoreFrom::Checkpoint(1))?;
+        Ok((name, b))
+    };
+    let rescale = env.timed("1->2", |r| {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2u32)
+                .map(|i| {
+                    let restore_half = &restore_half;
+                    s.spawn(move || restore_half(format!("r12-{r}-{i}"), i))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .map_err(|_| Error::RocksDb("restore thread panicked".into()))?
+                })
+                .collect()
+        })
+    })?;
+    print_ratio(
+        "1->2",
+        rescale,
+        plain,
+        full.state_bytes,
+        2 * full.state_bytes,
+    );
+
+    // The first checkpoint after the rescale.
+    let halves = (0..2u32)
+        .map(|i| env.restore(&format!("half-{i}"), half(i)?, RestoreFrom::Checkpoint(1)))
+        .collect::<rockstate::Result<Vec<_>>>()?;
+    let mut uploaded = 0;
+    let mut state_bytes = 0;
+    let mut reused = 0;
+    for b in &halves {
+        let s = b.checkpoint(2)?;
+        uploaded += s.bytes_uploaded;
+        state_bytes += s.state_bytes;
+        reused += s.files_reused;
+    }
+    for b in &halves {
+        b.notify_checkpoint_complete(2)?;
+    }
+    println!(
+        "first_checkpoint_after_rescale uploaded_bytes={uploaded} reused_files={reused} state_bytes={state_bytes} full_checkpoint_bytes={} fraction={:.4}",
+        full.bytes_uploaded,
+        uploaded as f64 / full.bytes_uploaded as f64
+    );
+    let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
+    drop(halves);
+
+    // 2 -> 1.
+    let plain = env.timed("plain 2", |r| {
+        (0..2u32)
+            .zip(&ids)
+            .map(|(i, id)| {
+                let name = format!("plain2-{r}-{i}");
+                let b = env.restore(
+                    &name,
+                    half(i)?,
+                    RestoreFrom::Exact {
+                        checkpoint_id: 2,
+                        backend_id: id.clone(),
+                    },
+                )?;
+                Ok((name, b))
+            })
+            .collect()
+    })?;
+    let from = RestoreFrom::Handles {
+        checkpoint_id: 2,
+        backend_ids: ids.clone(),
+    };
+    let rescale = env.timed("2->1", |r| {
+        let name = format!("r21-{r}");
+        Ok(vec![(name.clone(), env.restore(&name, all, from.clone())?)])
+    })?;
+    print_ratio("2->1", rescale, plain, state_bytes, state_bytes);
+
+    // Savepoint write and read of the merged state.
+    let merged = env.restore("merged", all, from)?;
+    let sp = root.join("savepoint");
+    let t = Instant::now();
+    let w = merged.write_savepoint(&sp)?;
+    let write = t.elapsed();
+    drop(merged);
+    let fresh = env.builder("fresh", all).open()?;
+    let t = Instant::now();
+    let r = fresh.restore_savepoint(&sp)?;
+    let read = t.elapsed();
+    let mb = |bytes: u64, d: Duration| bytes as f64 / 1e6 / d.as_secs_f64();
+    println!(
+        "savepoint write_mb_s={:.1} read_mb_s={:.1} entries={} raw_bytes={} file_bytes={} zstd_level={} write_secs={:.3} read_secs={:.3} (MB/s of raw entry bytes; target write >= 200)",
+        mb(w.raw_bytes, write),
+        mb(r.raw_bytes, read),
+        w.entries,
+        w.raw_bytes,
+        w.file_bytes,
+        SAVEPOINT_ZSTD_LEVEL,
+        write.as_secs_f64(),
+        read.as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! Helpers shared by the `rescale_*` tests: a model of five states (value, list, map,
+//! reducing, aggregating; two namespaces each), random operations applied to backends and
+//! model alike, a full comparison of a backend with the model restricted to its key groups,
+//! and opening/restoring a set of operator instances at some parallelism.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::Rng;
+use rockstate::{
+    AggregateFunction, CheckpointOptions, CheckpointStorage, DbOptions, KeyGroupRange,
+    KeyedBackend, RestoreFrom,
+};
+
+/// Max parallelism of every job in these tests.
+pub const M: u32 = 128;
+/// Key universe.
+pub const KEYS: u32 = 500;
+/// Namespaces.
+pub const NS: u8 = 2;
+
+/// Average of the inputs (integer), the aggregating state's function.
+pub struct Avg;
+
+impl AggregateFunction for Avg {
+    type In = u32;
+    type Acc = (u64, u64);
+    type Out = u64;
+    fn create_accumulator(&self) -> (u64, u64) {
+        (0, 0)
+    }
+    fn add(&self, input: &u32, acc: &mut (u64, u64)) {
+        acc.0 += u64::from(*input);
+        acc.1 += 1;
+    }
+    fn result(&self, acc: &(u64, u64)) -> u64 {
+        acc.0 / acc.1.max(1)
+    }
+}
+
+type K = (u32, u8);
+
+/// Expected contents of all five states.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Model {
+    pub values: BTreeMap<K, u64>,
+    pub lists: BTreeMap<K, Vec<u32>>,
+    pub maps: BTreeMap<K, BTreeMap<u16, u32>>,
+    pub sums: BTreeMap<K, u64>,
+    pub avgs: BTreeMap<K, (u64, u64)>,
+}
+
+/// Small RocksDB settings so state spreads over several SSTs.
+pub fn small_options() -> DbOptions {
+    DbOptions {
+        write_buffer_size: 128 << 10,
+        target_file_size_base: 128 << 10,
+        ..DbOptions::default()
+    }
+}
+
+/// Whether `b` owns `key`.
+pub fn owns(b: &KeyedBackend, key: u32) -> bool {
+    b.key_groups().contains(group(key))
+}
+
+/// The key group of `key`.
+pub fn group(key: u32) -> u16 {
+    let bytes = rockstate::codec::encode(&key, "key").unwrap();
+    rockstate::keygroup::key_group_of(&bytes, M)
+}
+
+/// Applies `n` random operations on keys `b` owns to `b` and `model`.
+pub fn random_ops(b: &KeyedBackend, model: &mut Model, rng: &mut SmallRng, n: usize) {
+    let v = b.value_state::<u32, u8, u64>("value").unwrap();
+    let l = b.list_state::<u32, u8, u32>("list").unwrap();
+    let m = b.map_state::<u32, u8, u16, u32>("map").unwrap();
+    let r = b
+        .reducing_state::<u32, u8, u64>("reduce", |a, b| a + b)
+        .unwrap();
+    let a = b.aggregating_state::<u32, u8, Avg>("agg", Avg).unwrap();
+    let mut done = 0;
+    while done < n {
+        let key = rng.random_range(0..KEYS);
+        if !owns(b, key) {
+            continue;
+        }
+        done += 1;
+        let ns = rng.random_range(0..NS);
+        let k = (key, ns);
+        let x: u32 = rng.random_range(0..1_000_000);
+        match rng.random_range(0..12) {
+            0 | 1 => {
+                v.put(&key, &ns, &u64::from(x)).unwrap();
+                model.values.insert(k, u64::from(x));
+            }
+            2 => {
+                v.clear(&key, &ns).unwrap();
+                model.values.remove(&k);
+            }
+            3 | 4 => {
+                l.add(&key, &ns, &x).unwrap();
+                model.lists.entry(k).or_default().push(x);
+            }
+            5 => {
+                l.clear(&key, &ns).unwrap();
+                model.lists.remove(&k);
+            }
+            6 | 7 => {
+                let uk = (x % 16) as u16;
+                m.put(&key, &ns, &uk, &x).unwrap();
+                model.maps.entry(k).or_default().insert(uk, x);
+            }
+            8 => {
+                let uk = (x % 16) as u16;
+                m.remove(&key, &ns, &uk).unwrap();
+                if let Some(mm) = model.maps.get_mut(&k) {
+                    mm.remove(&uk);
+                    if mm.is_empty() {
+                        model.maps.remove(&k);
+                    }
+                }
+            }
+            9 => {
+                r.add(&key, &ns, &u64::from(x)).unwrap();
+                *model.sums.entry(k).or_default() += u64::from(x);
+            }
+            10 => {
+                a.add(&key, &ns, &x).unwrap();
+                let acc = model.avgs.entry(k).or_default();
+                acc.0 += u64::from(x);
+                acc.1 += 1;
+            }
+            _ => {
+                a.clear(&key, &ns).unwrap();
+                model.avgs.remove(&k);
+            }
+        }
+    }
+}
+
+/// Reads every key of the universe that `b` owns and compares with the model; returns the
+/// number of (key, namespace) pairs with some state.
+pub fn check(b: &KeyedBackend, model: &Model) -> usize {
+    let v = b.value_state::<u32, u8, u64>("value").unwrap();
+    let l = b.list_state::<u32, u8, u32>("list").unwrap();
+    let m = b.map_state::<u32, u8, u16, u32>("map").unwrap();
+    let r = b
+        .reducing_state::<u32, u8, u64>("reduce", |a, b| a + b)
+        .unwrap();
+    let a = b.aggregating_state::<u32, u8, Avg>("agg", Avg).unwrap();
+    let mut seen = 0;
+    for key in (0..KEYS).filter(|k| owns(b, *k)) {
+        for ns in 0..NS {
+            let k = (key, ns);
+            let mut any = false;
+            let got = v.get(&key, &ns).unwrap();
+            assert_eq!(got, model.values.get(&k).copied(), "value {k:?}");
+            any |= got.is_some();
+            let got = l.get(&key, &ns).unwrap();
+            assert_eq!(
+                &got,
+                model.lists.get(&k).unwrap_or(&Vec::new()),
+                "list {k:?}"
+            );
+            any |= !got.is_empty();
+            let got: BTreeMap<u16, u32> = m.entries(&key, &ns).unwrap().into_iter().collect();
+            assert_eq!(
+                &got,
+                model.maps.get(&k).unwrap_or(&BTreeMap::new()),
+                "map {k:?}"
+            );
+            any |= !got.is_empty();
+            let got = r.get(&key, &ns).unwrap();
+            assert_eq!(got, model.sums.get(&k).copied(), "reduce {k:?}");
+            any |= got.is_some();
+            let got = a.get(&key, &ns).unwrap();
+            assert_eq!(
+                got,
+                model.avgs.get(&k).map(|acc| Avg.result(acc)),
+                "agg {k:?}"
+            );
+            any |= got.is_some();
+            seen += usize::from(any);
+        }
+    }
+    seen
+}
+
+/// Number of (key, namespace) pairs with some state in the model.
+pub fn model_pairs(model: &Model) -> usize {
+    let mut keys: std::collections::BTreeSet<K> = model.values.keys().copied().collect();
+    keys.extend(model.lists.keys());
+    keys.extend(model.maps.keys());
+    keys.extend(model.sums.keys());
+    keys.extend(model.avgs.keys());
+    keys.len()
+}
+
+/// Opens `p` fresh operator instances under `dir/name-i`.
+pub fn open_fresh(
+    dir: &Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    name: &str,
+    p: u32,
+    opts: &CheckpointOptions,
+) -> Vec<KeyedBackend> {
+    (0..p)
+        .map(|i| {
+            KeyedBackend::builder(dir.join(format!("{name}-{i}")))
+                .options(small_options())
+                .max_parallelism(M)
+                .key_groups(KeyGroupRange::for_operator(M, p, i).unwrap())
+                .checkpoint_storage(Arc::clone(storage))
+                .checkpoint_options(opts.clone())
+                .open()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Restores `p` operator instances under `dir/name-i` from `from`.
+pub fn restore_all(
+    dir: &Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    name: &str,
+    p: u32,
+    opts: &CheckpointOptions,
+    from: RestoreFrom,
+) -> Vec<KeyedBackend> {
+    (0..p)
+        .map(|i| {
+            KeyedBackend::builder(dir.join(format!("{name}-{i}")))
+                .options(small_options())
+                .max_parallelism(M)
+                .key_groups(KeyGroupRange::for_operator(M, p, i).unwrap())
+                .checkpoint_storage(Arc::clone(storage))
+                .checkpoint_options(opts.clone())
+                .restore(from.clone())
+                .unwrap_or_else(|e| panic!("restore {name}-{i}: {e}"))
+        })
+        .collect()
+}
+
+/// Checks every backend against the model and that together they cover all of it once.
+pub fn check_all(backends: &[KeyedBackend], model: &Model) {
+    let total: usize = backends.iter().map(|b| check(b, model)).sum();
+    assert_eq!(
+        total,
+        model_pairs(model),
+        "the instances cover the model exactly once"
+    );
+}
