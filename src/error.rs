@@ -165,6 +165,10 @@ pub enum Error {
     /// A restore target directory already holds files.
     #[error("restore target {0} is not empty")]
     RestoreTargetNotEmpty(PathBuf),
+    /// A checkpoint coordinator received a report it cannot accept (unknown task index,
+    /// an acknowledgement for another checkpoint than it names), or was configured wrongly.
+    #[error("checkpoint coordinator: {0}")]
+    Coordinator(String),
     /// An on-disk format error from the `sst-format` crate.
     #[error(transparent)]
     Format(#[from] sst_format::Error),

@@ -23,6 +23,7 @@
 pub mod backend;
 pub mod checkpoint;
 pub mod codec;
+pub mod coordinator;
 mod db;
 pub mod error;
 pub mod keygroup;

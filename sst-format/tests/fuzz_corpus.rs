@@ -110,7 +110,10 @@ fn replay_savepoint_decode_corpus() {
 fn job_record_decode(data: &[u8]) {
     if let Ok(r) = sst_format::decode_job_checkpoint(data) {
         let again = sst_format::encode_job_checkpoint(&r).expect("re-encode");
-        assert_eq!(sst_format::decode_job_checkpoint(&again).expect("decode"), r);
+        assert_eq!(
+            sst_format::decode_job_checkpoint(&again).expect("decode"),
+            r
+        );
     }
     let mut framed = b"RSJC\x01\x00".to_vec();
     framed.extend_from_slice(&(data.len() as u32).to_le_bytes());
@@ -118,7 +121,10 @@ fn job_record_decode(data: &[u8]) {
     framed.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
     if let Ok(r) = sst_format::decode_job_checkpoint(&framed) {
         let again = sst_format::encode_job_checkpoint(&r).expect("re-encode");
-        assert_eq!(sst_format::decode_job_checkpoint(&again).expect("decode"), r);
+        assert_eq!(
+            sst_format::decode_job_checkpoint(&again).expect("decode"),
+            r
+        );
     }
 }
 

@@ -132,7 +132,8 @@ proptest! {
 /// `fuzz/corpus/job_record_decode/`); otherwise checks that the committed ones still match.
 #[test]
 fn fuzz_seeds_match_the_encoder() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/job_record_decode");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/job_record_decode");
     let good = encode_job_checkpoint(&sample()).unwrap();
     let mut empty = sample();
     empty.tasks.clear();
