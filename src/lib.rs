@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod barrier;
 pub mod checkpoint;
 pub mod codec;
 pub mod coordinator;
