@@ -22,6 +22,7 @@
 
 pub mod backend;
 pub mod barrier;
+pub mod catalog;
 pub mod checkpoint;
 pub mod codec;
 pub mod coordinator;

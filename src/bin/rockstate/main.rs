@@ -3,6 +3,8 @@
 mod bench_checkpoint;
 mod bench_ops;
 mod bench_ttl;
+mod ops;
+mod storage_arg;
 
 use std::process::ExitCode;
 
@@ -10,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 /// rockstate: keyed stream-processing state on RocksDB.
 #[derive(Parser)]
-#[command(name = "rockstate", version, about)]
+#[command(name = "rockstate", version, about, after_help = ops::EXIT_CODES_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -18,6 +20,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Show a checkpoint storage: job records, checkpoints (states, key-group ranges, files,
+    /// sizes), shared files with reference counts, uncommitted directories; or a savepoint file.
+    #[command(after_help = ops::EXIT_CODES_HELP)]
+    Inspect(ops::InspectArgs),
+    /// Check every referenced file's size, CRC-32 and SST footer, and every manifest and job
+    /// record; exit 1 naming each bad file.
+    #[command(after_help = ops::EXIT_CODES_HELP)]
+    Verify(ops::VerifyArgs),
+    /// Collect garbage: unreferenced shared files and uncommitted checkpoint directories.
+    /// Dry run unless --apply; never deletes what a committed manifest references.
+    #[command(after_help = ops::EXIT_CODES_HELP)]
+    Gc(ops::GcArgs),
     /// Benchmarks that print ratios measured in the same run.
     Bench {
         #[command(subcommand)]
@@ -38,6 +52,9 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Inspect(args) => return ops::finish(ops::inspect(&args)),
+        Command::Verify(args) => return ops::finish(ops::verify(&args)),
+        Command::Gc(args) => return ops::finish(ops::gc(&args)),
         Command::Bench {
             which: BenchCommand::Ops(args),
         } => bench_ops::run(&args),
