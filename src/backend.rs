@@ -196,6 +196,7 @@ impl BackendBuilder {
                 watermark: ManualClock::new(0),
                 backend_id,
                 checkpointer,
+                checkpoint_metrics: Default::default(),
             }),
         })
     }
@@ -227,6 +228,8 @@ struct Inner {
     watermark: ManualClock,
     backend_id: String,
     checkpointer: Option<Arc<Checkpointer>>,
+    /// Figures of the last checkpoint, shared with pending snapshots that record them.
+    checkpoint_metrics: Arc<Mutex<crate::metrics::CheckpointMetrics>>,
 }
 
 /// Keyed state of one operator instance: the key groups it owns, on one RocksDB instance.
@@ -649,5 +652,19 @@ impl KeyedBackend {
 
     pub(crate) fn database(&self) -> &Arc<Db> {
         &self.inner.db
+    }
+
+    pub(crate) fn checkpoint_metrics_cell(&self) -> &Arc<Mutex<crate::metrics::CheckpointMetrics>> {
+        &self.inner.checkpoint_metrics
+    }
+
+    /// This backend's RocksDB and checkpoint figures (plain data; see [`crate::metrics`]).
+    pub fn metrics(&self) -> Result<crate::metrics::BackendMetrics> {
+        let mut checkpoint = self.inner.checkpoint_metrics.lock().clone();
+        checkpoint.last_completed = self.last_completed_checkpoint();
+        Ok(crate::metrics::BackendMetrics {
+            rocksdb: self.inner.db.metrics()?,
+            checkpoint,
+        })
     }
 }

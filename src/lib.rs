@@ -29,6 +29,7 @@ pub mod coordinator;
 mod db;
 pub mod error;
 pub mod keygroup;
+pub mod metrics;
 pub mod operator_state;
 pub mod options;
 mod restore;
@@ -48,6 +49,7 @@ pub use db::rocksdb_options_for_benchmarks;
 pub use db::MemoryBudget;
 pub use error::{Error, Result};
 pub use keygroup::KeyGroupRange;
+pub use metrics::{BackendMetrics, CheckpointMetrics, LevelMetrics, RocksDbMetrics};
 pub use options::{Compression, DbOptions, MemoryBudgetConfig};
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
