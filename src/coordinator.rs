@@ -22,7 +22,7 @@
 //! `retained`, so every retained job record names manifests that still exist.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -424,12 +424,9 @@ impl Coordinator {
     /// Handles every report waiting, then [`Coordinator::tick`]. Never blocks.
     pub fn poll(&mut self) -> Result<Vec<Outcome>> {
         let mut out = Vec::new();
-        loop {
-            match self.reports_rx.try_recv() {
-                Ok(r) => out.extend(self.handle(r)?),
-                // The coordinator holds a sender itself, so the channel never disconnects.
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
-            }
+        // The coordinator holds a sender itself, so the channel never disconnects.
+        while let Ok(r) = self.reports_rx.try_recv() {
+            out.extend(self.handle(r)?);
         }
         out.extend(self.tick()?);
         Ok(out)

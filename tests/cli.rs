@@ -178,14 +178,8 @@ fn verify_passes_then_names_each_corrupted_file() {
     bytes[10] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
     // Truncate a manifest.
-    let meta = layout::metadata_name(
-        1,
-        &f.objects("chk-1/")[0]
-            .split('/')
-            .nth(1)
-            .unwrap()
-            .to_string(),
-    );
+    let first = f.objects("chk-1/")[0].clone();
+    let meta = layout::metadata_name(1, first.split('/').nth(1).unwrap());
     let mpath = f.storage.join(&meta);
     let m = std::fs::read(&mpath).unwrap();
     std::fs::write(&mpath, &m[..m.len() / 2]).unwrap();
