@@ -201,8 +201,35 @@ impl TaskEndpoint {
         self.commands.try_recv().ok()
     }
 
+    /// Acknowledges `checkpoint_id` (see [`TaskReporter::ack`]).
+    pub fn ack(&self, checkpoint_id: u64, snapshot: TaskCheckpoint) -> bool {
+        self.reporter().ack(checkpoint_id, snapshot)
+    }
+
+    /// Declines `checkpoint_id` (see [`TaskReporter::decline`]).
+    pub fn decline(&self, checkpoint_id: u64, reason: impl Into<String>) -> bool {
+        self.reporter().decline(checkpoint_id, reason)
+    }
+
+    /// A handle that only reports, for a task whose commands are read on another thread.
+    pub fn reporter(&self) -> TaskReporter {
+        TaskReporter {
+            task: self.task,
+            reports: self.reports.clone(),
+        }
+    }
+}
+
+/// The reporting half of a [`TaskEndpoint`] (cloneable, `Send`).
+#[derive(Debug, Clone)]
+pub struct TaskReporter {
+    task: u32,
+    reports: Sender<TaskReport>,
+}
+
+impl TaskReporter {
     /// Acknowledges `checkpoint_id` with this task's summary (its `task` field is set to this
-    /// endpoint's task). Returns false if the coordinator is gone.
+    /// reporter's task). Returns false if the coordinator is gone.
     pub fn ack(&self, checkpoint_id: u64, mut snapshot: TaskCheckpoint) -> bool {
         snapshot.task = self.task;
         self.reports

@@ -295,3 +295,44 @@ fn gc_refuses_while_a_manifest_is_undecodable() {
     assert!(stderr(&o).contains(&meta), "{}", stderr(&o));
     assert_eq!(f.objects(""), before, "nothing deleted");
 }
+
+/// The demo's exactly-once verdict at fixed crash points: before the first checkpoint, in the
+/// middle, and at the last impression.
+#[test]
+fn demo_passes_at_fixed_crash_points() {
+    for crash_at in ["1", "2500", "5999"] {
+        let o = rockstate(&[
+            "demo",
+            "--impressions",
+            "6000",
+            "--users",
+            "100",
+            "--ads",
+            "5",
+            "--checkpoint-every",
+            "1000",
+            "--crash-at",
+            crash_at,
+        ]);
+        let out = stdout(&o);
+        let last = out.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("verdict: PASS"),
+            "crash at {crash_at}:\n{out}\n{}",
+            stderr(&o)
+        );
+        assert!(last.contains("restores 1"), "{last}");
+        assert_eq!(code(&o), 0);
+    }
+}
+
+#[test]
+fn demo_refuses_what_this_build_cannot_do() {
+    let o = rockstate(&["demo", "--rescale-to", "4"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).starts_with("error: --rescale-to 4"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -3,6 +3,7 @@
 mod bench_checkpoint;
 mod bench_ops;
 mod bench_ttl;
+mod demo;
 mod ops;
 mod storage_arg;
 
@@ -20,6 +21,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The frequency-capping job: checkpoints through the coordinator, a crash, a restore
+    /// from the newest job record, and an exactly-once comparison with a crash-free run.
+    /// Prints `verdict: PASS …` or `verdict: FAIL …` last (exit 0 only on PASS).
+    #[command(after_help = ops::EXIT_CODES_HELP)]
+    Demo(demo::DemoArgs),
     /// Show a checkpoint storage: job records, checkpoints (states, key-group ranges, files,
     /// sizes), shared files with reference counts, uncommitted directories; or a savepoint file.
     #[command(after_help = ops::EXIT_CODES_HELP)]
@@ -52,6 +58,7 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => return ops::finish(demo::run(&args)),
         Command::Inspect(args) => return ops::finish(ops::inspect(&args)),
         Command::Verify(args) => return ops::finish(ops::verify(&args)),
         Command::Gc(args) => return ops::finish(ops::gc(&args)),
