@@ -432,11 +432,13 @@ fn run_job(
     let mut last_trigger = already;
     let mut final_triggered = None;
     let mut completed_final = false;
+    let mut completed = BTreeSet::new();
     let mut progress = Instant::now();
     while !shared.kill.load(Ordering::SeqCst) {
         for o in coord.wait(Duration::from_millis(20))? {
             if let Outcome::Completed(r) = o {
                 completed_final |= Some(r.checkpoint_id) == final_triggered;
+                completed.insert(r.checkpoint_id);
             } else if let Outcome::Aborted { checkpoint_id, .. } = o {
                 if Some(checkpoint_id) == final_triggered {
                     final_triggered = None;
@@ -475,7 +477,9 @@ fn run_job(
         }
     }
     eprintln!();
-    let rows = rows.lock().map(|r| r.clone()).unwrap_or_default();
+    // Only completed checkpoints go into the table (a crash leaves partial ones).
+    let mut rows = rows.lock().map(|r| r.clone()).unwrap_or_default();
+    rows.retain(|id, _| completed.contains(id));
     Ok(RunEnd { crashed, rows })
 }
 
