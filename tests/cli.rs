@@ -296,11 +296,12 @@ fn gc_refuses_while_a_manifest_is_undecodable() {
     assert_eq!(f.objects(""), before, "nothing deleted");
 }
 
-/// The demo's exactly-once verdict at fixed crash points: before the first checkpoint, in the
+/// The demo's exactly-once verdict at fixed crash points: before the first checkpoint, just
+/// after the first trigger (a started, uncommitted checkpoint: the job starts over), in the
 /// middle, and at the last impression.
 #[test]
 fn demo_passes_at_fixed_crash_points() {
-    for crash_at in ["1", "2500", "5999"] {
+    for crash_at in ["1", "1001", "2500", "5999"] {
         let o = rockstate(&[
             "demo",
             "--impressions",

@@ -361,10 +361,11 @@ fn run_job(
     let mut threads: Vec<JoinHandle<Result<(), CliError>>> = Vec::new();
     let mut forwarders = Vec::new();
     let mut keyed_tx = Vec::new();
-    let leg = work.join(format!(
-        "leg-{}",
-        restored.as_ref().map_or(0, |r| r.checkpoint_id)
-    ));
+    // A fresh directory per leg: a restarted job never reopens the crashed job's databases.
+    let leg = (0..)
+        .map(|n| work.join(format!("leg-{n}")))
+        .find(|d| !d.exists())
+        .unwrap_or_else(|| work.join("leg"));
     for i in 0..p {
         // Bounded: sources feel backpressure, so barriers interleave with the records.
         let (tx, rx) = mpsc::sync_channel(CHANNEL_CAPACITY);
