@@ -33,8 +33,8 @@ use rockstate::coordinator::{
 };
 use rockstate::operator_state::OperatorState;
 use rockstate::{
-    CheckpointOptions, CheckpointStorage, KeyGroupRange, KeyedBackend, LocalStorage, ManualClock,
-    RestoreFrom, StateDescriptor, TtlConfig,
+    BackendMetrics, CheckpointOptions, CheckpointStorage, KeyGroupRange, KeyedBackend,
+    LocalStorage, ManualClock, RestoreFrom, StateDescriptor, TtlConfig,
 };
 use sst_format::{JobCheckpoint, RedistributionMode};
 
@@ -167,6 +167,8 @@ struct CheckpointRow {
 struct RunEnd {
     crashed: bool,
     rows: BTreeMap<u64, CheckpointRow>,
+    /// Each keyed task's backend figures when it finished (not after a crash).
+    metrics: BTreeMap<u32, BackendMetrics>,
 }
 
 fn commands_into<S: SendMsg>(
@@ -243,6 +245,7 @@ fn keyed_task(
     rx: Receiver<Msg>,
     reporter: TaskReporter,
     rows: Arc<Mutex<BTreeMap<u64, CheckpointRow>>>,
+    metrics: Arc<Mutex<BTreeMap<u32, BackendMetrics>>>,
 ) -> Result<(), CliError> {
     let counts = kt.backend.value_state::<(u32, u32), (), u64>(
         StateDescriptor::new("impressions").with_ttl(TtlConfig::new(Duration::from_secs(86_400))),
@@ -331,6 +334,10 @@ fn keyed_task(
             }
         }
     }
+    let m = kt.backend.metrics()?;
+    if let Ok(mut all) = metrics.lock() {
+        all.insert(kt.task, m);
+    }
     Ok(())
 }
 
@@ -358,6 +365,7 @@ fn run_job(
         .map(|i| KeyGroupRange::for_operator(MAX_PARALLELISM, p, i))
         .collect::<rockstate::Result<_>>()?;
     let rows = Arc::new(Mutex::new(BTreeMap::new()));
+    let task_metrics = Arc::new(Mutex::new(BTreeMap::new()));
     let mut threads: Vec<JoinHandle<Result<(), CliError>>> = Vec::new();
     let mut forwarders = Vec::new();
     let mut keyed_tx = Vec::new();
@@ -400,8 +408,9 @@ fn run_job(
             }
         }
         let (sh, rw) = (shared.clone(), rows.clone());
+        let mt = task_metrics.clone();
         threads.push(std::thread::spawn(move || {
-            keyed_task(kt, sh, clock, rx, reporter, rw)
+            keyed_task(kt, sh, clock, rx, reporter, rw, mt)
         }));
     }
     for src in 0..s {
@@ -481,7 +490,12 @@ fn run_job(
     // Only completed checkpoints go into the table (a crash leaves partial ones).
     let mut rows = rows.lock().map(|r| r.clone()).unwrap_or_default();
     rows.retain(|id, _| completed.contains(id));
-    Ok(RunEnd { crashed, rows })
+    let metrics = task_metrics.lock().map(|m| m.clone()).unwrap_or_default();
+    Ok(RunEnd {
+        crashed,
+        rows,
+        metrics,
+    })
 }
 
 trait OpenOrRestore {
@@ -588,6 +602,7 @@ fn run_once(
         let again = Shared::new(args, at_checkpoint, u64::MAX, sink.clone());
         let more = run_job(args, again, storage.clone(), work)?;
         end.rows.extend(more.rows);
+        end.metrics = more.metrics;
         end.crashed = more.crashed;
     }
     let mut alerts = sink.lock().map(|s| s.alerts.clone()).unwrap_or_default();
@@ -652,6 +667,25 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
             r.reused,
             r.sync_ms,
             r.async_ms
+        );
+    }
+    for (task, m) in &end.metrics {
+        let r = &m.rocksdb;
+        let levels: Vec<String> = r
+            .levels
+            .iter()
+            .map(|l| format!("L{} {}/{}", l.level, l.sst_files, human_bytes(l.sst_bytes)))
+            .collect();
+        println!(
+            "task {task}: ~{} keys, memtables {}, block cache {}, pending compaction {}, SSTs {}; \
+             last checkpoint {} uploaded, {} shared files referenced",
+            r.estimated_keys,
+            human_bytes(r.memtable_bytes),
+            human_bytes(r.block_cache_bytes),
+            human_bytes(r.pending_compaction_bytes),
+            levels.join(", "),
+            human_bytes(m.checkpoint.last_bytes_uploaded),
+            m.checkpoint.shared_files_referenced,
         );
     }
     let dups = output.windows(2).filter(|w| w[0] == w[1]).count();
