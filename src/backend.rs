@@ -256,6 +256,7 @@ impl BackendBuilder {
                 watermark: ManualClock::new(0),
                 backend_id,
                 checkpointer,
+                checkpoint_metrics: Default::default(),
             }),
         })
     }
@@ -303,6 +304,8 @@ struct Inner {
     watermark: ManualClock,
     backend_id: String,
     checkpointer: Option<Arc<Checkpointer>>,
+    /// Figures of the last checkpoint, shared with pending snapshots that record them.
+    checkpoint_metrics: Arc<Mutex<crate::metrics::CheckpointMetrics>>,
 }
 
 /// Keyed state of one operator instance: the key groups it owns, on one RocksDB instance (or
@@ -789,8 +792,24 @@ impl KeyedBackend {
         match &self.inner.engine {
             Engine::Rocks(db) => Ok(db),
             Engine::Heap { .. } => Err(Error::Unsupported(
-                "checkpoints of the heap backend (use savepoints)".into(),
+                "the heap backend has no RocksDB: no checkpoints (use savepoints) and no RocksDB metrics".into(),
             )),
         }
+    }
+
+    pub(crate) fn checkpoint_metrics_cell(&self) -> &Arc<Mutex<crate::metrics::CheckpointMetrics>> {
+        &self.inner.checkpoint_metrics
+    }
+
+    /// This backend's RocksDB and checkpoint figures (plain data; see [`crate::metrics`]).
+    /// A heap backend has neither: [`Error::Unsupported`].
+    pub fn metrics(&self) -> Result<crate::metrics::BackendMetrics> {
+        let rocksdb = self.database()?.metrics()?;
+        let mut checkpoint = self.inner.checkpoint_metrics.lock().clone();
+        checkpoint.last_completed = self.last_completed_checkpoint();
+        Ok(crate::metrics::BackendMetrics {
+            rocksdb,
+            checkpoint,
+        })
     }
 }

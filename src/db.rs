@@ -402,6 +402,52 @@ impl Db {
         Ok(())
     }
 
+    /// RocksDB figures of the whole database: integer properties summed over every column
+    /// family, and SST counts and sizes per level from the live-file list.
+    pub(crate) fn metrics(&self) -> Result<crate::metrics::RocksDbMetrics> {
+        let handles: Vec<_> = self
+            .cf_names
+            .lock()
+            .iter()
+            .filter_map(|n| self.db.cf_handle(n))
+            .collect();
+        let sum = |prop: &str| -> Result<u64> {
+            let mut total = 0u64;
+            for h in &handles {
+                total = total.saturating_add(self.db.property_int_value_cf(h, prop)?.unwrap_or(0));
+            }
+            Ok(total)
+        };
+        let mut m = crate::metrics::RocksDbMetrics {
+            memtable_bytes: sum("rocksdb.cur-size-all-mem-tables")?,
+            // One cache for the whole budget: read it once.
+            block_cache_bytes: self
+                .db
+                .property_int_value("rocksdb.block-cache-usage")?
+                .unwrap_or(0),
+            estimated_keys: sum("rocksdb.estimate-num-keys")?,
+            pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
+            levels: Vec::new(),
+        };
+        let mut levels: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
+        for f in self.db.live_files()? {
+            let e = levels.entry(f.level.max(0) as u32).or_default();
+            e.0 += 1;
+            e.1 += f.size as u64;
+        }
+        m.levels = levels
+            .into_iter()
+            .map(
+                |(level, (sst_files, sst_bytes))| crate::metrics::LevelMetrics {
+                    level,
+                    sst_files,
+                    sst_bytes,
+                },
+            )
+            .collect();
+        Ok(m)
+    }
+
     /// Creates a RocksDB checkpoint in `dir` (which must not exist): memtables are flushed, SST
     /// files hard-linked, MANIFEST/CURRENT/OPTIONS copied.
     pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {

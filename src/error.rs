@@ -197,6 +197,10 @@ pub enum Error {
     /// backend).
     #[error("not supported: {0}")]
     Unsupported(String),
+    /// A checkpoint coordinator received a report it cannot accept (unknown task index,
+    /// an acknowledgement for another checkpoint than it names), or was configured wrongly.
+    #[error("checkpoint coordinator: {0}")]
+    Coordinator(String),
     /// An on-disk format error from the `sst-format` crate.
     #[error(transparent)]
     Format(#[from] sst_format::Error),

@@ -21,12 +21,16 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod barrier;
+pub mod catalog;
 pub mod checkpoint;
 pub mod codec;
+pub mod coordinator;
 mod db;
 pub mod error;
 mod heap;
 pub mod keygroup;
+pub mod metrics;
 pub mod operator_state;
 pub mod options;
 mod rescale;
@@ -47,6 +51,7 @@ pub use db::rocksdb_options_for_benchmarks;
 pub use db::MemoryBudget;
 pub use error::{Error, Result};
 pub use keygroup::KeyGroupRange;
+pub use metrics::{BackendMetrics, CheckpointMetrics, LevelMetrics, RocksDbMetrics};
 pub use options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,

@@ -87,6 +87,26 @@ pub fn parse_claim(name: &str) -> Option<(u64, &str, &str)> {
     Some((id, source, claimer))
 }
 
+/// Prefix of the job-level checkpoint records the coordinator writes
+/// (`docs/job-record-format.md`).
+pub const JOB_PREFIX: &str = "job/";
+
+/// The job record of checkpoint `id`: `job/chk-<id>`.
+pub fn job_record_name(id: u64) -> String {
+    format!("{JOB_PREFIX}{CHECKPOINT_PREFIX}{id}")
+}
+
+/// The checkpoint id of job record object `name`; `None` for any other name.
+pub fn parse_job_record_name(name: &str) -> Option<u64> {
+    let digits = name
+        .strip_prefix(JOB_PREFIX)?
+        .strip_prefix(CHECKPOINT_PREFIX)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// An object inside a checkpoint directory, split into its parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointObject<'a> {
@@ -174,6 +194,11 @@ mod tests {
         assert!(is_shared_name(&s) && s.ends_with(".sst") && s.len() == 7 + 32 + 4);
         assert_ne!(s, new_shared_name());
         assert!(valid_local_name("000012.sst") && valid_local_name("MANIFEST-000005"));
+        assert_eq!(job_record_name(42), "job/chk-42");
+        assert_eq!(parse_job_record_name("job/chk-42"), Some(42));
+        assert_eq!(parse_job_record_name("job/chk-"), None);
+        assert_eq!(parse_job_record_name("job/chk-4/x"), None);
+        assert_eq!(parse_job_record_name("chk-4"), None);
         assert!(!valid_local_name("../x") && !valid_local_name("a/b") && !valid_local_name(".x"));
         let c = claim_name(7, "src", "me");
         assert_eq!(c, "claims/7/src/me");

@@ -296,6 +296,7 @@ impl KeyedBackend {
         checkpoint_id: u64,
         operator_state: &OperatorState,
     ) -> Result<PendingSnapshot> {
+        let _span = tracing::info_span!("checkpoint.sync", id = checkpoint_id).entered();
         let start = Instant::now();
         let cp = Arc::clone(self.checkpoint_ctx()?);
         let base = cp.begin(checkpoint_id)?;
@@ -312,6 +313,7 @@ impl KeyedBackend {
             max_parallelism: self.max_parallelism(),
             sync_duration: Duration::ZERO,
             finished: false,
+            metrics: Arc::clone(self.checkpoint_metrics_cell()),
         };
         pending.states = self.states()?.iter().map(to_manifest_state).collect();
         prepare_staging(&pending.dir)?;
@@ -343,6 +345,9 @@ impl KeyedBackend {
     /// [`Error::UnknownCheckpoint`] and changes nothing. A deletion error is returned after
     /// the completion itself took effect.
     pub fn notify_checkpoint_complete(&self, checkpoint_id: u64) -> Result<()> {
+        // Completion also drops subsumed checkpoints: the span covers that garbage collection.
+        let _span = tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "complete")
+            .entered();
         self.checkpoint_ctx()?.complete(checkpoint_id)
     }
 
@@ -351,6 +356,8 @@ impl KeyedBackend {
     /// cleans up itself (its `upload` returns [`Error::CheckpointAborted`]). Completed or
     /// unknown ids are ignored.
     pub fn notify_checkpoint_aborted(&self, checkpoint_id: u64) -> Result<()> {
+        let _span =
+            tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "abort").entered();
         self.checkpoint_ctx()?.abort(checkpoint_id)
     }
 
@@ -360,6 +367,7 @@ impl KeyedBackend {
     /// Checkpoints in flight in *other* processes are protected only by `min_age`: use more
     /// than the longest upload when several processes share the storage.
     pub fn sweep_orphans(&self, min_age: Duration) -> Result<SweepStats> {
+        let _span = tracing::info_span!("checkpoint.gc").entered();
         self.checkpoint_ctx()?.sweep(min_age)
     }
 

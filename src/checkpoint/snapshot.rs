@@ -35,6 +35,8 @@ pub struct PendingSnapshot {
     pub(crate) max_parallelism: u32,
     pub(crate) sync_duration: Duration,
     pub(crate) finished: bool,
+    /// The backend's checkpoint figures, updated when the upload succeeds.
+    pub(crate) metrics: Arc<Mutex<crate::metrics::CheckpointMetrics>>,
 }
 
 /// One file of the staging directory that must be transferred.
@@ -70,6 +72,7 @@ impl PendingSnapshot {
     /// meanwhile, everything this attempt uploaded is deleted again and the error returned.
     /// The staging directory is removed in every case.
     pub fn upload(mut self) -> Result<CheckpointStats> {
+        let _span = tracing::info_span!("checkpoint.upload", id = self.id).entered();
         let start = Instant::now();
         let uploaded = Mutex::new(Vec::<String>::new());
         let result = self.upload_inner(&uploaded, start);
@@ -234,12 +237,24 @@ impl PendingSnapshot {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
         };
+        let shared_referenced = manifest.shared_files.len() as u64;
+        let manifest_span = tracing::info_span!("checkpoint.manifest", id).entered();
         let bytes = sst_format::encode_manifest(&manifest)?;
         let meta_name = layout::metadata_name(id, &cp.backend_id);
         cp.storage.put_bytes(&meta_name, &bytes)?;
         stats.manifest_bytes = bytes.len() as u64;
         cp.committed(id, &meta_name, Arc::new(manifest), new_shared)?;
+        drop(manifest_span);
         stats.async_duration = start.elapsed();
+        let mut m = self.metrics.lock();
+        m.last_checkpoint_id = Some(id);
+        m.last_sync_duration = stats.sync_duration;
+        m.last_async_duration = stats.async_duration;
+        m.last_bytes_uploaded = stats.bytes_uploaded;
+        m.last_files_reused = stats.files_reused as u64;
+        m.shared_files_referenced = shared_referenced;
+        m.checkpoints_uploaded += 1;
+        m.total_bytes_uploaded += stats.bytes_uploaded;
         Ok(stats)
     }
 }

@@ -117,6 +117,30 @@ pub enum Error {
     /// Serializing a manifest body failed.
     #[error("manifest body encode failed: {0}")]
     Encode(#[source] postcard::Error),
+
+    /// A versioned file other than the manifest (e.g. a job record) declares a format version
+    /// this build cannot decode.
+    #[error("unknown {what} version {version} (this build reads {supported})")]
+    UnknownVersion {
+        /// Which file kind.
+        what: &'static str,
+        /// The version found.
+        version: u16,
+        /// The version this build reads.
+        supported: u16,
+    },
+
+    /// The body CRC-32 of a framed file other than the manifest (e.g. a job record) does not
+    /// match the stored one.
+    #[error("{what} checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    RecordChecksum {
+        /// Which file kind.
+        what: &'static str,
+        /// CRC-32 stored after the body.
+        stored: u32,
+        /// CRC-32 of the body as read.
+        computed: u32,
+    },
 }
 
 impl Error {

@@ -11,6 +11,9 @@
 //! * **Checkpoint manifests.** [`encode_manifest`] / [`decode_manifest`] implement the
 //!   `_metadata` format of design.md §6 (`"RSTM" | u16 version | u32 length |
 //!   zstd(postcard(body)) | crc32`) for the body type [`CheckpointManifest`].
+//! * **Job checkpoint records.** [`encode_job_checkpoint`] / [`decode_job_checkpoint`]
+//!   implement `job/chk-<id>` (`"RSJC" | u16 version | u32 length | postcard(body) | crc32`),
+//!   the coordinator's record of which task snapshots form checkpoint N ([`JobCheckpoint`]).
 //!
 //! Every decoder returns [`Result`] and never panics, whatever the input: all indexing is
 //! bounds-checked, arithmetic on untrusted values is checked, and allocations are bounded by the
@@ -46,6 +49,7 @@ pub mod checksum;
 mod coding;
 pub mod error;
 pub mod footer;
+pub mod job;
 pub mod manifest;
 pub mod meta;
 pub mod properties;
@@ -55,6 +59,10 @@ pub mod sst;
 pub use checksum::ChecksumType;
 pub use error::{Error, Result};
 pub use footer::{parse_footer, BlockHandle, Footer, FOOTER_LEN};
+pub use job::{
+    decode_job_checkpoint, encode_job_checkpoint, JobCheckpoint, TaskCheckpoint, JOB_RECORD_MAGIC,
+    JOB_RECORD_VERSION,
+};
 pub use manifest::{
     decode_manifest, decode_manifest_body, encode_manifest, MANIFEST_MAGIC, MANIFEST_VERSION,
     MAX_MANIFEST_BODY_BYTES,

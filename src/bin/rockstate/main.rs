@@ -4,6 +4,9 @@ mod bench_checkpoint;
 mod bench_ops;
 mod bench_rescale;
 mod bench_ttl;
+mod demo;
+mod ops;
+mod storage_arg;
 
 use std::process::ExitCode;
 
@@ -11,7 +14,7 @@ use clap::{Parser, Subcommand};
 
 /// rockstate: keyed stream-processing state on RocksDB.
 #[derive(Parser)]
-#[command(name = "rockstate", version, about)]
+#[command(name = "rockstate", version, about, after_help = ops::EXIT_CODES_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -19,6 +22,23 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The frequency-capping job: checkpoints through the coordinator, a crash, a restore
+    /// from the newest job record, and an exactly-once comparison with a crash-free run.
+    /// Prints `verdict: PASS …` or `verdict: FAIL …` last (exit 0 only on PASS).
+    #[command(after_help = ops::EXIT_CODES_HELP)]
+    Demo(demo::DemoArgs),
+    /// Show a checkpoint storage: job records, checkpoints (states, key-group ranges, files,
+    /// sizes), shared files with reference counts, uncommitted directories; or a savepoint file.
+    #[command(after_help = ops::EXIT_CODES_HELP)]
+    Inspect(ops::InspectArgs),
+    /// Check every referenced file's size, CRC-32 and SST footer, and every manifest and job
+    /// record; exit 1 naming each bad file.
+    #[command(after_help = ops::EXIT_CODES_HELP)]
+    Verify(ops::VerifyArgs),
+    /// Collect garbage: unreferenced shared files and uncommitted checkpoint directories.
+    /// Dry run unless --apply; never deletes what a committed manifest references.
+    #[command(after_help = ops::EXIT_CODES_HELP)]
+    Gc(ops::GcArgs),
     /// Benchmarks that print ratios measured in the same run.
     Bench {
         #[command(subcommand)]
@@ -41,6 +61,10 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => return ops::finish(demo::run(&args)),
+        Command::Inspect(args) => return ops::finish(ops::inspect(&args)),
+        Command::Verify(args) => return ops::finish(ops::verify(&args)),
+        Command::Gc(args) => return ops::finish(ops::gc(&args)),
         Command::Bench {
             which: BenchCommand::Ops(args),
         } => bench_ops::run(&args),

@@ -1,0 +1,463 @@
+//! The operator commands `inspect`, `verify` and `gc` on a checkpoint storage, their exit
+//! codes and their human and `--json` output.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rockstate::catalog::{self, Catalog, GcReason};
+use rockstate::StateKind;
+use serde_json::{json, Value};
+
+use crate::storage_arg;
+
+/// Exit code: success, nothing wrong.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the command ran and found problems (corrupt or missing files, undecodable
+/// manifests; `gc` refusing because references are unknown).
+pub const EXIT_PROBLEMS: u8 = 1;
+/// Exit code: bad command line (also clap's own).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: the storage (or a file) could not be read at all.
+pub const EXIT_STORAGE: u8 = 3;
+
+/// Text appended to `--help`.
+pub const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 problems found (verify) or gc refused; \
+2 bad command line; 3 storage or file unreadable.\n\
+STORAGE is a directory, file:///dir, or s3://bucket/prefix (S3 not built in yet).";
+
+/// A failed command: one line for stderr and an exit code.
+#[derive(Debug)]
+pub struct CliError {
+    /// Exit code.
+    pub code: u8,
+    /// One-line message.
+    pub message: String,
+}
+
+impl CliError {
+    /// A bad argument.
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+
+    /// Storage not readable.
+    pub fn storage(message: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_STORAGE,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<rockstate::Error> for CliError {
+    fn from(e: rockstate::Error) -> Self {
+        CliError::storage(e.to_string())
+    }
+}
+
+/// Prints `error: …` (one line) and turns a result into the process exit code.
+pub fn finish(result: Result<u8, CliError>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {}", e.message.replace('\n', " "));
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// `1.5 KiB`-style size.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Parses `90s`, `15m`, `2h`, `1d` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 90s, 15m, 2h, 1d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86_400),
+        _ => return Err(format!("unknown duration unit in `{s}` (use s, m, h or d)")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn kind_name(k: StateKind) -> &'static str {
+    match k {
+        StateKind::Value => "value",
+        StateKind::List => "list",
+        StateKind::Map => "map",
+        StateKind::Reducing => "reducing",
+        StateKind::Aggregating => "aggregating",
+    }
+}
+
+fn age(t: SystemTime) -> String {
+    match SystemTime::now().duration_since(t) {
+        Ok(d) if d.as_secs() >= 86_400 => format!("{}d", d.as_secs() / 86_400),
+        Ok(d) if d.as_secs() >= 3600 => format!("{}h", d.as_secs() / 3600),
+        Ok(d) if d.as_secs() >= 60 => format!("{}m", d.as_secs() / 60),
+        Ok(d) => format!("{}s", d.as_secs()),
+        Err(_) => "0s".into(),
+    }
+}
+
+/// Arguments of `inspect`.
+#[derive(clap::Args, Debug)]
+pub struct InspectArgs {
+    /// Checkpoint storage (directory, file://, s3://), or a savepoint file.
+    storage: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `rockstate inspect`.
+pub fn inspect(args: &InspectArgs) -> Result<u8, CliError> {
+    if Path::new(&args.storage).is_file() {
+        return inspect_savepoint(Path::new(&args.storage), args.json);
+    }
+    let storage = storage_arg::open(&args.storage)?;
+    let cat = Catalog::load(storage.as_ref())?;
+    let checkpoints: Vec<Value> = cat
+        .checkpoints
+        .iter()
+        .map(|c| {
+            let m = &c.manifest;
+            json!({
+                "manifest": c.name, "checkpoint_id": m.checkpoint_id, "backend_id": m.backend_id,
+                "key_groups": [m.key_group_start, m.key_group_end],
+                "max_parallelism": m.max_parallelism,
+                "states": m.states.iter().map(|s| json!({
+                    "name": s.name, "kind": kind_name(s.kind), "ttl": s.ttl,
+                    "codec": s.codec, "codec_version": s.codec_version})).collect::<Vec<_>>(),
+                "shared_files": m.shared_files.len(),
+                "shared_bytes": m.shared_files.iter().map(|f| f.size).sum::<u64>(),
+                "private_files": m.private_files.len(),
+                "private_bytes": m.private_files.iter().map(|f| f.size).sum::<u64>(),
+                "state_bytes": c.state_bytes(), "manifest_bytes": c.manifest_bytes,
+                "operator_states": m.operator_state.iter().map(|o| &o.name).collect::<Vec<_>>(),
+                "created_at_ms": m.created_at_ms,
+            })
+        })
+        .collect();
+    let jobs: Vec<Value> = cat
+        .job_records
+        .iter()
+        .map(|j| match &j.record {
+            Ok(r) => json!({"name": j.name, "checkpoint_id": r.checkpoint_id, "job": r.job_name,
+                "tasks": r.tasks.iter().map(|t| json!({"task": t.task, "manifest": t.manifest,
+                    "key_groups": [t.key_group_start, t.key_group_end],
+                    "state_bytes": t.state_bytes, "bytes_uploaded": t.bytes_uploaded,
+                    "files_reused": t.files_reused, "sync_micros": t.sync_micros,
+                    "async_micros": t.async_micros})).collect::<Vec<_>>()}),
+            Err(e) => json!({"name": j.name, "error": e}),
+        })
+        .collect();
+    let shared_bytes: u64 = cat.shared.iter().map(|s| s.info.size).sum();
+    if args.json {
+        print_json(&json!({
+            "job_records": jobs, "checkpoints": checkpoints,
+            "bad_manifests": cat.bad_manifests.iter().map(|(n, e)| json!({"manifest": n, "error": e})).collect::<Vec<_>>(),
+            "shared": cat.shared.iter().map(|s| json!({"name": s.info.name, "bytes": s.info.size, "references": s.references})).collect::<Vec<_>>(),
+            "uncommitted": cat.uncommitted.iter().map(|d| json!({"checkpoint_id": d.id, "backend_id": d.backend_id, "objects": d.objects.len()})).collect::<Vec<_>>(),
+            "other": cat.other.iter().map(|o| &o.name).collect::<Vec<_>>(),
+        }));
+        return Ok(EXIT_OK);
+    }
+    println!(
+        "{}: {} job record(s), {} committed checkpoint(s), {} shared file(s) ({}), {} uncommitted dir(s)",
+        args.storage,
+        cat.job_records.len(),
+        cat.checkpoints.len(),
+        cat.shared.len(),
+        human_bytes(shared_bytes),
+        cat.uncommitted.len()
+    );
+    for j in &cat.job_records {
+        match &j.record {
+            Ok(r) => println!(
+                "job {} checkpoint {}: {} task(s), {} state, {} uploaded",
+                r.job_name,
+                r.checkpoint_id,
+                r.tasks.len(),
+                human_bytes(r.tasks.iter().map(|t| t.state_bytes).sum()),
+                human_bytes(r.tasks.iter().map(|t| t.bytes_uploaded).sum()),
+            ),
+            Err(e) => println!("job record {}: UNREADABLE: {e}", j.name),
+        }
+    }
+    for c in &cat.checkpoints {
+        let m = &c.manifest;
+        let states: Vec<String> = m
+            .states
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}({}{})",
+                    s.name,
+                    kind_name(s.kind),
+                    if s.ttl { ", ttl" } else { "" }
+                )
+            })
+            .collect();
+        println!(
+            "checkpoint {} backend {}: key groups {}..={} of {}, state {}, {} shared + {} private file(s), manifest {}",
+            m.checkpoint_id,
+            m.backend_id,
+            m.key_group_start,
+            m.key_group_end,
+            m.max_parallelism,
+            human_bytes(c.state_bytes()),
+            m.shared_files.len(),
+            m.private_files.len(),
+            human_bytes(c.manifest_bytes),
+        );
+        println!("  states: {}", states.join(", "));
+    }
+    for (n, e) in &cat.bad_manifests {
+        println!("manifest {n}: UNREADABLE: {e}");
+    }
+    for s in &cat.shared {
+        println!(
+            "  {}  {}  refs {}  age {}",
+            s.info.name,
+            human_bytes(s.info.size),
+            s.references,
+            age(s.info.last_modified)
+        );
+    }
+    for d in &cat.uncommitted {
+        println!(
+            "uncommitted chk-{}/{}: {} object(s)",
+            d.id,
+            d.backend_id,
+            d.objects.len()
+        );
+    }
+    for o in &cat.other {
+        println!("other object {} ({})", o.name, human_bytes(o.size));
+    }
+    Ok(EXIT_OK)
+}
+
+fn inspect_savepoint(path: &Path, json_out: bool) -> Result<u8, CliError> {
+    let open = || {
+        std::fs::File::open(path).map_err(|e| CliError::storage(format!("{}: {e}", path.display())))
+    };
+    let reader =
+        sst_format::SavepointReader::open(std::io::BufReader::new(open()?)).map_err(|e| {
+            CliError {
+                code: EXIT_PROBLEMS,
+                message: format!("{}: not a readable savepoint: {e}", path.display()),
+            }
+        })?;
+    let h = reader.header();
+    let entries: u64 = reader.index().iter().map(|i| u64::from(i.entries)).sum();
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if json_out {
+        print_json(&json!({
+            "savepoint": path.display().to_string(), "bytes": size,
+            "key_groups": [h.key_group_start, h.key_group_end], "max_parallelism": h.max_parallelism,
+            "states": h.states.iter().map(|s| json!({"name": s.name, "kind": kind_name(s.kind), "ttl": s.ttl})).collect::<Vec<_>>(),
+            "key_group_blocks": reader.index().len(), "entries": entries,
+            "operator_states": h.operator_state.iter().map(|o| &o.name).collect::<Vec<_>>(),
+        }));
+    } else {
+        println!(
+            "savepoint {}: {}, key groups {}..={} of {}, {} block(s), {} entries",
+            path.display(),
+            human_bytes(size),
+            h.key_group_start,
+            h.key_group_end,
+            h.max_parallelism,
+            reader.index().len(),
+            entries
+        );
+        for s in &h.states {
+            println!(
+                "  state {} ({}{})",
+                s.name,
+                kind_name(s.kind),
+                if s.ttl { ", ttl" } else { "" }
+            );
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// Arguments of `verify`.
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// Checkpoint storage (directory, file://, s3://).
+    storage: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `rockstate verify`: exit 1 if any problem was found.
+pub fn verify(args: &VerifyArgs) -> Result<u8, CliError> {
+    let storage = storage_arg::open(&args.storage)?;
+    let cat = Catalog::load(storage.as_ref())?;
+    let v = catalog::verify(storage.as_ref(), &cat)?;
+    let code = if v.problems.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_PROBLEMS
+    };
+    if args.json {
+        print_json(&json!({
+            "ok": v.problems.is_empty(), "records": v.records, "files_checked": v.files_checked,
+            "bytes_checked": v.bytes_checked,
+            "problems": v.problems.iter().map(|p| json!({"file": p.file, "problem": p.detail})).collect::<Vec<_>>(),
+        }));
+        return Ok(code);
+    }
+    for p in &v.problems {
+        println!("BAD {}: {}", p.file, p.detail);
+    }
+    println!(
+        "{}: {} record(s), {} file(s) ({}) checked, {} problem(s)",
+        if v.problems.is_empty() {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        v.records,
+        v.files_checked,
+        human_bytes(v.bytes_checked),
+        v.problems.len()
+    );
+    Ok(code)
+}
+
+/// Arguments of `gc`.
+#[derive(clap::Args, Debug)]
+pub struct GcArgs {
+    /// Checkpoint storage (directory, file://, s3://).
+    storage: String,
+    /// Delete (without it, only list what would be deleted).
+    #[arg(long)]
+    apply: bool,
+    /// Keep garbage younger than this (it may belong to a checkpoint in flight): 90s, 15m, 2h, 1d.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    min_age: Duration,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `rockstate gc`: dry run unless `--apply`. Never deletes a file a committed manifest
+/// references; refuses (exit 1) while a manifest cannot be decoded.
+pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
+    let storage = storage_arg::open(&args.storage)?;
+    let cat = Catalog::load(storage.as_ref())?;
+    let plan = catalog::gc_plan(&cat, args.min_age, SystemTime::now()).map_err(|e| CliError {
+        code: EXIT_PROBLEMS,
+        message: e.to_string(),
+    })?;
+    let deleted = if args.apply {
+        Some(catalog::gc_apply(storage.as_ref(), &plan)?)
+    } else {
+        None
+    };
+    let why = |r: GcReason| match r {
+        GcReason::UnreferencedShared => "unreferenced shared file",
+        GcReason::Uncommitted => "uncommitted checkpoint",
+    };
+    if args.json {
+        print_json(&json!({
+            "applied": args.apply,
+            "candidates": plan.delete.iter().map(|(o, r)| json!({"name": o.name, "bytes": o.size, "reason": why(*r)})).collect::<Vec<_>>(),
+            "deleted": deleted.as_ref().map(|d| d.iter().map(|o| &o.name).collect::<Vec<_>>()),
+            "kept_too_young": plan.too_young.iter().map(|o| &o.name).collect::<Vec<_>>(),
+            "now_ms": SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        }));
+        return Ok(EXIT_OK);
+    }
+    let verb = if args.apply {
+        "deleted"
+    } else {
+        "would delete"
+    };
+    let listed: Vec<(&str, u64, &str)> = match &deleted {
+        Some(d) => d
+            .iter()
+            .map(|o| {
+                let r = plan
+                    .delete
+                    .iter()
+                    .find(|(p, _)| p.name == o.name)
+                    .map_or("", |(_, r)| why(*r));
+                (o.name.as_str(), o.size, r)
+            })
+            .collect(),
+        None => plan
+            .delete
+            .iter()
+            .map(|(o, r)| (o.name.as_str(), o.size, why(*r)))
+            .collect(),
+    };
+    for (name, size, r) in &listed {
+        println!("{verb} {name} ({}, {r})", human_bytes(*size));
+    }
+    println!(
+        "{verb} {} object(s), {}; kept {} younger than {}s{}",
+        listed.len(),
+        human_bytes(listed.iter().map(|l| l.1).sum()),
+        plan.too_young.len(),
+        args.min_age.as_secs(),
+        if args.apply {
+            ""
+        } else {
+            " (dry run: pass --apply to delete)"
+        }
+    );
+    Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_and_durations() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_duration("1w").is_err());
+        assert!(parse_duration("h").is_err());
+    }
+}

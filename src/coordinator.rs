@@ -1,0 +1,617 @@
+//! The job-level checkpoint coordinator: hands out checkpoint ids, triggers the source tasks,
+//! collects one acknowledgement per task, commits checkpoint N by writing the job record
+//! `job/chk-<N>` (which task snapshots belong to N; format in `docs/job-record-format.md`),
+//! then tells every task that N completed, subsumes older checkpoints, and aborts a checkpoint
+//! that a task declined, that a newer completion subsumed, or that timed out.
+//!
+//! Plain data and std channels, no async: the coordinator is driven by whoever owns it (an
+//! engine's job manager thread, the `rockstate demo`, a test) through [`Coordinator::trigger`],
+//! [`Coordinator::poll`] / [`Coordinator::wait`] and [`Coordinator::tick`]. Time comes from an
+//! injected [`Clock`], so timeouts are tested without sleeping. Each task talks to it through a
+//! [`TaskEndpoint`]: commands in, reports out.
+//!
+//! What a task does on each command (the coordinator does not touch backends itself):
+//! * [`TaskCommand::Trigger`] (sources only) / a barrier from upstream: take the snapshot
+//!   (`KeyedBackend::snapshot` + `upload`), then [`TaskEndpoint::ack`] with
+//!   [`task_checkpoint`]'s summary, or [`TaskEndpoint::decline`] on failure;
+//! * [`TaskCommand::Complete`]: `notify_checkpoint_complete`, and commit side effects staged for
+//!   that checkpoint (an exactly-once sink);
+//! * [`TaskCommand::Abort`]: `notify_checkpoint_aborted`, discard staged side effects.
+//!
+//! Backends should be opened with `CheckpointOptions::retained` equal to the coordinator's
+//! `retained`, so every retained job record names manifests that still exist.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sst_format::{JobCheckpoint, OperatorListState, TaskCheckpoint};
+
+use crate::backend::KeyedBackend;
+use crate::checkpoint::{layout, CheckpointStats};
+use crate::error::{Error, Result};
+use crate::storage::CheckpointStorage;
+use crate::ttl::Clock;
+
+/// Coordinator settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorConfig {
+    /// Name written into every job record.
+    pub job_name: String,
+    /// Number of tasks; task indexes are `0..tasks`.
+    pub tasks: u32,
+    /// Task indexes that receive [`TaskCommand::Trigger`] (the sources). Others learn of a
+    /// checkpoint from barriers in their input.
+    pub sources: Vec<u32>,
+    /// Key groups of the job, written into job records (0 if no task has keyed state).
+    pub max_parallelism: u32,
+    /// Completed job records kept (the newest). At least 1.
+    pub retained: usize,
+    /// A checkpoint not acknowledged by every task this long after its trigger is aborted by
+    /// [`Coordinator::tick`].
+    pub timeout: Duration,
+    /// Checkpoints in flight at once; [`Coordinator::trigger`] returns `None` at the limit.
+    /// At least 1.
+    pub max_concurrent: usize,
+}
+
+impl CoordinatorConfig {
+    /// `tasks` tasks of which task 0 is the only source; retained 1, timeout 10 min, one
+    /// checkpoint at a time.
+    pub fn new(job_name: impl Into<String>, tasks: u32, max_parallelism: u32) -> Self {
+        CoordinatorConfig {
+            job_name: job_name.into(),
+            tasks,
+            sources: vec![0],
+            max_parallelism,
+            retained: 1,
+            timeout: Duration::from_secs(600),
+            max_concurrent: 1,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::Coordinator(what));
+        if self.tasks == 0 {
+            return bad("a job needs at least one task".into());
+        }
+        if self.retained == 0 || self.max_concurrent == 0 {
+            return bad("retained and max_concurrent must be at least 1".into());
+        }
+        if let Some(s) = self.sources.iter().find(|s| **s >= self.tasks) {
+            return bad(format!("source {s} is not a task (0..{})", self.tasks));
+        }
+        if self.sources.is_empty() {
+            return bad("a job needs at least one source".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the coordinator tells a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskCommand {
+    /// Sources: emit a barrier for this checkpoint and snapshot.
+    Trigger {
+        /// The checkpoint id.
+        checkpoint_id: u64,
+    },
+    /// Checkpoint completed job-wide (its job record is in storage).
+    Complete {
+        /// The checkpoint id.
+        checkpoint_id: u64,
+    },
+    /// Checkpoint aborted: discard what was staged for it.
+    Abort {
+        /// The checkpoint id.
+        checkpoint_id: u64,
+    },
+}
+
+/// What a task tells the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskReport {
+    /// The task's snapshot for `checkpoint_id` is durable.
+    Ack {
+        /// The checkpoint id.
+        checkpoint_id: u64,
+        /// The task's summary; `snapshot.task` names the task.
+        snapshot: TaskCheckpoint,
+    },
+    /// The task could not snapshot `checkpoint_id`.
+    Decline {
+        /// The task index.
+        task: u32,
+        /// The checkpoint id.
+        checkpoint_id: u64,
+        /// Why (one line).
+        reason: String,
+    },
+}
+
+/// Why a checkpoint was aborted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AbortReason {
+    /// Not every task acknowledged within the timeout.
+    Timeout,
+    /// A task declined.
+    Declined {
+        /// The task.
+        task: u32,
+        /// Its reason.
+        reason: String,
+    },
+    /// A newer checkpoint completed first.
+    Subsumed,
+    /// A task's command channel is closed (the task is gone).
+    TaskGone(u32),
+    /// Writing the job record failed.
+    CommitFailed(String),
+    /// The owner aborted it ([`Coordinator::abort`]).
+    Requested(String),
+}
+
+/// What happened to a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Committed: the job record was written and every task was told.
+    Completed(JobCheckpoint),
+    /// Aborted: every task was told.
+    Aborted {
+        /// The checkpoint id.
+        checkpoint_id: u64,
+        /// Why.
+        reason: AbortReason,
+    },
+}
+
+/// What [`Coordinator::trigger`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Triggered {
+    /// Checkpoint `id` was triggered.
+    Started(u64),
+    /// `max_concurrent` checkpoints are in flight; nothing was triggered.
+    Busy,
+    /// A source is gone; the new checkpoint was aborted at once.
+    Failed(Outcome),
+}
+
+/// One task's side of the coordinator: commands in, reports out. Send it to the task's thread.
+#[derive(Debug)]
+pub struct TaskEndpoint {
+    task: u32,
+    commands: Receiver<TaskCommand>,
+    reports: Sender<TaskReport>,
+}
+
+impl TaskEndpoint {
+    /// The task index.
+    pub fn task(&self) -> u32 {
+        self.task
+    }
+
+    /// Blocks until the next command; `None` once the coordinator is gone.
+    pub fn recv(&self) -> Option<TaskCommand> {
+        self.commands.recv().ok()
+    }
+
+    /// The next command if one is waiting; `None` if none is (or the coordinator is gone).
+    pub fn try_recv(&self) -> Option<TaskCommand> {
+        self.commands.try_recv().ok()
+    }
+
+    /// Acknowledges `checkpoint_id` (see [`TaskReporter::ack`]).
+    pub fn ack(&self, checkpoint_id: u64, snapshot: TaskCheckpoint) -> bool {
+        self.reporter().ack(checkpoint_id, snapshot)
+    }
+
+    /// Declines `checkpoint_id` (see [`TaskReporter::decline`]).
+    pub fn decline(&self, checkpoint_id: u64, reason: impl Into<String>) -> bool {
+        self.reporter().decline(checkpoint_id, reason)
+    }
+
+    /// A handle that only reports, for a task whose commands are read on another thread.
+    pub fn reporter(&self) -> TaskReporter {
+        TaskReporter {
+            task: self.task,
+            reports: self.reports.clone(),
+        }
+    }
+}
+
+/// The reporting half of a [`TaskEndpoint`] (cloneable, `Send`).
+#[derive(Debug, Clone)]
+pub struct TaskReporter {
+    task: u32,
+    reports: Sender<TaskReport>,
+}
+
+impl TaskReporter {
+    /// Acknowledges `checkpoint_id` with this task's summary (its `task` field is set to this
+    /// reporter's task). Returns false if the coordinator is gone.
+    pub fn ack(&self, checkpoint_id: u64, mut snapshot: TaskCheckpoint) -> bool {
+        snapshot.task = self.task;
+        self.reports
+            .send(TaskReport::Ack {
+                checkpoint_id,
+                snapshot,
+            })
+            .is_ok()
+    }
+
+    /// Declines `checkpoint_id`. Returns false if the coordinator is gone.
+    pub fn decline(&self, checkpoint_id: u64, reason: impl Into<String>) -> bool {
+        self.reports
+            .send(TaskReport::Decline {
+                task: self.task,
+                checkpoint_id,
+                reason: reason.into(),
+            })
+            .is_ok()
+    }
+}
+
+/// The acknowledgement summary of one task: its keyed backend's checkpoint (manifest name,
+/// key groups, figures from `stats`) if it has one, and its operator state.
+pub fn task_checkpoint(
+    task: u32,
+    keyed: Option<(&KeyedBackend, &CheckpointStats)>,
+    operator_state: Vec<OperatorListState>,
+) -> TaskCheckpoint {
+    let mut t = TaskCheckpoint {
+        task,
+        manifest: None,
+        key_group_start: 0,
+        key_group_end: 0,
+        operator_state,
+        state_bytes: 0,
+        bytes_uploaded: 0,
+        files_reused: 0,
+        sync_micros: 0,
+        async_micros: 0,
+    };
+    if let Some((backend, stats)) = keyed {
+        let kg = backend.key_groups();
+        t.manifest = Some(layout::metadata_name(
+            stats.checkpoint_id,
+            backend.backend_id(),
+        ));
+        t.key_group_start = kg.start;
+        t.key_group_end = kg.end;
+        t.state_bytes = stats.state_bytes;
+        t.bytes_uploaded = stats.bytes_uploaded;
+        t.files_reused = stats.files_reused as u64;
+        t.sync_micros = stats.sync_duration.as_micros() as u64;
+        t.async_micros = stats.async_duration.as_micros() as u64;
+    }
+    t
+}
+
+#[derive(Debug)]
+struct Pending {
+    triggered_at_ms: u64,
+    acks: BTreeMap<u32, TaskCheckpoint>,
+}
+
+/// The checkpoint coordinator of one job (see the module docs).
+#[derive(Debug)]
+pub struct Coordinator {
+    config: CoordinatorConfig,
+    storage: Arc<dyn CheckpointStorage>,
+    clock: Arc<dyn Clock>,
+    commands: Vec<Option<Sender<TaskCommand>>>,
+    reports_tx: Sender<TaskReport>,
+    reports_rx: Receiver<TaskReport>,
+    next_id: u64,
+    pending: BTreeMap<u64, Pending>,
+    /// Ids of the retained job records, oldest first.
+    completed: VecDeque<u64>,
+}
+
+impl Coordinator {
+    /// A coordinator over `storage`. Job records already there are taken as completed
+    /// checkpoints (the newest `retained` are kept); new ids start above every checkpoint id
+    /// found in storage (job records and task checkpoint directories), so a restarted job
+    /// never reuses an id.
+    pub fn new(
+        config: CoordinatorConfig,
+        storage: Arc<dyn CheckpointStorage>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Coordinator> {
+        config.validate()?;
+        let records = list_job_checkpoints(storage.as_ref())?;
+        let max_task_id = storage
+            .list(layout::CHECKPOINT_PREFIX)?
+            .iter()
+            .filter_map(|o| layout::parse_checkpoint_object(&o.name).map(|p| p.id))
+            .max();
+        let next_id = records
+            .last()
+            .copied()
+            .max(max_task_id)
+            .map_or(1, |m| m.saturating_add(1));
+        let (reports_tx, reports_rx) = mpsc::channel();
+        let mut c = Coordinator {
+            commands: vec![None; config.tasks as usize],
+            config,
+            storage,
+            clock,
+            reports_tx,
+            reports_rx,
+            next_id,
+            pending: BTreeMap::new(),
+            completed: records.into_iter().collect(),
+        };
+        c.subsume()?;
+        Ok(c)
+    }
+
+    /// Creates the endpoint of task `task` (replacing an earlier one: commands then go to the
+    /// new endpoint only).
+    pub fn endpoint(&mut self, task: u32) -> Result<TaskEndpoint> {
+        let slot = self
+            .commands
+            .get_mut(task as usize)
+            .ok_or_else(|| Error::Coordinator(format!("no task {task} in this job")))?;
+        let (tx, rx) = mpsc::channel();
+        *slot = Some(tx);
+        Ok(TaskEndpoint {
+            task,
+            commands: rx,
+            reports: self.reports_tx.clone(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CoordinatorConfig {
+        &self.config
+    }
+
+    /// Ids of checkpoints triggered and neither completed nor aborted, ascending.
+    pub fn pending(&self) -> Vec<u64> {
+        self.pending.keys().copied().collect()
+    }
+
+    /// Ids of the retained completed checkpoints (job records in storage), oldest first.
+    pub fn completed(&self) -> Vec<u64> {
+        self.completed.iter().copied().collect()
+    }
+
+    /// The newest completed checkpoint id.
+    pub fn latest_completed(&self) -> Option<u64> {
+        self.completed.back().copied()
+    }
+
+    /// Starts a checkpoint: takes the next id and sends [`TaskCommand::Trigger`] to every
+    /// source. [`Triggered::Busy`] when `max_concurrent` checkpoints are already in flight;
+    /// if a source is gone the checkpoint is aborted at once ([`Triggered::Failed`]).
+    pub fn trigger(&mut self) -> Result<Triggered> {
+        if self.pending.len() >= self.config.max_concurrent {
+            return Ok(Triggered::Busy);
+        }
+        let id = self.next_id;
+        self.next_id = id
+            .checked_add(1)
+            .ok_or_else(|| Error::Coordinator("checkpoint ids exhausted".into()))?;
+        let _span = tracing::info_span!("checkpoint.trigger", id).entered();
+        self.pending.insert(
+            id,
+            Pending {
+                triggered_at_ms: self.clock.now_ms(),
+                acks: BTreeMap::new(),
+            },
+        );
+        for s in &self.config.sources {
+            if !self.send(*s, TaskCommand::Trigger { checkpoint_id: id }) {
+                self.pending.remove(&id);
+                return Ok(Triggered::Failed(
+                    self.notify_abort(id, AbortReason::TaskGone(*s)),
+                ));
+            }
+        }
+        Ok(Triggered::Started(id))
+    }
+
+    /// Handles one report: records an ack (completing the checkpoint when it is the last
+    /// one) or aborts on a decline. Reports for checkpoints no longer pending (late acks after
+    /// an abort or a subsumption) are ignored. A report naming a task outside the job is
+    /// [`Error::Coordinator`] and changes nothing.
+    pub fn handle(&mut self, report: TaskReport) -> Result<Vec<Outcome>> {
+        match report {
+            TaskReport::Ack {
+                checkpoint_id,
+                snapshot,
+            } => {
+                self.check_task(snapshot.task)?;
+                let tasks = self.config.tasks as usize;
+                let Some(p) = self.pending.get_mut(&checkpoint_id) else {
+                    return Ok(Vec::new());
+                };
+                p.acks.entry(snapshot.task).or_insert(snapshot);
+                if p.acks.len() == tasks {
+                    return self.commit(checkpoint_id);
+                }
+                Ok(Vec::new())
+            }
+            TaskReport::Decline {
+                task,
+                checkpoint_id,
+                reason,
+            } => {
+                self.check_task(task)?;
+                Ok(self
+                    .abort_pending(checkpoint_id, AbortReason::Declined { task, reason })
+                    .into_iter()
+                    .collect())
+            }
+        }
+    }
+
+    /// Handles every report waiting, then [`Coordinator::tick`]. Never blocks.
+    pub fn poll(&mut self) -> Result<Vec<Outcome>> {
+        let mut out = Vec::new();
+        // The coordinator holds a sender itself, so the channel never disconnects.
+        while let Ok(r) = self.reports_rx.try_recv() {
+            out.extend(self.handle(r)?);
+        }
+        out.extend(self.tick()?);
+        Ok(out)
+    }
+
+    /// Waits up to `max_wait` (real time) for one report, handles it and everything else
+    /// waiting, then ticks. For drivers that have nothing else to do meanwhile.
+    pub fn wait(&mut self, max_wait: Duration) -> Result<Vec<Outcome>> {
+        let mut out = Vec::new();
+        match self.reports_rx.recv_timeout(max_wait) {
+            Ok(r) => out.extend(self.handle(r)?),
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
+        }
+        out.extend(self.poll()?);
+        Ok(out)
+    }
+
+    /// Aborts every pending checkpoint triggered `timeout` or longer ago (by the clock).
+    pub fn tick(&mut self) -> Result<Vec<Outcome>> {
+        let now = self.clock.now_ms();
+        let timeout = self.config.timeout.as_millis() as u64;
+        let expired: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.triggered_at_ms.saturating_add(timeout) <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        Ok(expired
+            .into_iter()
+            .filter_map(|id| self.abort_pending(id, AbortReason::Timeout))
+            .collect())
+    }
+
+    /// Aborts pending checkpoint `id` (the owner's decision, e.g. on shutdown). `None` if it is
+    /// not pending.
+    pub fn abort(&mut self, id: u64, reason: impl Into<String>) -> Option<Outcome> {
+        self.abort_pending(id, AbortReason::Requested(reason.into()))
+    }
+
+    fn check_task(&self, task: u32) -> Result<()> {
+        if task < self.config.tasks {
+            Ok(())
+        } else {
+            Err(Error::Coordinator(format!(
+                "report from task {task}, but the job has tasks 0..{}",
+                self.config.tasks
+            )))
+        }
+    }
+
+    /// Sends `cmd` to `task`; false if the task has no endpoint or dropped it.
+    fn send(&self, task: u32, cmd: TaskCommand) -> bool {
+        self.commands
+            .get(task as usize)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| c.send(cmd).is_ok())
+    }
+
+    fn abort_pending(&mut self, id: u64, reason: AbortReason) -> Option<Outcome> {
+        self.pending.remove(&id)?;
+        Some(self.notify_abort(id, reason))
+    }
+
+    /// Tells every task that `id` is aborted.
+    fn notify_abort(&self, id: u64, reason: AbortReason) -> Outcome {
+        let _span = tracing::info_span!("checkpoint.abort", id).entered();
+        tracing::info!(id, ?reason, "checkpoint aborted");
+        for t in 0..self.config.tasks {
+            // A task that is gone has nothing to discard.
+            let _ = self.send(t, TaskCommand::Abort { checkpoint_id: id });
+        }
+        Outcome::Aborted {
+            checkpoint_id: id,
+            reason,
+        }
+    }
+
+    /// Every task acked `id`: write the job record, notify, subsume.
+    fn commit(&mut self, id: u64) -> Result<Vec<Outcome>> {
+        let Some(p) = self.pending.remove(&id) else {
+            return Ok(Vec::new());
+        };
+        let record = JobCheckpoint {
+            checkpoint_id: id,
+            job_name: self.config.job_name.clone(),
+            max_parallelism: self.config.max_parallelism,
+            triggered_at_ms: p.triggered_at_ms,
+            completed_at_ms: self.clock.now_ms(),
+            tasks: p.acks.into_values().collect(),
+        };
+        let written = {
+            let _span = tracing::info_span!("checkpoint.commit", id).entered();
+            sst_format::encode_job_checkpoint(&record)
+                .map_err(Error::from)
+                .and_then(|bytes| self.storage.put_bytes(&layout::job_record_name(id), &bytes))
+        };
+        if let Err(e) = written {
+            // Nothing was committed: the tasks discard their snapshots.
+            return Ok(vec![
+                self.notify_abort(id, AbortReason::CommitFailed(e.to_string()))
+            ]);
+        }
+        let mut out = Vec::new();
+        {
+            let _span = tracing::info_span!("checkpoint.notify", id).entered();
+            for t in 0..self.config.tasks {
+                // A task that is gone is restored from this record later; nothing to tell it.
+                let _ = self.send(t, TaskCommand::Complete { checkpoint_id: id });
+            }
+        }
+        let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
+        for k in older {
+            out.extend(self.abort_pending(k, AbortReason::Subsumed));
+        }
+        self.completed.push_back(id);
+        out.insert(0, Outcome::Completed(record));
+        self.subsume()?;
+        Ok(out)
+    }
+
+    /// Deletes job records beyond the newest `retained`.
+    fn subsume(&mut self) -> Result<()> {
+        let _span = tracing::info_span!("checkpoint.gc").entered();
+        while self.completed.len() > self.config.retained {
+            if let Some(old) = self.completed.pop_front() {
+                self.storage.delete(&layout::job_record_name(old))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Ids of every job record in `storage`, ascending.
+pub fn list_job_checkpoints(storage: &dyn CheckpointStorage) -> Result<Vec<u64>> {
+    let mut ids: Vec<u64> = storage
+        .list(layout::JOB_PREFIX)?
+        .iter()
+        .filter_map(|o| layout::parse_job_record_name(&o.name))
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Reads and decodes job record `id`; a damaged record is [`Error::CheckpointCorrupt`] naming
+/// it.
+pub fn read_job_checkpoint(storage: &dyn CheckpointStorage, id: u64) -> Result<JobCheckpoint> {
+    let name = layout::job_record_name(id);
+    let bytes = storage.get_bytes(&name)?;
+    sst_format::decode_job_checkpoint(&bytes).map_err(|e| Error::CheckpointCorrupt {
+        file: name,
+        detail: e.to_string(),
+    })
+}
+
+/// The newest job record in `storage`, if any (what a job restores from).
+pub fn latest_job_checkpoint(storage: &dyn CheckpointStorage) -> Result<Option<JobCheckpoint>> {
+    match list_job_checkpoints(storage)?.last() {
+        Some(&id) => read_job_checkpoint(storage, id).map(Some),
+        None => Ok(None),
+    }
+}

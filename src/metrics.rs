@@ -1,0 +1,78 @@
+//! Plain-data figures a backend exposes for monitoring (`KeyedBackend::metrics`): its RocksDB
+//! figures, read from RocksDB properties and the live-file list by `db`, and the figures of its
+//! last checkpoint, recorded by the checkpoint code. No registry, no exporter: an engine maps
+//! these onto whatever metrics system it uses.
+
+use std::time::Duration;
+
+/// SST files of one LSM level (all column families together).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LevelMetrics {
+    /// The level (0 = newest).
+    pub level: u32,
+    /// Number of SST files.
+    pub sst_files: u64,
+    /// Their total size in bytes.
+    pub sst_bytes: u64,
+}
+
+/// RocksDB figures of one backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RocksDbMetrics {
+    /// Bytes in memtables (active and immutable), all column families
+    /// (`rocksdb.cur-size-all-mem-tables`).
+    pub memtable_bytes: u64,
+    /// Bytes in the block cache (`rocksdb.block-cache-usage`; the cache is shared by every
+    /// backend on the same memory budget).
+    pub block_cache_bytes: u64,
+    /// Estimated number of keys, all column families (`rocksdb.estimate-num-keys`).
+    pub estimated_keys: u64,
+    /// Bytes compaction still has to rewrite (`rocksdb.estimate-pending-compaction-bytes`).
+    pub pending_compaction_bytes: u64,
+    /// SST files per level, ascending, only levels that hold files.
+    pub levels: Vec<LevelMetrics>,
+}
+
+impl RocksDbMetrics {
+    /// Total number of SST files.
+    pub fn sst_files(&self) -> u64 {
+        self.levels.iter().map(|l| l.sst_files).sum()
+    }
+
+    /// Total SST bytes.
+    pub fn sst_bytes(&self) -> u64 {
+        self.levels.iter().map(|l| l.sst_bytes).sum()
+    }
+}
+
+/// Figures of the last checkpoint this backend uploaded (in this process).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointMetrics {
+    /// Id of the last uploaded checkpoint.
+    pub last_checkpoint_id: Option<u64>,
+    /// Its sync phase duration.
+    pub last_sync_duration: Duration,
+    /// Its async phase duration.
+    pub last_async_duration: Duration,
+    /// Bytes it uploaded.
+    pub last_bytes_uploaded: u64,
+    /// Shared files (SSTs) its manifest references, reused or new.
+    pub shared_files_referenced: u64,
+    /// SSTs it reused from the previous checkpoint.
+    pub last_files_reused: u64,
+    /// Checkpoints uploaded by this process so far.
+    pub checkpoints_uploaded: u64,
+    /// Bytes uploaded by this process so far.
+    pub total_bytes_uploaded: u64,
+    /// Last completed checkpoint id.
+    pub last_completed: Option<u64>,
+}
+
+/// Everything [`crate::KeyedBackend::metrics`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackendMetrics {
+    /// RocksDB figures.
+    pub rocksdb: RocksDbMetrics,
+    /// Checkpoint figures.
+    pub checkpoint: CheckpointMetrics,
+}

@@ -1,0 +1,339 @@
+//! The operator commands, run as the built binary: `inspect`, `verify`, `gc`, `--help`, exit
+//! codes and one-line errors, including a corrupted storage directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use rockstate::checkpoint::layout;
+use rockstate::coordinator::{task_checkpoint, Coordinator, CoordinatorConfig, Outcome};
+use rockstate::{CheckpointOptions, KeyedBackend, LocalStorage, ManualClock};
+
+fn rockstate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rockstate"))
+        .args(args)
+        .output()
+        .expect("run rockstate")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited")
+}
+
+/// A storage with two retained checkpoints of one backend (the second reusing SSTs of the
+/// first), a job record for the second, and a savepoint file next to it.
+struct Fixture {
+    dir: tempfile::TempDir,
+    storage: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let storage_dir = dir.path().join("cp");
+        let storage = Arc::new(LocalStorage::new(&storage_dir).unwrap().with_fsync(false));
+        let backend = KeyedBackend::builder(dir.path().join("op"))
+            .checkpoint_storage(storage.clone())
+            .checkpoint_options(CheckpointOptions {
+                retained: 2,
+                ..CheckpointOptions::default()
+            })
+            .open()
+            .unwrap();
+        let counts = backend.value_state::<u64, (), u64>("count").unwrap();
+        for k in 0..300u64 {
+            counts.put(&k, &(), &k).unwrap();
+        }
+        let s1 = backend.checkpoint(1).unwrap();
+        backend.notify_checkpoint_complete(1).unwrap();
+        for k in 0..10u64 {
+            counts.put(&k, &(), &(k + 1)).unwrap();
+        }
+        let mut c = Coordinator::new(
+            CoordinatorConfig::new("cli-test", 1, 128),
+            storage.clone(),
+            Arc::new(ManualClock::new(5)),
+        )
+        .unwrap();
+        let ep = c.endpoint(0).unwrap();
+        assert!(s1.files_uploaded > 0);
+        // The coordinator's next id is above the backend's checkpoint 1.
+        let id = match c.trigger().unwrap() {
+            rockstate::coordinator::Triggered::Started(id) => id,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(id, 2);
+        let s2 = backend.checkpoint(id).unwrap();
+        ep.ack(id, task_checkpoint(0, Some((&backend, &s2)), vec![]));
+        assert!(matches!(
+            c.poll().unwrap().as_slice(),
+            [Outcome::Completed(_)]
+        ));
+        backend.notify_checkpoint_complete(id).unwrap();
+        backend
+            .write_savepoint(&dir.path().join("sp.rssp"))
+            .unwrap();
+        Fixture {
+            dir,
+            storage: storage_dir,
+        }
+    }
+
+    fn arg(&self) -> &str {
+        self.storage.to_str().unwrap()
+    }
+
+    /// Object names under `prefix`, relative to the storage root.
+    fn objects(&self, prefix: &str) -> Vec<String> {
+        fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                if rel.starts_with(".tmp") {
+                    continue;
+                }
+                if p.is_dir() {
+                    walk(root, &p, out);
+                } else {
+                    out.push(rel);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.storage, &self.storage, &mut out);
+        out.retain(|n| n.starts_with(prefix));
+        out.sort();
+        out
+    }
+}
+
+#[test]
+fn help_lists_the_commands_and_exit_codes() {
+    let o = rockstate(&["--help"]);
+    assert_eq!(code(&o), 0);
+    let out = stdout(&o);
+    for word in ["inspect", "verify", "gc", "bench", "Exit codes"] {
+        assert!(out.contains(word), "{word} missing from:\n{out}");
+    }
+    let o = rockstate(&["gc", "--help"]);
+    assert!(stdout(&o).contains("--apply") && stdout(&o).contains("--min-age"));
+}
+
+#[test]
+fn inspect_shows_checkpoints_reference_counts_and_savepoints() {
+    let f = Fixture::new();
+    let o = rockstate(&["inspect", f.arg()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("1 job record(s), 2 committed checkpoint(s)"),
+        "{out}"
+    );
+    assert!(out.contains("states: count(value)"), "{out}");
+    assert!(out.contains("key groups 0..=127 of 128"), "{out}");
+    assert!(out.contains("job cli-test checkpoint 2"), "{out}");
+
+    let o = rockstate(&["inspect", "--json", f.arg()]);
+    assert_eq!(code(&o), 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cps = v["checkpoints"].as_array().unwrap();
+    assert_eq!(cps.len(), 2);
+    // Shared SSTs reused by checkpoint 2 are referenced twice.
+    let shared = v["shared"].as_array().unwrap();
+    assert_eq!(shared.len(), f.objects("shared/").len());
+    assert!(shared.iter().any(|s| s["references"] == 2), "{shared:?}");
+    assert!(shared
+        .iter()
+        .all(|s| s["references"].as_u64().unwrap() >= 1));
+    assert_eq!(
+        v["job_records"][0]["tasks"][0]["manifest"],
+        cps[1]["manifest"]
+    );
+
+    let sp = f.dir.path().join("sp.rssp");
+    let o = rockstate(&["inspect", sp.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("300 entries"), "{}", stdout(&o));
+}
+
+#[test]
+fn verify_passes_then_names_each_corrupted_file() {
+    let f = Fixture::new();
+    let o = rockstate(&["verify", f.arg()]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).starts_with("ok: 3 record(s)"), "{}", stdout(&o));
+
+    // Flip one byte in a shared SST (same size: only the CRC can tell).
+    let sst = f.objects("shared/")[0].clone();
+    let path = f.storage.join(&sst);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[10] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    // Truncate a manifest.
+    let first = f.objects("chk-1/")[0].clone();
+    let meta = layout::metadata_name(1, first.split('/').nth(1).unwrap());
+    let mpath = f.storage.join(&meta);
+    let m = std::fs::read(&mpath).unwrap();
+    std::fs::write(&mpath, &m[..m.len() / 2]).unwrap();
+
+    let o = rockstate(&["verify", f.arg()]);
+    assert_eq!(code(&o), 1);
+    let out = stdout(&o);
+    assert!(out.contains(&format!("BAD {sst}:")), "{out}");
+    assert!(out.contains(&format!("BAD {meta}:")), "{out}");
+    assert!(out.contains("FAILED"), "{out}");
+    let o = rockstate(&["verify", "--json", f.arg()]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(code(&o), 1);
+
+    // A missing referenced private file.
+    let current = f
+        .objects("chk-2/")
+        .into_iter()
+        .find(|n| n.ends_with("/CURRENT"))
+        .unwrap();
+    std::fs::remove_file(f.storage.join(&current)).unwrap();
+    let o = rockstate(&["verify", f.arg()]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stdout(&o).contains(&format!("BAD {current}:")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn unusable_storage_arguments_fail_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    for (args, want) in [
+        (vec!["verify", missing.to_str().unwrap()], 3),
+        (vec!["inspect", "s3://bucket/prefix"], 3),
+        (vec!["gc", "gs://bucket"], 2),
+        (
+            vec!["gc", "--min-age", "3w", dir.path().to_str().unwrap()],
+            2,
+        ),
+        (vec!["frobnicate"], 2),
+    ] {
+        let o = rockstate(&args);
+        assert_eq!(code(&o), want, "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.starts_with("error:"), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("backtrace"),
+            "{err}"
+        );
+        if want == 3 {
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        }
+    }
+    assert!(
+        !missing.exists(),
+        "verify must not create the storage directory"
+    );
+}
+
+#[test]
+fn gc_lists_by_default_and_deletes_only_garbage_with_apply() {
+    let f = Fixture::new();
+    let before = f.objects("");
+    let orphan = format!("shared/{}.sst", "ab".repeat(16));
+    std::fs::write(f.storage.join(&orphan), b"orphan").unwrap();
+    let leftover = "chk-99/deadbeef/CURRENT";
+    std::fs::create_dir_all(f.storage.join("chk-99/deadbeef")).unwrap();
+    std::fs::write(f.storage.join(leftover), b"MANIFEST-000001\n").unwrap();
+
+    // Young garbage is kept under the default minimum age.
+    let o = rockstate(&["gc", f.arg()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("would delete 0 object(s)"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = rockstate(&["gc", "--min-age", "0s", f.arg()]);
+    assert_eq!(code(&o), 0);
+    let out = stdout(&o);
+    assert!(out.contains(&format!("would delete {orphan}")), "{out}");
+    assert!(out.contains(&format!("would delete {leftover}")), "{out}");
+    assert!(out.contains("dry run"), "{out}");
+    assert!(f.storage.join(&orphan).exists() && f.storage.join(leftover).exists());
+
+    let o = rockstate(&["gc", "--min-age", "0s", "--apply", "--json", f.arg()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["deleted"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(f.objects(""), before, "exactly the garbage went");
+    assert_eq!(code(&rockstate(&["verify", f.arg()])), 0);
+}
+
+#[test]
+fn gc_refuses_while_a_manifest_is_undecodable() {
+    let f = Fixture::new();
+    let orphan = format!("shared/{}.sst", "cd".repeat(16));
+    std::fs::write(f.storage.join(&orphan), b"orphan").unwrap();
+    let meta = f
+        .objects("chk-2/")
+        .into_iter()
+        .find(|n| n.ends_with("/_metadata"))
+        .unwrap();
+    std::fs::write(f.storage.join(&meta), b"RSTM garbage").unwrap();
+    let before = f.objects("");
+    let o = rockstate(&["gc", "--min-age", "0s", "--apply", f.arg()]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains(&meta), "{}", stderr(&o));
+    assert_eq!(f.objects(""), before, "nothing deleted");
+}
+
+/// The demo's exactly-once verdict at fixed crash points: before the first checkpoint, just
+/// after the first trigger (a started, uncommitted checkpoint: the job starts over), in the
+/// middle, and at the last impression.
+#[test]
+fn demo_passes_at_fixed_crash_points() {
+    for crash_at in ["1", "1001", "2500", "5999"] {
+        let o = rockstate(&[
+            "demo",
+            "--impressions",
+            "6000",
+            "--users",
+            "100",
+            "--ads",
+            "5",
+            "--checkpoint-every",
+            "1000",
+            "--crash-at",
+            crash_at,
+        ]);
+        let out = stdout(&o);
+        let last = out.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("verdict: PASS"),
+            "crash at {crash_at}:\n{out}\n{}",
+            stderr(&o)
+        );
+        assert!(last.contains("restores 1"), "{last}");
+        assert_eq!(code(&o), 0);
+    }
+}
+
+#[test]
+fn demo_refuses_what_this_build_cannot_do() {
+    let o = rockstate(&["demo", "--rescale-to", "4"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).starts_with("error: --rescale-to 4"),
+        "{}",
+        stderr(&o)
+    );
+}
