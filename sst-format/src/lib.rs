@@ -73,7 +73,7 @@ pub use meta::{
 };
 pub use properties::TableProperties;
 pub use savepoint::{
-    verify_savepoint, IndexEntry, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats,
+    verify_savepoint, BlockBuilder, EncodedBlock, IndexEntry, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats,
     SavepointWriter, SAVEPOINT_MAGIC, SAVEPOINT_VERSION,
 };
 pub use sst::{
