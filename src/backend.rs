@@ -616,6 +616,16 @@ impl BackendBuilder {
         crate::restore::restore(self, from)
     }
 
+    /// [`restore`](Self::restore), also reporting how many bytes came from this machine's
+    /// local copy (local recovery, `CheckpointOptions::local_recovery`) and how many were
+    /// downloaded.
+    pub fn restore_with_report(
+        self,
+        from: RestoreFrom,
+    ) -> Result<(KeyedBackend, crate::checkpoint::RestoreReport)> {
+        crate::restore::restore_with_report(self, from)
+    }
+
     pub(crate) fn restore_params(&self) -> RestoreParams {
         RestoreParams {
             path: self.path.clone(),
@@ -623,6 +633,8 @@ impl BackendBuilder {
             key_groups: self.key_groups,
             storage: self.checkpoint_storage.clone(),
             transfer_threads: self.checkpoint_options.transfer_threads,
+            staging_dir: self.checkpoint_options.staging_dir.clone(),
+            local_recovery: self.checkpoint_options.local_recovery,
         }
     }
 }
@@ -634,6 +646,8 @@ pub(crate) struct RestoreParams {
     pub(crate) key_groups: Option<KeyGroupRange>,
     pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
     pub(crate) transfer_threads: usize,
+    pub(crate) staging_dir: Option<PathBuf>,
+    pub(crate) local_recovery: bool,
 }
 
 /// Crate-internal access for the checkpoint module.

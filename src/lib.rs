@@ -36,6 +36,7 @@ mod store;
 pub mod ttl;
 
 pub use backend::{BackendBuilder, KeyedBackend};
+pub use checkpoint::RestoreReport;
 pub use checkpoint::{
     verify_checkpoints, CheckpointOptions, CheckpointStats, PendingSnapshot, RestoreFrom,
     SweepStats,
@@ -49,6 +50,9 @@ pub use options::{Compression, DbOptions, MemoryBudgetConfig};
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
     RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,
+};
+pub use storage::{
+    open_storage, Fault, FaultyStorage, ObjectStorage, ObjectStorageOptions, OpKind,
 };
 pub use storage::{CheckpointStorage, LocalStorage, ObjectDigest, ObjectInfo};
 pub use ttl::{Clock, ManualClock, SystemClock, TtlConfig};

@@ -6,7 +6,7 @@
 //!
 //! This module owns selection, verification and download. For issue 4 the checkpoint's
 //! key-group range must equal the target's; rescaling (clip with `delete_range`, merge several
-//! handles) will plug in after [`select`] and [`download`], which already work per manifest.
+//! handles) will plug in after [`select`] and [`download_with`], which already work per manifest.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -16,6 +16,7 @@ use sst_format::{CheckpointManifest, SstUniqueId};
 
 use crate::backend::{BackendBuilder, KeyedBackend};
 use crate::checkpoint::layout;
+use crate::checkpoint::local_recovery::{LocalSource, RestoreReport};
 use crate::checkpoint::registry::{decode_manifest_named, list_committed, RestoredBase};
 use crate::checkpoint::uploader::run_parallel;
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
@@ -25,6 +26,14 @@ use crate::storage::{validate_object_name, CheckpointStorage};
 
 /// Restores per `from` and opens the backend `builder` describes.
 pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<KeyedBackend> {
+    restore_with_report(builder, from).map(|(backend, _)| backend)
+}
+
+/// [`restore`], reporting where the files came from.
+pub(crate) fn restore_with_report(
+    builder: BackendBuilder,
+    from: RestoreFrom,
+) -> Result<(KeyedBackend, RestoreReport)> {
     let p = builder.restore_params();
     let storage = p.storage.clone().ok_or(Error::NoCheckpointStorage)?;
     keygroup::validate_max_parallelism(p.max_parallelism)?;
@@ -46,26 +55,49 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
         std::fs::create_dir_all(&target).map_err(|e| Error::io(&target, e))?;
     }
     let manifest = Arc::new(manifest);
-    let result = download(storage.as_ref(), &manifest, &target, p.transfer_threads)
-        .and_then(|()| {
-            builder.open_inner(Some(RestoredBase {
-                metadata_name: metadata_name.clone(),
-                manifest: Arc::clone(&manifest),
-            }))
-        })
-        .and_then(|backend| {
-            let mut have: Vec<_> = backend.states()?.iter().map(to_manifest_state).collect();
-            let mut want = manifest.states.clone();
-            have.sort_by(|a, b| a.name.cmp(&b.name));
-            want.sort_by(|a, b| a.name.cmp(&b.name));
-            if have != want {
-                return Err(Error::CheckpointCorrupt {
-                    file: metadata_name.clone(),
-                    detail: "the manifest's state list differs from the restored database's".into(),
-                });
-            }
-            Ok(backend)
-        });
+    let staging_root = p
+        .staging_dir
+        .clone()
+        .unwrap_or_else(|| layout::default_staging_root(&target));
+    let local = p
+        .local_recovery
+        .then(|| LocalSource::find(&staging_root, &manifest.backend_id, manifest.checkpoint_id))
+        .flatten();
+    let mut report = RestoreReport {
+        checkpoint: metadata_name.clone(),
+        ..RestoreReport::default()
+    };
+    let result = download_with(
+        storage.as_ref(),
+        &manifest,
+        &target,
+        p.transfer_threads,
+        local.as_ref(),
+    )
+    .and_then(|counts| {
+        (report.files_local, report.bytes_local) = counts.local;
+        (report.files_downloaded, report.bytes_downloaded) = counts.downloaded;
+        Ok(())
+    })
+    .and_then(|()| {
+        builder.open_inner(Some(RestoredBase {
+            metadata_name: metadata_name.clone(),
+            manifest: Arc::clone(&manifest),
+        }))
+    })
+    .and_then(|backend| {
+        let mut have: Vec<_> = backend.states()?.iter().map(to_manifest_state).collect();
+        let mut want = manifest.states.clone();
+        have.sort_by(|a, b| a.name.cmp(&b.name));
+        want.sort_by(|a, b| a.name.cmp(&b.name));
+        if have != want {
+            return Err(Error::CheckpointCorrupt {
+                file: metadata_name.clone(),
+                detail: "the manifest's state list differs from the restored database's".into(),
+            });
+        }
+        Ok(backend)
+    });
     if result.is_err() {
         // Best effort: leave the target as it was (empty or missing).
         if existed {
@@ -79,7 +111,11 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
             let _ = std::fs::remove_dir_all(&target);
         }
     }
-    result
+    let backend = result?;
+    if let Some(local) = &local {
+        local.retire_backend();
+    }
+    Ok((backend, report))
 }
 
 fn matches_range(m: &CheckpointManifest, key_groups: KeyGroupRange, max_parallelism: u32) -> bool {
@@ -222,13 +258,22 @@ struct Fetch<'a> {
     sst_id: Option<&'a SstUniqueId>,
 }
 
-/// Downloads and verifies every file of `m` into `target`, in parallel.
-pub(crate) fn download(
+/// `(files, bytes)` taken from the local copy and downloaded by [`download_with`].
+#[derive(Debug, Default)]
+pub(crate) struct FetchCounts {
+    pub(crate) local: (usize, u64),
+    pub(crate) downloaded: (usize, u64),
+}
+
+/// Downloads and verifies every file of `m` into `target`, in parallel, taking verified files
+/// from the local copy `local` first (local recovery).
+pub(crate) fn download_with(
     storage: &dyn CheckpointStorage,
     m: &CheckpointManifest,
     target: &Path,
     threads: usize,
-) -> Result<()> {
+    local: Option<&LocalSource>,
+) -> Result<FetchCounts> {
     let mut jobs: Vec<Fetch<'_>> = m
         .shared_files
         .iter()
@@ -248,12 +293,18 @@ pub(crate) fn download(
         }))
         .collect();
     jobs.sort_by_key(|j| std::cmp::Reverse(j.size));
-    run_parallel(&jobs, threads, |job| {
+    let local_source = local;
+    let from_local = run_parallel(&jobs, threads, |job| {
         let corrupt = |detail: String| Error::CheckpointCorrupt {
             file: job.remote.to_string(),
             detail,
         };
         let local = target.join(job.local);
+        if let Some(source) = local_source {
+            if source.fetch(job.local, job.size, job.crc32, job.sst_id, &local)? {
+                return Ok(true);
+            }
+        }
         let digest = match storage.get_file(job.remote, &local) {
             Ok(d) => d,
             Err(Error::ObjectNotFound { .. }) => {
@@ -283,7 +334,17 @@ pub(crate) fn download(
                 )));
             }
         }
-        Ok(())
+        Ok(false)
     })?;
-    Ok(())
+    let mut counts = FetchCounts::default();
+    for (job, from_local) in jobs.iter().zip(from_local) {
+        let c = if from_local {
+            &mut counts.local
+        } else {
+            &mut counts.downloaded
+        };
+        c.0 += 1;
+        c.1 += job.size;
+    }
+    Ok(counts)
 }

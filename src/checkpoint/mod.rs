@@ -25,6 +25,7 @@
 //! ```
 
 pub mod layout;
+pub(crate) mod local_recovery;
 pub(crate) mod registry;
 mod snapshot;
 pub(crate) mod uploader;
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use local_recovery::RestoreReport;
 pub use snapshot::PendingSnapshot;
 
 use crate::backend::KeyedBackend;
@@ -63,6 +65,11 @@ pub struct CheckpointOptions {
     /// Local staging root for RocksDB checkpoints; must be on the backend's filesystem so SSTs
     /// are hard-linked. Default: `.rockstate-staging` next to the backend directory.
     pub staging_dir: Option<PathBuf>,
+    /// Local recovery: keep the files of this backend's retained (and uploaded, not yet
+    /// completed) checkpoints in the staging root, so a restore on this machine reads them
+    /// from disk after verifying them. Default true. Costs the disk of SSTs the live database
+    /// has compacted away since.
+    pub local_recovery: bool,
 }
 
 impl Default for CheckpointOptions {
@@ -72,6 +79,7 @@ impl Default for CheckpointOptions {
             transfer_threads: 4,
             incremental: true,
             staging_dir: None,
+            local_recovery: true,
         }
     }
 }
@@ -307,7 +315,10 @@ impl KeyedBackend {
     /// [`Error::UnknownCheckpoint`] and changes nothing. A deletion error is returned after
     /// the completion itself took effect.
     pub fn notify_checkpoint_complete(&self, checkpoint_id: u64) -> Result<()> {
-        self.checkpoint_ctx()?.complete(checkpoint_id)
+        let cp = self.checkpoint_ctx()?;
+        let result = cp.complete(checkpoint_id);
+        local_recovery::prune(cp);
+        result
     }
 
     /// Checkpoint `checkpoint_id` was aborted: deletes exactly what that attempt uploaded (its

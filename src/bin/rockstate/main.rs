@@ -2,6 +2,7 @@
 
 mod bench_checkpoint;
 mod bench_ops;
+mod bench_s3;
 mod bench_ttl;
 
 use std::process::ExitCode;
@@ -33,6 +34,8 @@ enum BenchCommand {
     Checkpoint(bench_checkpoint::CheckpointArgs),
     /// TTL: bounded state under churn, compaction-filter cost, TTL access cost.
     Ttl(bench_ttl::TtlArgs),
+    /// S3 storage: upload/download throughput vs raw object_store on the same server.
+    S3(bench_s3::S3Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Ttl(args),
         } => bench_ttl::run(&args),
+        Command::Bench {
+            which: BenchCommand::S3(args),
+        } => bench_s3::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
