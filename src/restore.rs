@@ -74,10 +74,9 @@ pub(crate) fn restore_with_report(
         p.transfer_threads,
         local.as_ref(),
     )
-    .and_then(|counts| {
+    .map(|counts| {
         (report.files_local, report.bytes_local) = counts.local;
         (report.files_downloaded, report.bytes_downloaded) = counts.downloaded;
-        Ok(())
     })
     .and_then(|()| {
         builder.open_inner(Some(RestoredBase {

@@ -122,6 +122,9 @@ impl ObjectStorageOptions {
 /// Chunks of one download buffered between the runtime and the writing thread.
 const GET_CHUNKS_IN_FLIGHT: usize = 64;
 
+/// Write buffer of downloads.
+const WRITE_BUFFER: usize = 1 << 20;
+
 /// [`CheckpointStorage`] on an `object_store` store under a name prefix. See the module docs
 /// for how create-if-absent, retries and digests work.
 pub struct ObjectStorage {
@@ -488,6 +491,8 @@ impl ObjectStorage {
         });
         let mut hasher = crc32fast::Hasher::new();
         let mut size = 0u64;
+        // Network chunks are small; write in large blocks.
+        let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, out);
         for chunk in rx {
             let chunk = chunk.map_err(|e| map_error("get", name, e))?;
             hasher.update(&chunk);
@@ -495,6 +500,7 @@ impl ObjectStorage {
             out.write_all(&chunk).map_err(|e| Error::io(out_path, e))?;
             credits.add_permits(1);
         }
+        out.flush().map_err(|e| Error::io(out_path, e))?;
         Ok(ObjectDigest {
             size,
             crc32: hasher.finalize(),
@@ -717,6 +723,43 @@ mod tests {
         std::fs::write(&empty, b"").unwrap();
         assert_eq!(s.put_file("e", &empty).unwrap().size, 0);
         assert!(s.get_bytes("e").unwrap().is_empty());
+    }
+
+    #[test]
+    fn transient_errors_are_retried_permanent_ones_are_not() {
+        let mut s = memory(1 << 20, 1 << 20);
+        s.options.initial_backoff = Duration::from_millis(1);
+        let transient = || Error::Storage {
+            operation: "put",
+            name: "x".into(),
+            detail: "503".into(),
+            transient: true,
+        };
+        let mut calls = 0;
+        let r = s.with_retries(|attempt| {
+            calls += 1;
+            assert_eq!(attempt, calls - 1);
+            if calls < 3 {
+                Err(transient())
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!((r.unwrap(), calls), (7, 3));
+        calls = 0;
+        let r: Result<()> = s.with_retries(|_| {
+            calls += 1;
+            Err(transient())
+        });
+        assert!(r.is_err());
+        assert_eq!(calls, 1 + s.options.retries);
+        calls = 0;
+        let r: Result<()> = s.with_retries(|_| {
+            calls += 1;
+            Err(Error::ObjectNotFound { name: "x".into() })
+        });
+        assert!(matches!(r, Err(Error::ObjectNotFound { .. })));
+        assert_eq!(calls, 1);
     }
 
     #[test]
