@@ -34,6 +34,9 @@ pub struct S3Args {
     /// Parallel transfers (both sides).
     #[arg(long, default_value_t = 4)]
     threads: usize,
+    /// Multipart threshold of our storage in MiB (default: ObjectStorageOptions's).
+    #[arg(long)]
+    multipart_mib: Option<u64>,
     /// Rounds (median reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -164,7 +167,11 @@ impl Raw {
 
 /// Runs the benchmark.
 pub fn run(args: &S3Args) -> rockstate::Result<()> {
-    let storage = ObjectStorage::open(&args.storage, &ObjectStorageOptions::default())?;
+    let mut options = ObjectStorageOptions::default();
+    if let Some(mib) = args.multipart_mib {
+        options.multipart_threshold = mib << 20;
+    }
+    let storage = ObjectStorage::open(&args.storage, &options)?;
     let tmp = std::env::temp_dir();
     let dir = tempfile::tempdir_in(&tmp).map_err(io(&tmp))?;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
@@ -187,8 +194,13 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
         threads: args.threads,
     };
     println!(
-        "# bench s3: storage={} files={} file_mib={} threads={} rounds={}",
-        args.storage, args.files, args.file_mib, args.threads, args.rounds
+        "# bench s3: storage={} files={} file_mib={} threads={} rounds={} multipart_threshold_mib={}",
+        args.storage,
+        args.files,
+        args.file_mib,
+        args.threads,
+        args.rounds,
+        options.multipart_threshold >> 20
     );
     let run_id = format!("{:016x}", rand::random::<u64>());
     let (mut ours_up, mut raw_up, mut ours_down, mut raw_down) = (vec![], vec![], vec![], vec![]);
@@ -199,27 +211,37 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
         let raw_names: Vec<String> = (0..args.files)
             .map(|i| format!("bench-{run_id}/r{round}/raw-{i}"))
             .collect();
-        let t = Instant::now();
-        parallel(args.files, args.threads, |i| {
-            storage.put_file(&ours_names[i], &files[i]).map(|_| ())
-        })?;
-        ours_up.push(t.elapsed());
-        let t = Instant::now();
-        raw.upload(&storage, &raw_names, &files)?;
-        raw_up.push(t.elapsed());
-
+        // Alternate which side goes first, so neither always meets a warmer server.
+        let ours_first = round % 2 == 0;
         let down = dir.path().join(format!("down-{round}"));
         std::fs::create_dir_all(&down).map_err(io(&down))?;
-        let t = Instant::now();
-        raw.download(&storage, &raw_names, &down)?;
-        raw_down.push(t.elapsed());
-        let t = Instant::now();
-        parallel(args.files, args.threads, |i| {
-            storage
-                .get_file(&ours_names[i], &down.join(format!("ours-{i}")))
-                .map(|_| ())
-        })?;
-        ours_down.push(t.elapsed());
+        for ours in [ours_first, !ours_first] {
+            let t = Instant::now();
+            if ours {
+                parallel(args.files, args.threads, |i| {
+                    storage.put_file(&ours_names[i], &files[i]).map(|_| ())
+                })?;
+                ours_up.push(t.elapsed());
+            } else {
+                raw.upload(&storage, &raw_names, &files)?;
+                raw_up.push(t.elapsed());
+            }
+        }
+        for ours in [ours_first, !ours_first] {
+            let t = Instant::now();
+            if ours {
+                parallel(args.files, args.threads, |i| {
+                    storage
+                        .get_file(&ours_names[i], &down.join(format!("ours-{i}")))
+                        .map(|_| ())
+                })?;
+                ours_down.push(t.elapsed());
+            } else {
+                raw.download(&storage, &raw_names, &down)?;
+                raw_down.push(t.elapsed());
+            }
+        }
+
         std::fs::remove_dir_all(&down).map_err(io(&down))?;
         for name in ours_names.iter().chain(&raw_names) {
             storage.delete(name)?;
