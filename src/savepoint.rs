@@ -19,7 +19,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sst_format::{
-    BlockBuilder, EncodedBlock, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats, SavepointWriter,
+    BlockBuilder, EncodedBlock, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats,
+    SavepointWriter,
 };
 
 use crate::backend::{BackendKind, KeyedBackend};

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use rockstate::{
-    CheckpointOptions, CheckpointStats, CodecId, DbOptions, Error, KeyedBackend, LocalStorage,
-    MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
+    CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions, Error, KeyedBackend,
+    LocalStorage, MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
 };
 
 /// Which checkpoint modes to run.
@@ -54,6 +54,10 @@ pub struct CheckpointArgs {
     /// Overrides of the RocksDB options as JSON, e.g. `{"write_buffer_size":33554432}`.
     #[arg(long)]
     options: Option<String>,
+    /// Checkpoint storage URL (`s3://bucket/prefix`, `memory://`, `file:///dir`); each mode
+    /// uses `<url>/<mode>`. Default: a LocalStorage directory in the temporary directory.
+    #[arg(long)]
+    storage: Option<String>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -127,8 +131,14 @@ fn open_run<'a>(
     root: &Path,
     mode: &'static str,
     budget: &MemoryBudget,
-) -> rockstate::Result<(Run<'a>, Arc<LocalStorage>)> {
-    let storage = Arc::new(LocalStorage::new(root.join(format!("storage-{mode}")))?);
+) -> rockstate::Result<(Run<'a>, Arc<dyn CheckpointStorage>)> {
+    let storage: Arc<dyn CheckpointStorage> = match &args.storage {
+        Some(url) => rockstate::open_storage(
+            &format!("{}/{mode}", url.trim_end_matches('/')),
+            &rockstate::ObjectStorageOptions::default(),
+        )?,
+        None => Arc::new(LocalStorage::new(root.join(format!("storage-{mode}")))?),
+    };
     let backend = KeyedBackend::builder(root.join(format!("db-{mode}")))
         .options(crate::bench_ops::parse_override::<DbOptions>(
             "--options",
@@ -164,7 +174,7 @@ fn workload<'a>(
     root: &Path,
     mode: &'static str,
     budget: &MemoryBudget,
-) -> rockstate::Result<(Run<'a>, Arc<LocalStorage>)> {
+) -> rockstate::Result<(Run<'a>, Arc<dyn CheckpointStorage>)> {
     let (mut run, storage) = open_run(args, root, mode, budget)?;
     for k in 0..args.keys {
         run.put(k)?;
@@ -302,7 +312,7 @@ fn compare_async(run: &mut Run<'_>, root: &Path, threads: usize) -> rockstate::R
 
 /// Restore of the last checkpoint vs `cp -r` of the same files.
 fn compare_restore(
-    storage: &Arc<LocalStorage>,
+    storage: &Arc<dyn CheckpointStorage>,
     run: &Run<'_>,
     root: &Path,
     budget: &MemoryBudget,
@@ -335,6 +345,8 @@ fn compare_restore(
             .checkpoint_storage(storage.clone())
             .checkpoint_options(CheckpointOptions {
                 transfer_threads: run.args.threads,
+                // Measure the download, not the local copy.
+                local_recovery: false,
                 ..CheckpointOptions::default()
             })
             .restore(RestoreFrom::Latest)?;
@@ -361,11 +373,12 @@ pub fn run(args: &CheckpointArgs) -> rockstate::Result<()> {
     let root = dir.path();
     let budget = MemoryBudget::new(MemoryBudgetConfig::default())?;
     println!(
-        "# bench checkpoint: keys={} value_bytes={} rounds={} threads={} storage=LocalStorage (fsync) in {}",
+        "# bench checkpoint: keys={} value_bytes={} rounds={} threads={} storage={} in {}",
         args.keys,
         args.value_bytes,
         args.rounds,
         args.threads,
+        args.storage.as_deref().unwrap_or("LocalStorage (fsync)"),
         root.display()
     );
     if matches!(args.mode, Mode::Incremental | Mode::Both) {
