@@ -239,6 +239,15 @@ impl CheckpointStorage for LocalStorage {
 
     fn get_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
         let path = self.path_of(name)?;
+        if name.ends_with(".sst") && fs::hard_link(&path, local).is_ok() {
+            // Same filesystem: the SST is shared with the restored database by a hard link,
+            // as RocksDB's own checkpoints share SSTs with the live database (SSTs are never
+            // written after creation; both sides only ever unlink them). Every byte is still
+            // read once, for the CRC the caller verifies. Other files (MANIFEST, CURRENT, ...)
+            // are copied: RocksDB may write them.
+            let mut file = File::open(local).map_err(|e| Error::io(local, e))?;
+            return copy_with_crc(&mut file, &mut std::io::sink(), local, local);
+        }
         let mut src = File::open(&path).map_err(|e| not_found_as_object(name, &path, e))?;
         let mut dst = OpenOptions::new()
             .write(true)
@@ -306,6 +315,37 @@ impl CheckpointStorage for LocalStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sst_gets_link_other_gets_copy_and_both_report_the_crc() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStorage::new(dir.path().join("root")).unwrap();
+        s.put_bytes("shared/a.sst", b"sst bytes").unwrap();
+        s.put_bytes("chk-1/b/MANIFEST-000001", b"manifest").unwrap();
+        let sst = dir.path().join("a.sst");
+        let d = s.get_file("shared/a.sst", &sst).unwrap();
+        assert_eq!((d.size, d.crc32), (9, crc32fast::hash(b"sst bytes")));
+        assert_eq!(fs::read(&sst).unwrap(), b"sst bytes");
+        let manifest = dir.path().join("MANIFEST-000001");
+        let d = s.get_file("chk-1/b/MANIFEST-000001", &manifest).unwrap();
+        assert_eq!((d.size, d.crc32), (8, crc32fast::hash(b"manifest")));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let stored = |n: &str| fs::metadata(s.path_of(n).unwrap()).unwrap().ino();
+            assert_eq!(fs::metadata(&sst).unwrap().ino(), stored("shared/a.sst"));
+            assert_ne!(
+                fs::metadata(&manifest).unwrap().ino(),
+                stored("chk-1/b/MANIFEST-000001")
+            );
+        }
+        // A name that is taken locally is an error, linked or copied.
+        assert!(s.get_file("shared/a.sst", &sst).is_err());
+        assert!(matches!(
+            s.get_file("shared/missing.sst", &dir.path().join("m.sst")),
+            Err(Error::ObjectNotFound { .. })
+        ));
+    }
 
     #[test]
     fn create_if_absent_and_listing() {

@@ -1,6 +1,6 @@
 //! The storage argument of the operator commands, parsed in one place: a local directory
-//! (`/path`, `./path` or `file:///path`) now; `s3://bucket/prefix` is recognised so an object
-//! store implementation plugs in here later.
+//! (`/path`, `./path` or `file:///path`) or `s3://bucket/prefix` (endpoint and credentials from
+//! `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,9 +63,11 @@ pub fn open(arg: &str) -> Result<Arc<dyn CheckpointStorage>, CliError> {
             let s = LocalStorage::new(&path).map_err(|e| CliError::storage(e.to_string()))?;
             Ok(Arc::new(s))
         }
-        StorageUrl::S3 { bucket, .. } => Err(CliError::storage(format!(
-            "s3://{bucket}: S3 storage is not built into this binary yet"
-        ))),
+        StorageUrl::S3 { .. } => rockstate::storage::open_storage(
+            arg,
+            &rockstate::storage::ObjectStorageOptions::default(),
+        )
+        .map_err(|e| CliError::storage(e.to_string())),
     }
 }
 
