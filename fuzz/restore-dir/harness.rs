@@ -21,12 +21,15 @@ use rockstate::{CheckpointOptions, CodecId, DbOptions, KeyedBackend, LocalStorag
 /// Keys written by the fixture.
 const KEYS: u32 = 300;
 
+/// One key's map entries.
+type MapEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What one backend holds: value, list and map state, read back through the raw API.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Contents {
     values: BTreeMap<u32, Vec<u8>>,
     lists: BTreeMap<u32, Vec<Vec<u8>>>,
-    maps: BTreeMap<u32, Vec<(Vec<u8>, Vec<u8>)>>,
+    maps: BTreeMap<u32, MapEntries>,
 }
 
 /// The unmutated storage directory: relative path → bytes, plus the contents of each
@@ -76,13 +79,13 @@ fn write_round(b: &KeyedBackend, round: u32) -> rockstate::Result<()> {
     let l = b.raw_list_state("l", codec.clone())?;
     let m = b.raw_map_state("m", codec)?;
     for k in 0..KEYS {
-        if (k + round) % 3 == 0 {
+        if (k + round).is_multiple_of(3) {
             v.put(&key(k), b"", &[(k % 251) as u8; 40])?;
         }
-        if (k + round) % 5 == 0 {
+        if (k + round).is_multiple_of(5) {
             l.add(&key(k), b"", &k.to_le_bytes())?;
         }
-        if (k * 7 + round) % 4 == 0 {
+        if (k * 7 + round).is_multiple_of(4) {
             m.put(&key(k), b"", &round.to_be_bytes(), &[round as u8; 20])?;
         }
         if round > 0 && k % 11 == 0 {
@@ -156,7 +159,7 @@ pub fn fixture() -> &'static Fixture {
 }
 
 /// Applies the mutations `data` describes (5 bytes each: file, operation, 24-bit argument).
-fn mutate(files: &mut Vec<(String, Option<Vec<u8>>)>, data: &[u8]) {
+fn mutate(files: &mut [(String, Option<Vec<u8>>)], data: &[u8]) {
     let n = files.len();
     if n == 0 {
         return;
