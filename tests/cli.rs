@@ -327,13 +327,66 @@ fn demo_passes_at_fixed_crash_points() {
     }
 }
 
+/// Runs a small demo crashing after `crash_at` impressions with 3 keyed tasks and 2 sources,
+/// restored at `keyed` keyed tasks and `sources` sources.
+fn demo_rescaled(crash_at: &str, keyed: &str, sources: &str) -> Output {
+    rockstate(&[
+        "demo",
+        "--impressions",
+        "6000",
+        "--users",
+        "100",
+        "--ads",
+        "5",
+        "--checkpoint-every",
+        "1000",
+        "--parallelism",
+        "3",
+        "--sources",
+        "2",
+        "--crash-at",
+        crash_at,
+        "--rescale-to",
+        keyed,
+        "--rescale-sources-to",
+        sources,
+    ])
+}
+
+/// Exactly-once across a restore at another parallelism: keyed state is restored from the
+/// overlapping manifests, source offsets and pending sink transactions are redistributed.
 #[test]
-fn demo_refuses_what_this_build_cannot_do() {
-    let o = rockstate(&["demo", "--rescale-to", "4"]);
+fn demo_passes_when_restored_at_another_parallelism() {
+    for (crash_at, keyed, sources) in [("2500", "2", "2"), ("3500", "4", "3"), ("5999", "4", "1")] {
+        let o = demo_rescaled(crash_at, keyed, sources);
+        let out = stdout(&o);
+        let last = out.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("verdict: PASS"),
+            "crash at {crash_at}, 3 -> {keyed}:\n{out}\n{}",
+            stderr(&o)
+        );
+        assert!(
+            last.contains(&format!(
+                "restores 1, keyed tasks 3 -> {keyed}, sources 2 -> {sources}"
+            )),
+            "{last}"
+        );
+        // Restored from a checkpoint, not started over: sources emit past `2 × every` only
+        // after checkpoint 1 completed.
+        assert!(
+            !stderr(&o).contains("restoring from checkpoint none"),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(code(&o), 0);
+    }
+}
+
+#[test]
+fn demo_rejects_a_zero_parallelism() {
+    let o = demo_rescaled("2500", "0", "2");
     assert_eq!(code(&o), 2);
-    assert!(
-        stderr(&o).starts_with("error: --rescale-to 4"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }

@@ -6,6 +6,7 @@ mod bench_rescale;
 mod bench_ttl;
 mod demo;
 mod ops;
+mod progress;
 mod storage_arg;
 
 use std::process::ExitCode;
