@@ -5,11 +5,15 @@
 //! Impressions `(user, ad, time)` are a pure function of `(seed, index)`. The input has a
 //! fixed number of partitions (impression `i` is in partition `i % partitions`, like a log's
 //! partitions); `S` source tasks each read a run of the partitions round-robin, and keep a
-//! `(partition, next index)` pair per partition in operator state (split redistribution). Each impression goes to the keyed task owning `key_group((user, ad))`;
-//! `P` keyed tasks each own a key-group range of a RocksDB backend with a `ValueState<u64>`
-//! counter (24 h TTL; impression times span far less, so expiry never changes the result) and
-//! raise an alert `(user, ad)` when a counter first exceeds 5. Keyed tasks have one input
-//! channel per source and align barriers. The sink is two-phase: alerts are staged per
+//! `(partition, next index)` pair per partition in operator state (split redistribution).
+//! Sources emit only up to a gate that each checkpoint trigger raises by `checkpoint_every`,
+//! and the next trigger waits for the previous checkpoint to complete, so a crash after `n`
+//! impressions (n > 2 × checkpoint_every) always finds a completed checkpoint. Each
+//! impression goes to the keyed task owning `key_group((user, ad))`; `P` keyed tasks each own
+//! a key-group range of a RocksDB backend with a `ValueState<u64>` counter (24 h TTL;
+//! impression times span far less, so expiry never changes the result) and raise an alert
+//! `(user, ad)` when a counter first exceeds 5. Keyed tasks have one input channel per source
+//! and align barriers. The sink is two-phase: alerts are staged per
 //! checkpoint as a transaction `(task, checkpoint id, alerts)`. Every transaction not yet
 //! committed is carried in the task's operator state (union redistribution) in the job record,
 //! and committed to the output when a checkpoint at or after it completes (or, after a crash,
