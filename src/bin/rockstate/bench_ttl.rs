@@ -83,7 +83,7 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
         .int("value_bytes", args.value_bytes as u64)
         .text("ttl", "2.5 rounds")
         .print();
-    let bar = crate::progress::bar(u64::from(args.rounds), "rounds", "churn");
+    let bar = crate::progress::bar(args.rounds, "rounds", "churn");
     let mut max_round_bytes = 0u64;
     let mut last_ttl_bytes = 0u64;
     for round in 0..args.rounds {

@@ -367,8 +367,11 @@ fn keyed_task(
                 Output::Snapshot { checkpoint_id } => {
                     let alerts = std::mem::take(&mut kt.staged);
                     kt.pending.insert(checkpoint_id, alerts);
-                    let txns: Vec<(u32, u64, &Vec<(u32, u32)>)> =
-                        kt.pending.iter().map(|(id, a)| (kt.task, *id, a)).collect();
+                    let txns: Vec<Txn> = kt
+                        .pending
+                        .iter()
+                        .map(|(id, a)| (kt.task, *id, a.clone()))
+                        .collect();
                     let mut op = OperatorState::new();
                     op.update(PENDING, RedistributionMode::Union, &txns)?;
                     let stats = kt.backend.checkpoint(checkpoint_id)?;
