@@ -14,8 +14,14 @@ fn backend(dir: &std::path::Path) -> KeyedBackend {
         .unwrap()
 }
 
+/// Serialises the tests of this file: tracing caches each callsite's interest, and a callsite
+/// first hit on another thread while the span test installs its subscriber can keep a stale
+/// "never" (the span test then misses a phase).
+static SERIAL: Mutex<()> = Mutex::new(());
+
 #[test]
 fn rocksdb_and_checkpoint_figures() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let b = backend(dir.path());
     let s = b.value_state::<u64, (), Vec<u8>>("v").unwrap();
@@ -90,6 +96,7 @@ impl tracing::Subscriber for Recorder {
 
 #[test]
 fn checkpoint_phases_have_spans() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let b = backend(dir.path());
     let s = b.value_state::<u64, (), u64>("v").unwrap();
