@@ -27,3 +27,10 @@ if ! python3 -c "import rocksdict" >/dev/null 2>&1; then
   echo "setup: installing rocksdict (PyPI)" >&2
   python3 -m pip install -q rocksdict 2>/dev/null || python3 -m pip install -q --break-system-packages rocksdict
 fi
+
+# The S3 tests (tests/storage_s3.rs, the s3:: variants of the checkpoint tests) start moto's
+# S3 server on 127.0.0.1 themselves; they fail (never skip) without it.
+if ! python3 -c "import moto.server, flask, werkzeug" >/dev/null 2>&1; then
+  echo "setup: installing moto[server] (PyPI)" >&2
+  python3 -m pip install -q 'moto[server]' 2>/dev/null || python3 -m pip install -q --break-system-packages 'moto[server]'
+fi

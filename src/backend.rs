@@ -750,6 +750,16 @@ impl BackendBuilder {
         crate::restore::restore(self, from)
     }
 
+    /// [`restore`](Self::restore), also reporting how many bytes came from this machine's
+    /// local copy (local recovery, `CheckpointOptions::local_recovery`) and how many were
+    /// downloaded.
+    pub fn restore_with_report(
+        self,
+        from: RestoreFrom,
+    ) -> Result<(KeyedBackend, crate::checkpoint::RestoreReport)> {
+        crate::restore::restore_with_report(self, from)
+    }
+
     pub(crate) fn restore_params(&self) -> RestoreParams {
         RestoreParams {
             path: self.path.clone(),
@@ -760,6 +770,8 @@ impl BackendBuilder {
             options: self.options.clone(),
             budget: self.budget.clone(),
             compact_clipped: self.compact_clipped,
+            staging_dir: self.checkpoint_options.staging_dir.clone(),
+            local_recovery: self.checkpoint_options.local_recovery,
         }
     }
 }
@@ -774,6 +786,8 @@ pub(crate) struct RestoreParams {
     pub(crate) options: DbOptions,
     pub(crate) budget: Option<MemoryBudget>,
     pub(crate) compact_clipped: bool,
+    pub(crate) staging_dir: Option<PathBuf>,
+    pub(crate) local_recovery: bool,
 }
 
 /// Crate-internal access for the checkpoint module.

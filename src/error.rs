@@ -204,6 +204,28 @@ pub enum Error {
     /// An on-disk format error from the `sst-format` crate.
     #[error(transparent)]
     Format(#[from] sst_format::Error),
+    /// A checkpoint storage operation failed (network, server, or an injected fault), after
+    /// the storage's own retries.
+    #[error("checkpoint storage {operation} of `{name}` failed: {detail}")]
+    Storage {
+        /// The operation (`put`, `get`, `list`, `delete`, ...).
+        operation: &'static str,
+        /// The object name (or listing prefix).
+        name: String,
+        /// What went wrong.
+        detail: String,
+        /// Whether retrying the operation may succeed (timeouts, 5xx, connection errors,
+        /// injected faults).
+        transient: bool,
+    },
+    /// A checkpoint storage URL (or one of its options) is not understood.
+    #[error("invalid checkpoint storage url `{url}`: {detail}")]
+    InvalidStorageUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 impl Error {

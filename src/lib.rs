@@ -42,6 +42,7 @@ mod store;
 pub mod ttl;
 
 pub use backend::{BackendBuilder, BackendKind, KeyedBackend};
+pub use checkpoint::RestoreReport;
 pub use checkpoint::{
     verify_checkpoints, CheckpointOptions, CheckpointStats, PendingSnapshot, RestoreFrom,
     SweepStats,
@@ -56,6 +57,9 @@ pub use options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
     RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,
+};
+pub use storage::{
+    open_storage, Fault, FaultyStorage, ObjectStorage, ObjectStorageOptions, OpKind,
 };
 pub use storage::{CheckpointStorage, LocalStorage, ObjectDigest, ObjectInfo};
 pub use ttl::{Clock, ManualClock, SystemClock, TtlConfig};

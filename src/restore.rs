@@ -24,6 +24,7 @@ use sst_format::{CheckpointManifest, SstUniqueId};
 
 use crate::backend::{BackendBuilder, KeyedBackend};
 use crate::checkpoint::layout;
+use crate::checkpoint::local_recovery::{LocalSource, RestoreReport};
 use crate::checkpoint::registry::{decode_manifest_named, list_committed, RestoredBase};
 use crate::checkpoint::uploader::run_parallel;
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
@@ -37,6 +38,14 @@ type Chosen = (String, CheckpointManifest);
 
 /// Restores per `from` and opens the backend `builder` describes.
 pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<KeyedBackend> {
+    restore_with_report(builder, from).map(|(backend, _)| backend)
+}
+
+/// [`restore`], reporting where the files came from (local recovery or the store).
+pub(crate) fn restore_with_report(
+    builder: BackendBuilder,
+    from: RestoreFrom,
+) -> Result<(KeyedBackend, RestoreReport)> {
     let p = builder.restore_params();
     let storage = p.storage.clone().ok_or(Error::NoCheckpointStorage)?;
     keygroup::validate_max_parallelism(p.max_parallelism)?;
@@ -66,6 +75,25 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
     let others: Vec<(String, Arc<CheckpointManifest>)> = chosen.collect();
     let rescaling = !others.is_empty()
         || (manifest.key_group_start, manifest.key_group_end) != (key_groups.start, key_groups.end);
+    // Local recovery: verified files of a checkpoint this machine took are used before
+    // anything is downloaded (docs/checkpoint-format.md §10).
+    let staging_root = p
+        .staging_dir
+        .clone()
+        .unwrap_or_else(|| layout::default_staging_root(&target));
+    let local_of = |m: &CheckpointManifest| {
+        p.local_recovery
+            .then(|| LocalSource::find(&staging_root, &m.backend_id, m.checkpoint_id))
+            .flatten()
+    };
+    let locals: Vec<Option<LocalSource>> = std::iter::once(&manifest)
+        .chain(others.iter().map(|(_, m)| m))
+        .map(|m| local_of(m))
+        .collect();
+    let mut report = RestoreReport {
+        checkpoint: metadata_name.clone(),
+        ..RestoreReport::default()
+    };
     let result = (|| {
         // The scratch directory (sources other than the base, ingest files) sits next to the
         // target so ingestion moves files by hard link.
@@ -80,15 +108,18 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
         } else {
             None
         };
-        let mut dirs: Vec<(&CheckpointManifest, PathBuf)> = vec![(&manifest, target.clone())];
+        let mut dirs: Vec<(&CheckpointManifest, PathBuf, Option<&LocalSource>)> =
+            vec![(&manifest, target.clone(), locals[0].as_ref())];
         if let Some(s) = &scratch {
             for (i, (_, m)) in others.iter().enumerate() {
                 let dir = s.path().join(format!("source-{i}"));
                 std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
-                dirs.push((m, dir));
+                dirs.push((m, dir, locals[i + 1].as_ref()));
             }
         }
-        download_all(storage.as_ref(), &dirs, p.transfer_threads)?;
+        let counts = download_all(storage.as_ref(), &dirs, p.transfer_threads)?;
+        (report.files_local, report.bytes_local) = counts.local;
+        (report.files_downloaded, report.bytes_downloaded) = counts.downloaded;
         {
             let budget = match &p.budget {
                 Some(b) => b.clone(),
@@ -102,7 +133,7 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
             let other_sources: Vec<rescale::Source<'_>> = others
                 .iter()
                 .zip(&dirs[1..])
-                .map(|((name, m), (_, dir))| rescale::Source {
+                .map(|((name, m), (_, dir, _))| rescale::Source {
                     name,
                     manifest: m,
                     dir,
@@ -157,7 +188,11 @@ pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<Keye
             let _ = std::fs::remove_dir_all(&target);
         }
     }
-    result
+    let backend = result?;
+    for local in locals.iter().flatten() {
+        local.retire_backend();
+    }
+    Ok((backend, report))
 }
 
 fn range_of(m: &CheckpointManifest) -> Option<KeyGroupRange> {
@@ -360,16 +395,26 @@ struct Fetch<'a> {
     crc32: u32,
     sst_id: Option<&'a SstUniqueId>,
     dir: &'a Path,
+    /// The local copy to try first.
+    source: Option<&'a LocalSource>,
 }
 
-/// Downloads and verifies every file of each manifest into its directory, all in parallel.
+/// `(files, bytes)` taken from local copies and downloaded by [`download_all`].
+#[derive(Debug, Default)]
+pub(crate) struct FetchCounts {
+    pub(crate) local: (usize, u64),
+    pub(crate) downloaded: (usize, u64),
+}
+
+/// Downloads and verifies every file of each manifest into its directory, all in parallel,
+/// taking verified files from the source's local copy first when it has one (local recovery).
 pub(crate) fn download_all(
     storage: &dyn CheckpointStorage,
-    sources: &[(&CheckpointManifest, PathBuf)],
+    sources: &[(&CheckpointManifest, PathBuf, Option<&LocalSource>)],
     threads: usize,
-) -> Result<()> {
+) -> Result<FetchCounts> {
     let mut jobs: Vec<Fetch<'_>> = Vec::new();
-    for (m, dir) in sources {
+    for (m, dir, local) in sources {
         jobs.extend(
             m.shared_files
                 .iter()
@@ -380,6 +425,7 @@ pub(crate) fn download_all(
                     crc32: f.crc32,
                     sst_id: Some(&f.sst_id),
                     dir,
+                    source: *local,
                 })
                 .chain(m.private_files.iter().map(|f| Fetch {
                     remote: &f.remote_name,
@@ -388,16 +434,22 @@ pub(crate) fn download_all(
                     crc32: f.crc32,
                     sst_id: None,
                     dir,
+                    source: *local,
                 })),
         );
     }
     jobs.sort_by_key(|j| std::cmp::Reverse(j.size));
-    run_parallel(&jobs, threads, |job| {
+    let from_local = run_parallel(&jobs, threads, |job| {
         let corrupt = |detail: String| Error::CheckpointCorrupt {
             file: job.remote.to_string(),
             detail,
         };
         let local = job.dir.join(job.local);
+        if let Some(source) = job.source {
+            if source.fetch(job.local, job.size, job.crc32, job.sst_id, &local)? {
+                return Ok(true);
+            }
+        }
         let digest = match storage.get_file(job.remote, &local) {
             Ok(d) => d,
             Err(Error::ObjectNotFound { .. }) => {
@@ -427,7 +479,17 @@ pub(crate) fn download_all(
                 )));
             }
         }
-        Ok(())
+        Ok(false)
     })?;
-    Ok(())
+    let mut counts = FetchCounts::default();
+    for (job, from_local) in jobs.iter().zip(from_local) {
+        let c = if from_local {
+            &mut counts.local
+        } else {
+            &mut counts.downloaded
+        };
+        c.0 += 1;
+        c.1 += job.size;
+    }
+    Ok(counts)
 }

@@ -19,7 +19,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sst_format::{
-    SavepointEntry, SavepointHeader, SavepointReader, SavepointStats, SavepointWriter,
+    BlockBuilder, EncodedBlock, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats,
+    SavepointWriter,
 };
 
 use crate::backend::{BackendKind, KeyedBackend};
@@ -260,6 +261,29 @@ impl FullSnapshot {
         self.taken_in
     }
 
+    /// Every entry of `key_group` in every state, as one savepoint block (`None` if empty).
+    fn encode_key_group(&self, key_group: u16, states: u32) -> Result<Option<EncodedBlock>> {
+        let mut block = BlockBuilder::new(key_group, states);
+        for (index, s) in self.states.iter().enumerate() {
+            state::scan_key_group(&s.table, self.max_parallelism, key_group, |e| {
+                if let Some((ttl_ms, now)) = s.expiry {
+                    if ttl::stored_is_expired(e.value, ttl_ms, now) {
+                        return Ok(true);
+                    }
+                }
+                block.add(SavepointEntry {
+                    state: index as u32,
+                    key: e.key,
+                    namespace: e.namespace,
+                    suffix: e.suffix,
+                    value: e.value,
+                })?;
+                Ok(true)
+            })?;
+        }
+        Ok(block.finish(SAVEPOINT_ZSTD_LEVEL)?)
+    }
+
     /// Writes the view into a canonical savepoint at `path` (created; an existing file is an
     /// error), with `operator_state` in its header. Expired TTL entries are dropped when the
     /// state's `Cleanup::full_snapshot` is on, judged at the time the view was taken.
@@ -286,26 +310,44 @@ impl FullSnapshot {
             &header,
             SAVEPOINT_ZSTD_LEVEL,
         )?;
-        for key_group in self.key_groups.iter() {
-            for (index, s) in self.states.iter().enumerate() {
-                state::scan_key_group(&s.table, self.max_parallelism, key_group, |e| {
-                    if let Some((ttl_ms, now)) = s.expiry {
-                        if ttl::stored_is_expired(e.value, ttl_ms, now) {
-                            return Ok(true);
-                        }
-                    }
-                    writer.add(
-                        key_group,
-                        SavepointEntry {
-                            state: index as u32,
-                            key: e.key,
-                            namespace: e.namespace,
-                            suffix: e.suffix,
-                            value: e.value,
-                        },
-                    )?;
-                    Ok(true)
-                })?;
+        // Key groups are encoded and compressed on several threads, a window at a time, and
+        // written in order by this one: memory stays bounded by the window, and the
+        // compression (most of the cost) runs in parallel with the table scans.
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 4);
+        let groups: Vec<u16> = self.key_groups.iter().collect();
+        let states = writer.states();
+        for window in groups.chunks(threads * 4) {
+            let per_thread = window.len().div_ceil(threads);
+            let blocks = std::thread::scope(|scope| {
+                let workers: Vec<_> = window
+                    .chunks(per_thread)
+                    .map(|part| {
+                        scope.spawn(move || {
+                            part.iter()
+                                .map(|&g| self.encode_key_group(g, states))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| {
+                        w.join().unwrap_or_else(|_| {
+                            vec![Err(Error::Decode {
+                                what: "savepoint",
+                                detail: "a block encoder thread panicked".into(),
+                            })]
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            });
+            for block in blocks.into_iter().flatten() {
+                if let Some(block) = block? {
+                    writer.write_block(block)?;
+                }
             }
         }
         let (out, stats) = writer.finish()?;

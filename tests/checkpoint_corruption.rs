@@ -44,7 +44,7 @@ fn build_base() -> Base {
         models.push(model.clone());
     }
     drop(b);
-    let root = fx.storage.root().to_path_buf();
+    let root = fx.local_root();
     Base {
         storage_root: root,
         models,

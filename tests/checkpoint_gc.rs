@@ -11,11 +11,15 @@ use std::time::Duration;
 
 use common::*;
 use rockstate::checkpoint::layout;
-use rockstate::{CheckpointOptions, CheckpointStorage, RestoreFrom};
+use rockstate::{CheckpointOptions, RestoreFrom};
 
-#[test]
-fn subsumption_deletes_files_no_manifest_references() {
-    let fx = Fixture::new();
+on_every_storage!(
+    subsumption_deletes_files_no_manifest_references,
+    sweep_deletes_orphans_older_than_min_age_only,
+    sweep_respects_every_backend_and_refuses_to_guess,
+);
+
+fn subsumption_deletes_files_no_manifest_references(fx: Fixture) {
     let b = fx.open("a", CheckpointOptions::default());
     let id = b.backend_id().to_string();
     let mut model = Model::new();
@@ -62,9 +66,7 @@ fn subsumption_deletes_files_no_manifest_references() {
 }
 
 /// Invariant 3, and the minimum age.
-#[test]
-fn sweep_deletes_orphans_older_than_min_age_only() {
-    let fx = Fixture::new();
+fn sweep_deletes_orphans_older_than_min_age_only(fx: Fixture) {
     let b = fx.open("a", CheckpointOptions::default());
     let mut model = Model::new();
     let mut r = rng(21);
@@ -105,9 +107,7 @@ fn sweep_deletes_orphans_older_than_min_age_only() {
 
 /// The sweep never deletes files of other backends' committed checkpoints, and an
 /// undecodable manifest stops it before it deletes anything.
-#[test]
-fn sweep_respects_every_backend_and_refuses_to_guess() {
-    let fx = Fixture::new();
+fn sweep_respects_every_backend_and_refuses_to_guess(fx: Fixture) {
     let mut model_a = Model::new();
     let mut model_b = Model::new();
     let mut r = rng(22);

@@ -10,7 +10,14 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use rockstate::{CheckpointOptions, CheckpointStorage, Error, RestoreFrom};
+use rockstate::{CheckpointOptions, Error, RestoreFrom};
+
+on_every_storage!(
+    uploads_only_ssts_absent_from_last_completed,
+    restore_is_exact_and_next_checkpoint_is_incremental,
+    writes_while_uploading,
+    no_object_is_ever_overwritten,
+);
 
 fn shared_names(m: &sst_format::CheckpointManifest) -> HashSet<String> {
     m.shared_files
@@ -21,9 +28,7 @@ fn shared_names(m: &sst_format::CheckpointManifest) -> HashSet<String> {
 
 /// Invariant 6: uploads are exactly the SSTs not in the last completed checkpoint plus the
 /// private files; a checkpoint without changes uploads only private files.
-#[test]
-fn uploads_only_ssts_absent_from_last_completed() {
-    let fx = Fixture::new();
+fn uploads_only_ssts_absent_from_last_completed(fx: Fixture) {
     let b = fx.open("a", CheckpointOptions::default());
     let id = b.backend_id().to_string();
     let mut model = Model::new();
@@ -91,9 +96,7 @@ fn uploads_only_ssts_absent_from_last_completed() {
 
 /// Invariant 4 and the no-Flink-full-checkpoint rule: restore yields the state at the
 /// checkpoint; the restored backend's first checkpoint reuses every restored SST.
-#[test]
-fn restore_is_exact_and_next_checkpoint_is_incremental() {
-    let fx = Fixture::new();
+fn restore_is_exact_and_next_checkpoint_is_incremental(fx: Fixture) {
     let a = fx.open("a", CheckpointOptions::default());
     let mut model = Model::new();
     let mut r = rng(2);
@@ -134,9 +137,7 @@ fn restore_is_exact_and_next_checkpoint_is_incremental() {
 
 /// The task keeps reading and writing while the upload runs on another thread; the checkpoint
 /// holds exactly the state as of the sync phase.
-#[test]
-fn writes_while_uploading() {
-    let fx = Fixture::new();
+fn writes_while_uploading(fx: Fixture) {
     let b = fx.open("a", CheckpointOptions::default());
     let mut model = Model::new();
     let mut r = rng(3);
@@ -163,9 +164,7 @@ fn writes_while_uploading() {
 
 /// Invariant 5 over a long mixed history, including restores and retained > 1; plus the
 /// create-if-absent contract of the storage itself.
-#[test]
-fn no_object_is_ever_overwritten() {
-    let fx = Fixture::new();
+fn no_object_is_ever_overwritten(fx: Fixture) {
     let opts = CheckpointOptions {
         retained: 2,
         ..CheckpointOptions::default()

@@ -11,9 +11,14 @@ use std::collections::BTreeMap;
 use common::*;
 use rockstate::{CheckpointOptions, Error, RestoreFrom};
 
-#[test]
-fn abort_deletes_exactly_the_attempts_uploads() {
-    let fx = Fixture::new();
+on_every_storage!(
+    abort_deletes_exactly_the_attempts_uploads,
+    late_and_missing_completions_never_dangle,
+    retained_n_keeps_the_newest_n,
+    reopen_rebuilds_the_registry_from_storage,
+);
+
+fn abort_deletes_exactly_the_attempts_uploads(fx: Fixture) {
     let b = fx.open("a", CheckpointOptions::default());
     let mut model = Model::new();
     let mut r = rng(10);
@@ -76,9 +81,7 @@ fn abort_deletes_exactly_the_attempts_uploads() {
     let _ = at_1;
 }
 
-#[test]
-fn late_and_missing_completions_never_dangle() {
-    let fx = Fixture::new();
+fn late_and_missing_completions_never_dangle(fx: Fixture) {
     let b = fx.open("a", CheckpointOptions::default());
     let id = b.backend_id().to_string();
     let mut model = Model::new();
@@ -145,9 +148,7 @@ fn late_and_missing_completions_never_dangle() {
 
 /// Invariant 2 with retained = 3: after every completion the newest three completed
 /// checkpoints exist, verify, and restore to their models.
-#[test]
-fn retained_n_keeps_the_newest_n() {
-    let fx = Fixture::new();
+fn retained_n_keeps_the_newest_n(fx: Fixture) {
     let opts = CheckpointOptions {
         retained: 3,
         ..CheckpointOptions::default()
@@ -184,9 +185,7 @@ fn retained_n_keeps_the_newest_n() {
     }
 }
 
-#[test]
-fn reopen_rebuilds_the_registry_from_storage() {
-    let fx = Fixture::new();
+fn reopen_rebuilds_the_registry_from_storage(fx: Fixture) {
     let b = fx.open("a", CheckpointOptions::default());
     let id = b.backend_id().to_string();
     let mut model = Model::new();

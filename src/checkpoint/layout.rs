@@ -8,7 +8,9 @@
 //! <root>/claims/<id>/<source>/<claimer>      empty: backend <claimer> was restored from (or
 //!                                            retains) checkpoint <id> of <source>
 //! ```
-//! Local staging: `<staging root>/<backend-id>/snap-<id>/` (a RocksDB checkpoint directory).
+//! Local staging: `<staging root>/<backend-id>/snap-<id>/` (a RocksDB checkpoint directory);
+//! after a successful upload it becomes the local copy `<staging root>/<backend-id>/local-<id>/`
+//! (local recovery, see `checkpoint::local_recovery`).
 
 use std::path::{Path, PathBuf};
 
@@ -172,6 +174,25 @@ pub fn staging_dir(staging_root: &Path, backend_id: &str, id: u64) -> PathBuf {
     staging_root.join(backend_id).join(format!("snap-{id}"))
 }
 
+/// Name prefix of local-copy directories.
+const LOCAL_COPY_PREFIX: &str = "local-";
+
+/// The local copy (local recovery) of checkpoint `id` of `backend_id`.
+pub fn local_copy_dir(staging_root: &Path, backend_id: &str, id: u64) -> PathBuf {
+    staging_root
+        .join(backend_id)
+        .join(format!("{LOCAL_COPY_PREFIX}{id}"))
+}
+
+/// The checkpoint id of a local-copy directory name (`local-<id>`); `None` for other names.
+pub fn parse_local_copy_dir(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(LOCAL_COPY_PREFIX)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +226,12 @@ mod tests {
         assert_eq!(parse_claim(&c), Some((7, "src", "me")));
         assert!(parse_claim("claims/7/src").is_none() && parse_claim("claims/x/a/b").is_none());
         assert!(parse_claim("claims/7/a/b/c").is_none());
+        let local = local_copy_dir(Path::new("/s"), "ab", 12);
+        assert_eq!(local, Path::new("/s/ab/local-12"));
+        let name = local.file_name().unwrap().to_str().unwrap();
+        assert_eq!(parse_local_copy_dir(name), Some(12));
+        assert_eq!(parse_local_copy_dir("snap-12"), None);
+        assert_eq!(parse_local_copy_dir("local-"), None);
+        assert_eq!(parse_local_copy_dir("local-+1"), None);
     }
 }

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod layout;
+pub(crate) mod local_recovery;
 pub(crate) mod registry;
 mod snapshot;
 pub(crate) mod uploader;
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use local_recovery::RestoreReport;
 pub use snapshot::PendingSnapshot;
 
 use crate::backend::KeyedBackend;
@@ -65,6 +67,11 @@ pub struct CheckpointOptions {
     /// Local staging root for RocksDB checkpoints; must be on the backend's filesystem so SSTs
     /// are hard-linked. Default: `.rockstate-staging` next to the backend directory.
     pub staging_dir: Option<PathBuf>,
+    /// Local recovery: keep the files of this backend's retained (and uploaded, not yet
+    /// completed) checkpoints in the staging root, so a restore on this machine reads them
+    /// from disk after verifying them. Default true. Costs the disk of SSTs the live database
+    /// has compacted away since.
+    pub local_recovery: bool,
 }
 
 impl Default for CheckpointOptions {
@@ -74,6 +81,7 @@ impl Default for CheckpointOptions {
             transfer_threads: 4,
             incremental: true,
             staging_dir: None,
+            local_recovery: true,
         }
     }
 }
@@ -348,7 +356,10 @@ impl KeyedBackend {
         // Completion also drops subsumed checkpoints: the span covers that garbage collection.
         let _span = tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "complete")
             .entered();
-        self.checkpoint_ctx()?.complete(checkpoint_id)
+        let cp = self.checkpoint_ctx()?;
+        let result = cp.complete(checkpoint_id);
+        local_recovery::prune(cp);
+        result
     }
 
     /// Checkpoint `checkpoint_id` was aborted: deletes exactly what that attempt uploaded (its

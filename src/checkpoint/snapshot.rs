@@ -70,7 +70,8 @@ impl PendingSnapshot {
     /// then writes the manifest create-if-absent: the commit point. Files go in parallel
     /// (`CheckpointOptions::transfer_threads`). On any error, or if the checkpoint is aborted
     /// meanwhile, everything this attempt uploaded is deleted again and the error returned.
-    /// The staging directory is removed in every case.
+    /// The staging directory is removed on failure and kept as the local copy on success
+    /// (`CheckpointOptions::local_recovery`).
     pub fn upload(mut self) -> Result<CheckpointStats> {
         let _span = tracing::info_span!("checkpoint.upload", id = self.id).entered();
         let start = Instant::now();
@@ -91,8 +92,10 @@ impl PendingSnapshot {
                 let _ = self.cp.storage.delete(name);
             }
             self.cp.forget(self.id);
+            let _ = fs::remove_dir_all(&self.dir);
+        } else {
+            super::local_recovery::keep(&self.cp, &self.dir, self.id);
         }
-        let _ = fs::remove_dir_all(&self.dir);
         result
     }
 
@@ -174,10 +177,12 @@ impl PendingSnapshot {
                 .then_with(|| a.local_name.cmp(&b.local_name))
         });
         let digests = run_parallel(&jobs, cp.options.transfer_threads, |job| {
+            // Recorded before the put: a put that stores the object but reports failure
+            // must be cleaned up too (deleting a missing object succeeds).
+            uploaded.lock().push(job.remote_name.clone());
             let digest = cp
                 .storage
                 .put_file(&job.remote_name, &self.dir.join(&job.local_name))?;
-            uploaded.lock().push(job.remote_name.clone());
             if digest.size != job.size {
                 return Err(Error::CheckpointCorrupt {
                     file: job.local_name.clone(),

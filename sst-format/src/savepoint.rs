@@ -101,8 +101,97 @@ fn corrupt(what: impl Into<String>) -> Error {
     Error::Corrupt { what: what.into() }
 }
 
-/// Streams a savepoint out: header first, then entries in ascending key-group order, then
-/// [`SavepointWriter::finish`] writes the index and footer.
+/// The entries of one key group, encoded and compressed into a savepoint block. Independent
+/// of any writer, so blocks of different key groups can be built on several threads; hand the
+/// results to [`SavepointWriter::write_block`] in ascending key-group order.
+pub struct BlockBuilder {
+    key_group: u16,
+    states: u32,
+    entries: u32,
+    raw: Vec<u8>,
+}
+
+/// A finished savepoint block (framed, compressed, checksummed), ready to be written.
+pub struct EncodedBlock {
+    key_group: u16,
+    entries: u32,
+    raw_len: u64,
+    bytes: Vec<u8>,
+}
+
+impl EncodedBlock {
+    /// The key group the block holds.
+    pub fn key_group(&self) -> u16 {
+        self.key_group
+    }
+}
+
+impl BlockBuilder {
+    /// An empty block of `key_group` for a savepoint whose header lists `states` states.
+    pub fn new(key_group: u16, states: u32) -> Self {
+        BlockBuilder {
+            key_group,
+            states,
+            entries: 0,
+            raw: Vec::new(),
+        }
+    }
+
+    /// Whether no entry was added.
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// Appends an entry; its state must exist in the header.
+    pub fn add(&mut self, entry: SavepointEntry<'_>) -> Result<()> {
+        if entry.state >= self.states {
+            return Err(corrupt(format!("entry of unknown state {}", entry.state)));
+        }
+        let raw = &mut self.raw;
+        put_varint64(raw, u64::from(entry.state));
+        for part in [entry.key, entry.namespace, entry.suffix, entry.value] {
+            put_varint64(raw, part.len() as u64);
+            raw.extend_from_slice(part);
+        }
+        if raw.len() > MAX_BLOCK_BYTES as usize {
+            return Err(Error::TooLarge {
+                what: "savepoint key-group block",
+                size: raw.len() as u64,
+                limit: u64::from(MAX_BLOCK_BYTES),
+            });
+        }
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// Compresses with `zstd_level` and frames the block; `None` when it holds no entry (empty
+    /// key groups have no block).
+    pub fn finish(self, zstd_level: i32) -> Result<Option<EncodedBlock>> {
+        if self.entries == 0 {
+            return Ok(None);
+        }
+        let compressed = zstd::bulk::compress(&self.raw, zstd_level).map_err(Error::Decompress)?;
+        let mut block = Vec::with_capacity(BLOCK_HEADER_LEN + compressed.len() + 4);
+        block.extend_from_slice(&self.key_group.to_le_bytes());
+        block.extend_from_slice(&self.entries.to_le_bytes());
+        block.extend_from_slice(&(self.raw.len() as u32).to_le_bytes());
+        block.extend_from_slice(&(compressed.len() as u32).to_le_bytes());
+        block.extend_from_slice(&compressed);
+        let crc = crc32fast::hash(&block);
+        block.extend_from_slice(&crc.to_le_bytes());
+        Ok(Some(EncodedBlock {
+            key_group: self.key_group,
+            entries: self.entries,
+            raw_len: self.raw.len() as u64,
+            bytes: block,
+        }))
+    }
+}
+
+/// Streams a savepoint out: header first, then entries in ascending key-group order (through
+/// [`SavepointWriter::add`], or as blocks built elsewhere through
+/// [`SavepointWriter::write_block`]), then [`SavepointWriter::finish`] writes the index and
+/// footer.
 pub struct SavepointWriter<W: Write> {
     out: W,
     offset: u64,
@@ -111,8 +200,7 @@ pub struct SavepointWriter<W: Write> {
     key_group_end: u16,
     states: u32,
     index: Vec<IndexEntry>,
-    current: Option<(u16, u32)>,
-    raw: Vec<u8>,
+    current: Option<BlockBuilder>,
     stats: SavepointStats,
 }
 
@@ -148,76 +236,72 @@ impl<W: Write> SavepointWriter<W> {
             states: header.states.len() as u32,
             index: Vec::new(),
             current: None,
-            raw: Vec::new(),
             stats: SavepointStats::default(),
         })
     }
 
-    /// Adds an entry of `key_group`. Key groups must not decrease and must lie in the header's
-    /// range; the state must exist in the header.
-    pub fn add(&mut self, key_group: u16, entry: SavepointEntry<'_>) -> Result<()> {
+    /// The number of states in the header (for [`BlockBuilder::new`]).
+    pub fn states(&self) -> u32 {
+        self.states
+    }
+
+    /// Checks that a block of `key_group` may come next.
+    fn check_next(&self, key_group: u16) -> Result<()> {
         if key_group < self.key_group_start || key_group > self.key_group_end {
             return Err(corrupt(format!(
                 "entry of key group {key_group} outside the savepoint's range"
             )));
         }
-        if entry.state >= self.states {
-            return Err(corrupt(format!("entry of unknown state {}", entry.state)));
+        if self.index.last().is_some_and(|e| e.key_group >= key_group) {
+            return Err(corrupt("savepoint entries out of key-group order"));
         }
-        match self.current {
-            Some((g, _)) if g == key_group => {}
-            Some((g, _)) if g > key_group => {
-                return Err(corrupt("savepoint entries out of key-group order"));
-            }
-            _ => {
-                self.flush_block()?;
-                self.current = Some((key_group, 0));
-            }
-        }
-        let raw = &mut self.raw;
-        put_varint64(raw, u64::from(entry.state));
-        for part in [entry.key, entry.namespace, entry.suffix, entry.value] {
-            put_varint64(raw, part.len() as u64);
-            raw.extend_from_slice(part);
-        }
-        if raw.len() > MAX_BLOCK_BYTES as usize {
-            return Err(Error::TooLarge {
-                what: "savepoint key-group block",
-                size: raw.len() as u64,
-                limit: u64::from(MAX_BLOCK_BYTES),
-            });
-        }
-        if let Some((_, n)) = &mut self.current {
-            *n += 1;
-        }
-        self.stats.entries += 1;
         Ok(())
     }
 
+    /// Adds an entry of `key_group`. Key groups must not decrease and must lie in the header's
+    /// range; the state must exist in the header.
+    pub fn add(&mut self, key_group: u16, entry: SavepointEntry<'_>) -> Result<()> {
+        let current = self.current.as_ref().map(|b| b.key_group);
+        if current != Some(key_group) {
+            if current.is_some_and(|g| g > key_group) {
+                return Err(corrupt("savepoint entries out of key-group order"));
+            }
+            self.flush_block()?;
+            self.check_next(key_group)?;
+        }
+        let states = self.states;
+        self.current
+            .get_or_insert_with(|| BlockBuilder::new(key_group, states))
+            .add(entry)
+    }
+
     fn flush_block(&mut self) -> Result<()> {
-        let Some((key_group, entries)) = self.current.take() else {
-            return Ok(());
-        };
-        let compressed = zstd::bulk::compress(&self.raw, self.level).map_err(Error::Decompress)?;
-        let mut block = Vec::with_capacity(BLOCK_HEADER_LEN + compressed.len() + 4);
-        block.extend_from_slice(&key_group.to_le_bytes());
-        block.extend_from_slice(&entries.to_le_bytes());
-        block.extend_from_slice(&(self.raw.len() as u32).to_le_bytes());
-        block.extend_from_slice(&(compressed.len() as u32).to_le_bytes());
-        block.extend_from_slice(&compressed);
-        let crc = crc32fast::hash(&block);
-        block.extend_from_slice(&crc.to_le_bytes());
-        self.out.write_all(&block)?;
+        if let Some(block) = self.current.take() {
+            if let Some(encoded) = block.finish(self.level)? {
+                self.write_block(encoded)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a block built with [`BlockBuilder`]: key groups strictly ascending, inside the
+    /// header's range. Do not mix with [`SavepointWriter::add`] for the same key group.
+    pub fn write_block(&mut self, block: EncodedBlock) -> Result<()> {
+        if self.current.is_some() {
+            self.flush_block()?;
+        }
+        self.check_next(block.key_group)?;
+        self.out.write_all(&block.bytes)?;
         self.index.push(IndexEntry {
-            key_group,
+            key_group: block.key_group,
             offset: self.offset,
-            len: block.len() as u32,
-            entries,
+            len: block.bytes.len() as u32,
+            entries: block.entries,
         });
-        self.offset += block.len() as u64;
+        self.offset += block.bytes.len() as u64;
         self.stats.blocks += 1;
-        self.stats.raw_bytes += self.raw.len() as u64;
-        self.raw.clear();
+        self.stats.entries += u64::from(block.entries);
+        self.stats.raw_bytes += block.raw_len;
         Ok(())
     }
 

@@ -1,6 +1,9 @@
 //! Helpers shared by the `checkpoint_*` integration tests: a storage fixture, a small model of
-//! a value state, and snapshots of the storage's objects.
+//! a value state, and snapshots of the storage's objects. Fixtures run on local storage or on
+//! the S3 test server ([`s3`]); [`on_every_storage!`] runs a test body on both.
 #![allow(dead_code)]
+
+pub mod s3;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,17 +33,48 @@ pub fn small_options() -> DbOptions {
     }
 }
 
-/// A temporary directory holding checkpoint storage and backend directories.
+/// A temporary directory holding backend directories, and the checkpoint storage (a
+/// directory inside it, or a fresh bucket on the S3 test server).
 pub struct Fixture {
     pub dir: tempfile::TempDir,
-    pub storage: Arc<LocalStorage>,
+    pub storage: Arc<dyn CheckpointStorage>,
+    /// The local storage, when the fixture uses one.
+    pub local: Option<Arc<LocalStorage>>,
 }
 
 impl Fixture {
+    /// Local storage in the temporary directory.
     pub fn new() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let storage = Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
-        Fixture { dir, storage }
+        let local = Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+        Fixture {
+            dir,
+            storage: local.clone(),
+            local: Some(local),
+        }
+    }
+
+    /// A fresh bucket on the S3 test server.
+    pub fn s3() -> Fixture {
+        Fixture::with_storage(s3::server().storage())
+    }
+
+    /// Any storage.
+    pub fn with_storage(storage: Arc<dyn CheckpointStorage>) -> Fixture {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            storage,
+            local: None,
+        }
+    }
+
+    /// The root directory of the local storage (panics for other storage).
+    pub fn local_root(&self) -> PathBuf {
+        self.local
+            .as_ref()
+            .expect("this test needs local storage")
+            .root()
+            .to_path_buf()
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -189,4 +223,24 @@ impl OverwriteWatch {
             }
         }
     }
+}
+
+/// Runs each test body `fn name(fx: Fixture)` twice: as `local::name` on local storage and as
+/// `s3::name` on a fresh bucket of the S3 test server.
+#[macro_export]
+macro_rules! on_every_storage {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $(#[test]
+            fn $name() {
+                super::$name(super::common::Fixture::new())
+            })*
+        }
+        mod s3 {
+            $(#[test]
+            fn $name() {
+                super::$name(super::common::Fixture::s3())
+            })*
+        }
+    };
 }

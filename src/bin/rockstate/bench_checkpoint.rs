@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use rockstate::{
-    CheckpointOptions, CheckpointStats, CodecId, DbOptions, Error, KeyedBackend, LocalStorage,
-    MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
+    CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions, Error, KeyedBackend,
+    LocalStorage, MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
 };
 
 use crate::report::Line;
@@ -59,6 +59,10 @@ pub struct CheckpointArgs {
     /// Also write an SVG chart of uploaded bytes per checkpoint, incremental vs full.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// Checkpoint storage URL (`s3://bucket/prefix`, `memory://`, `file:///dir`); each mode
+    /// uses `<url>/<mode>`. Default: a LocalStorage directory in the temporary directory.
+    #[arg(long)]
+    storage: Option<String>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -138,8 +142,14 @@ fn open_run<'a>(
     root: &Path,
     mode: &'static str,
     budget: &MemoryBudget,
-) -> rockstate::Result<(Run<'a>, Arc<LocalStorage>)> {
-    let storage = Arc::new(LocalStorage::new(root.join(format!("storage-{mode}")))?);
+) -> rockstate::Result<(Run<'a>, Arc<dyn CheckpointStorage>)> {
+    let storage: Arc<dyn CheckpointStorage> = match &args.storage {
+        Some(url) => rockstate::open_storage(
+            &format!("{}/{mode}", url.trim_end_matches('/')),
+            &rockstate::ObjectStorageOptions::default(),
+        )?,
+        None => Arc::new(LocalStorage::new(root.join(format!("storage-{mode}")))?),
+    };
     let backend = KeyedBackend::builder(root.join(format!("db-{mode}")))
         .options(crate::bench_ops::parse_override::<DbOptions>(
             "--options",
@@ -177,7 +187,7 @@ fn workload<'a>(
     root: &Path,
     mode: &'static str,
     budget: &MemoryBudget,
-) -> rockstate::Result<(Run<'a>, Arc<LocalStorage>)> {
+) -> rockstate::Result<(Run<'a>, Arc<dyn CheckpointStorage>)> {
     let (mut run, storage) = open_run(args, root, mode, budget)?;
     for k in 0..args.keys {
         run.put(k)?;
@@ -320,7 +330,7 @@ fn compare_async(run: &mut Run<'_>, root: &Path, threads: usize) -> rockstate::R
 
 /// Restore of the last checkpoint vs `cp -r` of the same files.
 fn compare_restore(
-    storage: &Arc<LocalStorage>,
+    storage: &Arc<dyn CheckpointStorage>,
     run: &Run<'_>,
     root: &Path,
     budget: &MemoryBudget,
@@ -353,6 +363,8 @@ fn compare_restore(
             .checkpoint_storage(storage.clone())
             .checkpoint_options(CheckpointOptions {
                 transfer_threads: run.args.threads,
+                // Measure the download, not the local copy.
+                local_recovery: false,
                 ..CheckpointOptions::default()
             })
             .restore(RestoreFrom::Latest)?;
@@ -387,7 +399,11 @@ pub fn run(args: &CheckpointArgs) -> rockstate::Result<()> {
         .int("threads", args.threads as u64)
         .text(
             "storage",
-            format!("LocalStorage (fsync) in {}", root.display()),
+            format!(
+                "{} in {}",
+                args.storage.as_deref().unwrap_or("LocalStorage (fsync)"),
+                root.display()
+            ),
         )
         .print();
     let mut series = Vec::new();

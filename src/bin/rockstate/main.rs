@@ -3,6 +3,7 @@
 mod bench_checkpoint;
 mod bench_ops;
 mod bench_rescale;
+mod bench_s3;
 mod bench_ttl;
 mod chart;
 mod demo;
@@ -62,6 +63,8 @@ enum BenchCommand {
     Ttl(bench_ttl::TtlArgs),
     /// Rescale 1->2 and 2->1 vs plain restore, first checkpoint after a rescale, savepoints.
     Rescale(bench_rescale::RescaleArgs),
+    /// S3 storage: upload/download throughput vs raw object_store on the same server.
+    S3(bench_s3::S3Args),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +93,10 @@ fn main() -> ExitCode {
             which: BenchCommand::Rescale(args),
             ..
         } => bench_rescale::run(&args),
+        Command::Bench {
+            which: BenchCommand::S3(args),
+            ..
+        } => bench_s3::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,165 @@
+//! Local recovery: the files of recently uploaded checkpoints stay on local disk, so a restart
+//! on the same machine restores from them instead of downloading everything.
+//!
+//! After a successful upload the staging directory (a complete RocksDB checkpoint whose SSTs
+//! are hard links into the live database) is renamed to `local-<id>` next to it instead of
+//! being deleted (paths in [`super::layout`]). Copies are kept only for this backend's
+//! retained checkpoints and for uploaded checkpoints not yet completed; the rest are deleted
+//! after every upload and completion, so the disk cost is bounded by the retained count.
+//!
+//! On restore ([`LocalSource`]), each file the manifest lists is first looked up in the
+//! source backend's local copy of that checkpoint. A local file is used only if its size and
+//! CRC-32 match the manifest and, for SSTs, its footer and unique id do too; then SSTs are
+//! hard-linked (immutable) and other files copied (RocksDB may rewrite them). Anything
+//! missing or damaged is downloaded. [`RestoreReport`] says how many bytes came from where.
+//!
+//! This module owns the local copies; restore calls it through one hook in its download.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sst_format::SstUniqueId;
+
+use super::layout;
+use super::registry::Checkpointer;
+use crate::error::{Error, Result};
+
+/// Where the files of a restore came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// The manifest restored (`chk-<id>/<backend>/_metadata`).
+    pub checkpoint: String,
+    /// Files taken from the local copy (verified).
+    pub files_local: usize,
+    /// Bytes of those files.
+    pub bytes_local: u64,
+    /// Files downloaded from checkpoint storage.
+    pub files_downloaded: usize,
+    /// Bytes of those files.
+    pub bytes_downloaded: u64,
+}
+
+/// Keeps the staging directory `staging` of checkpoint `id`, just uploaded, as its local
+/// copy, then prunes copies no longer needed. Failures only cost local recovery: they are
+/// ignored (the next restore downloads).
+pub(crate) fn keep(cp: &Checkpointer, staging: &Path, id: u64) {
+    if !cp.options.local_recovery {
+        let _ = fs::remove_dir_all(staging);
+        return;
+    }
+    let target = layout::local_copy_dir(&cp.staging_root, &cp.backend_id, id);
+    let _ = fs::remove_dir_all(&target);
+    if fs::rename(staging, &target).is_err() {
+        let _ = fs::remove_dir_all(staging);
+    }
+    prune(cp);
+}
+
+/// Deletes this backend's local copies other than those of retained checkpoints and of
+/// uploaded checkpoints newer than the last completed one.
+pub(crate) fn prune(cp: &Checkpointer) {
+    let keep: Vec<u64> = cp
+        .retained()
+        .into_iter()
+        .filter(|(_, backend)| *backend == cp.backend_id)
+        .map(|(id, _)| id)
+        .collect();
+    let last = cp.last_completed().unwrap_or(0);
+    let dir = cp.staging_root.join(&cp.backend_id);
+    for (id, path) in local_copies(&dir) {
+        if id <= last && !keep.contains(&id) {
+            let _ = fs::remove_dir_all(path);
+        }
+    }
+}
+
+/// The local copies in a backend's staging directory, `(checkpoint id, path)`.
+fn local_copies(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let id = layout::parse_local_copy_dir(e.file_name().to_str()?)?;
+            Some((id, e.path()))
+        })
+        .collect()
+}
+
+/// The local copy a restore may take files from.
+#[derive(Debug)]
+pub(crate) struct LocalSource {
+    dir: PathBuf,
+}
+
+impl LocalSource {
+    /// The local copy of checkpoint `id` of `backend_id` under `staging_root`, if present.
+    pub(crate) fn find(staging_root: &Path, backend_id: &str, id: u64) -> Option<LocalSource> {
+        let dir = layout::local_copy_dir(staging_root, backend_id, id);
+        dir.is_dir().then_some(LocalSource { dir })
+    }
+
+    /// Places file `local_name` at `dest` from the local copy if it is there and matches
+    /// `size`, `crc32` and (for SSTs) `sst_id`; returns whether it did. `Ok(false)` means
+    /// "download it"; only a failure to write `dest` is an error.
+    pub(crate) fn fetch(
+        &self,
+        local_name: &str,
+        size: u64,
+        crc32: u32,
+        sst_id: Option<&SstUniqueId>,
+        dest: &Path,
+    ) -> Result<bool> {
+        let src = self.dir.join(local_name);
+        if !matches!(digest_of(&src), Some(d) if d == (size, crc32)) {
+            return Ok(false);
+        }
+        if let Some(id) = sst_id {
+            match sst_format::read_sst_meta(&src) {
+                Ok(meta) if meta.unique_id == *id => {}
+                _ => return Ok(false),
+            }
+        }
+        let placed = if sst_id.is_some() {
+            fs::hard_link(&src, dest).or_else(|_| fs::copy(&src, dest).map(|_| ()))
+        } else {
+            fs::copy(&src, dest).map(|_| ())
+        };
+        placed.map_err(|e| Error::io(dest, e))?;
+        Ok(true)
+    }
+
+    /// Deletes every local copy of the backend this source belongs to: after a restore the
+    /// restored backend (which has a new id) owns the files, and nothing else would ever
+    /// prune the old backend's copies.
+    pub(crate) fn retire_backend(&self) {
+        if let Some(backend_dir) = self.dir.parent() {
+            for (_, path) in local_copies(backend_dir) {
+                let _ = fs::remove_dir_all(path);
+            }
+            let _ = fs::remove_dir(backend_dir);
+        }
+    }
+}
+
+/// Size and CRC-32 of a local file, `None` if it cannot be read.
+fn digest_of(path: &Path) -> Option<(u64, u32)> {
+    let mut file = File::open(path).ok()?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                size += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some((size, hasher.finalize()))
+}

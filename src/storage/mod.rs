@@ -1,0 +1,130 @@
+//! The checkpoint storage seam: [`CheckpointStorage`], a small synchronous object-store-like
+//! interface (create-if-absent puts, gets, prefix listing, idempotent deletes), and
+//! its implementations.
+//!
+//! This module owns how bytes reach storage and come back; it knows nothing about checkpoints.
+//! What the object names mean is owned by `checkpoint::layout`. Implementations:
+//! [`LocalStorage`] (a directory), [`ObjectStorage`] (S3-compatible stores and in-memory, over
+//! the `object_store` crate) and [`FaultyStorage`] (a fault-injecting wrapper for tests and
+//! fuzzing). [`open_storage`] picks one from a URL.
+//!
+//! Rules every implementation must follow (the checkpoint code relies on them):
+//! * A put never replaces an existing object: putting a name that exists is
+//!   [`Error::ObjectExists`] and leaves the existing object unchanged (design.md §10,
+//!   invariant 5). A put is atomic: readers see the whole object or nothing.
+//! * A put returns the size and CRC-32 of exactly the bytes stored; a get returns them for the
+//!   bytes fetched, so callers verify without reading twice.
+//! * Deleting a missing object succeeds.
+//! * Object names are relative, `/`-separated, with non-empty components other than `.` and
+//!   `..` (checked by [`validate_object_name`]).
+
+mod faults;
+mod local;
+mod object;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+pub use faults::{Fault, FaultyStorage, OpKind};
+pub use local::LocalStorage;
+pub use object::{ObjectStorage, ObjectStorageOptions};
+
+use crate::error::{Error, Result};
+
+/// One object found by [`CheckpointStorage::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Object name under the storage root.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification (creation, since objects are immutable) time.
+    pub last_modified: SystemTime,
+}
+
+/// Size and CRC-32 (IEEE, `crc32fast`) of the bytes a put stored or a get fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectDigest {
+    /// Number of bytes.
+    pub size: u64,
+    /// CRC-32 of those bytes.
+    pub crc32: u32,
+}
+
+/// Where checkpoints are stored. Synchronous: the checkpoint code calls it from its own
+/// transfer threads. See the module docs for the contract.
+pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
+    /// Stores the local file `local` as object `name`, create-if-absent and atomically.
+    fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest>;
+
+    /// Stores `bytes` as object `name`, create-if-absent and atomically.
+    fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()>;
+
+    /// Copies object `name` into the new local file `local` (which must not exist).
+    fn get_file(&self, name: &str, local: &Path) -> Result<ObjectDigest>;
+
+    /// Reads the whole object `name`.
+    fn get_bytes(&self, name: &str) -> Result<Vec<u8>>;
+
+    /// Every object whose name starts with `prefix` (a plain string prefix), in no particular
+    /// order.
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
+
+    /// Deletes object `name`; deleting a missing object succeeds.
+    fn delete(&self, name: &str) -> Result<()>;
+
+    /// Removes leftovers of puts that never finished (temporary files, unfinished multipart
+    /// uploads) older than `min_age`; returns how many. The default has nothing to remove.
+    fn sweep_incomplete(&self, min_age: Duration) -> Result<usize> {
+        let _ = min_age;
+        Ok(0)
+    }
+}
+
+/// Checks that `name` is a valid object name (see the module docs).
+pub fn validate_object_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 1024
+        && !name.contains(['\\', '\0'])
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidObjectName(name.to_string()))
+    }
+}
+
+/// Opens the checkpoint storage a URL names:
+/// * `file:///abs/path` or a plain path: [`LocalStorage`];
+/// * `s3://bucket/prefix`: [`ObjectStorage`] on S3 or an S3-compatible server; endpoint,
+///   region and credentials come from the environment (`AWS_ENDPOINT_URL`, `AWS_REGION`,
+///   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, ...) and are overridden by
+///   `options` (see [`ObjectStorageOptions`]);
+/// * `memory://`: an in-memory [`ObjectStorage`] (tests, benchmarks).
+pub fn open_storage(
+    url: &str,
+    options: &ObjectStorageOptions,
+) -> Result<Arc<dyn CheckpointStorage>> {
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(Error::InvalidStorageUrl {
+                url: url.to_string(),
+                detail: "a file URL needs an absolute path (file:///dir)".into(),
+            });
+        }
+        return Ok(Arc::new(LocalStorage::new(path)?));
+    }
+    if url.contains("://") {
+        return Ok(Arc::new(ObjectStorage::open(url, options)?));
+    }
+    if url.is_empty() {
+        return Err(Error::InvalidStorageUrl {
+            url: String::new(),
+            detail: "empty".into(),
+        });
+    }
+    Ok(Arc::new(LocalStorage::new(Path::new(url))?))
+}

@@ -1,0 +1,803 @@
+//! [`ObjectStorage`]: [`CheckpointStorage`] over the `object_store` crate (S3 and S3-compatible
+//! servers, in-memory, or any `ObjectStore` a caller builds), behind a synchronous facade.
+//!
+//! This module owns the bridge from our synchronous trait to the async client: every
+//! operation runs on the storage's own multi-threaded tokio runtime and the calling thread
+//! waits on a plain channel. Nothing ever calls `block_on` on the caller's thread, so the
+//! facade works from plain threads and from inside another tokio runtime alike.
+//!
+//! How the contract of [`CheckpointStorage`] is met:
+//! * **Create-if-absent.** Single-request puts use `PutMode::Create` (S3 `If-None-Match: *`,
+//!   supported by AWS S3 since 2024 and by moto; `InMemory` supports it natively). Files of
+//!   at least [`ObjectStorageOptions::multipart_threshold`] bytes go through a multipart
+//!   upload; `object_store` 0.14 offers no conditional completion for those, so the name is
+//!   checked with a `HEAD` first. Only SSTs are that large and they get fresh random 128-bit
+//!   names (`checkpoint::layout`), so no second writer of the same name can exist.
+//! * **Ambiguous failures.** A put can store the object and still report failure (a timeout
+//!   or a 5xx after the write). The retry then finds the name taken; if the stored object
+//!   has exactly our size and CRC-32 the put counts as done, otherwise it is
+//!   [`Error::ObjectExists`]. An object is therefore never replaced with other bytes.
+//! * **Retries.** Each HTTP request is retried by `object_store` (`RetryConfig`: 5xx, 429,
+//!   timeouts, connection errors, exponential backoff); on top, a whole operation that still
+//!   fails transiently is retried [`ObjectStorageOptions::retries`] times with exponential
+//!   backoff from [`ObjectStorageOptions::initial_backoff`]. A multipart upload that fails
+//!   is aborted (best effort) before the retry starts a fresh one.
+//! * **Digests.** Puts compute size and CRC-32 of the bytes read from the local file while
+//!   sending them; gets compute them over the bytes received, as [`super::LocalStorage`]
+//!   does.
+//! * **Leftovers.** `object_store` cannot list unfinished multipart uploads, so
+//!   [`CheckpointStorage::sweep_incomplete`] removes nothing here; on S3 add a bucket
+//!   lifecycle rule `AbortIncompleteMultipartUpload` for uploads of crashed processes.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io::{ErrorKind, Read, Seek, Write};
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
+use object_store::memory::InMemory;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutPayload, RetryConfig,
+};
+use tokio::runtime::Runtime;
+
+use super::{validate_object_name, CheckpointStorage, ObjectDigest, ObjectInfo};
+use crate::error::{Error, Result};
+
+/// Settings of an [`ObjectStorage`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectStorageOptions {
+    /// Files of at least this many bytes are uploaded in parts. Default 64 MiB (RocksDB's
+    /// SSTs are mostly smaller and go in one request, which is faster on every server tried;
+    /// AWS recommends parts above 100 MB).
+    pub multipart_threshold: u64,
+    /// Part size of multipart uploads. Default 16 MiB; S3 requires at least 5 MiB (except for
+    /// the last part).
+    pub part_size: usize,
+    /// Parts of one file in flight at once. Default 4.
+    pub part_concurrency: usize,
+    /// Retries of a whole operation that failed transiently after the per-request retries.
+    /// Default 3.
+    pub retries: u32,
+    /// First backoff between whole-operation retries (doubles each time) and between
+    /// request retries inside `object_store`. Default 100 ms.
+    pub initial_backoff: Duration,
+    /// Per-request retries inside `object_store` (5xx, 429, timeouts). Default 5.
+    pub request_retries: usize,
+    /// Worker threads of the storage's own tokio runtime. Default 2.
+    pub runtime_threads: usize,
+    /// Extra `object_store` S3 settings as `(key, value)`, applied after the environment
+    /// (`AWS_*` variables) and the URL: for example `("aws_endpoint", "http://127.0.0.1:9000")`,
+    /// `("aws_access_key_id", ..)`, `("aws_secret_access_key", ..)`, `("aws_region", ..)`,
+    /// `("aws_allow_http", "true")`. Keys are `object_store`'s `AmazonS3ConfigKey` names.
+    pub s3: Vec<(String, String)>,
+}
+
+impl Default for ObjectStorageOptions {
+    fn default() -> Self {
+        ObjectStorageOptions {
+            multipart_threshold: 64 << 20,
+            part_size: 16 << 20,
+            part_concurrency: 4,
+            retries: 3,
+            initial_backoff: Duration::from_millis(100),
+            request_retries: 5,
+            runtime_threads: 2,
+            s3: Vec::new(),
+        }
+    }
+}
+
+impl ObjectStorageOptions {
+    /// Checks every field's range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, detail: String| Err(Error::InvalidOption { name, detail });
+        if self.part_size == 0 {
+            return bad("part_size", "must be positive".into());
+        }
+        if self.part_concurrency == 0 || self.part_concurrency > 64 {
+            return bad(
+                "part_concurrency",
+                format!("{} is not in 1..=64", self.part_concurrency),
+            );
+        }
+        if self.runtime_threads == 0 || self.runtime_threads > 64 {
+            return bad(
+                "runtime_threads",
+                format!("{} is not in 1..=64", self.runtime_threads),
+            );
+        }
+        if self.retries > 20 {
+            return bad("retries", format!("{} is more than 20", self.retries));
+        }
+        Ok(())
+    }
+}
+
+/// Chunks of one download buffered between the runtime and the writing thread.
+const GET_CHUNKS_IN_FLIGHT: usize = 64;
+
+/// Write buffer of downloads.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// [`CheckpointStorage`] on an `object_store` store under a name prefix. See the module docs
+/// for how create-if-absent, retries and digests work.
+pub struct ObjectStorage {
+    store: Arc<dyn ObjectStore>,
+    /// Name prefix of every object, without a trailing `/`; may be empty.
+    root: String,
+    /// What this storage was opened from (for messages).
+    url: String,
+    options: ObjectStorageOptions,
+    /// `Some` until drop; shut down in the background so dropping inside an async context
+    /// does not panic.
+    runtime: Option<Runtime>,
+}
+
+impl std::fmt::Debug for ObjectStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStorage")
+            .field("url", &self.url)
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl Drop for ObjectStorage {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn url_error(url: &str, detail: impl std::fmt::Display) -> Error {
+    Error::InvalidStorageUrl {
+        url: url.to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+/// Splits `scheme://authority/rest` into (authority, rest without slashes at either end).
+fn split_url<'a>(url: &'a str, scheme: &str) -> Option<(&'a str, &'a str)> {
+    let rest = url.strip_prefix(scheme)?.strip_prefix("://")?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    Some((authority, path.trim_matches('/')))
+}
+
+impl ObjectStorage {
+    /// Opens `s3://bucket[/prefix]` (S3 or an S3-compatible server: see [`super::open_storage`]
+    /// for where settings come from) or `memory://[prefix]` (a fresh in-memory store).
+    pub fn open(url: &str, options: &ObjectStorageOptions) -> Result<Self> {
+        options.validate()?;
+        if let Some((_, prefix)) = split_url(url, "memory") {
+            return Self::new(Arc::new(InMemory::new()), prefix, url, options.clone());
+        }
+        let Some((bucket, prefix)) = split_url(url, "s3") else {
+            return Err(url_error(
+                url,
+                "unknown scheme (use s3://, memory://, file://)",
+            ));
+        };
+        if bucket.is_empty() {
+            return Err(url_error(url, "no bucket"));
+        }
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        for (key, value) in &options.s3 {
+            let key: AmazonS3ConfigKey = key
+                .parse()
+                .map_err(|e| url_error(url, format!("option `{key}`: {e}")))?;
+            builder = builder.with_config(key, value);
+        }
+        let plain_http = builder
+            .get_config_value(&AmazonS3ConfigKey::Endpoint)
+            .is_some_and(|e| e.starts_with("http://"));
+        if plain_http {
+            builder = builder.with_allow_http(true);
+        }
+        if builder
+            .get_config_value(&AmazonS3ConfigKey::Region)
+            .is_none()
+        {
+            builder = builder.with_region("us-east-1");
+        }
+        let store = builder
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig {
+                    init_backoff: options.initial_backoff,
+                    max_backoff: Duration::from_secs(10),
+                    base: 2.0,
+                },
+                max_retries: options.request_retries,
+                retry_timeout: Duration::from_secs(120),
+            })
+            .build()
+            .map_err(|e| url_error(url, e))?;
+        Self::new(Arc::new(store), prefix, url, options.clone())
+    }
+
+    /// Storage on an `object_store` store the caller built (any backend: GCS, Azure, a
+    /// throttled or instrumented wrapper, ...), under `prefix` (may be empty). `describe`
+    /// names it in messages.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        describe: &str,
+        options: ObjectStorageOptions,
+    ) -> Result<Self> {
+        options.validate()?;
+        let root = prefix.trim_matches('/').to_string();
+        if !root.is_empty() {
+            validate_object_name(&root).map_err(|_| url_error(describe, "bad prefix"))?;
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.runtime_threads)
+            .thread_name("rockstate-storage")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("<tokio runtime>", e))?;
+        Ok(ObjectStorage {
+            store,
+            root,
+            url: describe.to_string(),
+            options,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// The underlying `object_store` store (benchmarks compare against it).
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// The store path of object `name` (the prefix joined with the name).
+    pub fn object_path(&self, name: &str) -> Result<ObjectPath> {
+        validate_object_name(name)?;
+        let full = if self.root.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}/{name}", self.root)
+        };
+        ObjectPath::parse(&full).map_err(|_| Error::InvalidObjectName(name.to_string()))
+    }
+
+    /// Runs `fut` on the storage's runtime and waits for it on the calling thread (which may
+    /// be any thread, inside a tokio runtime or not).
+    pub fn run<T, F>(&self, fut: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        let rx = self.spawn(fut)?;
+        rx.recv().map_err(|_| stopped())
+    }
+
+    fn spawn<T, F>(&self, fut: F) -> Result<mpsc::Receiver<T>>
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        let rt = self.runtime.as_ref().ok_or_else(stopped)?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        rt.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        Ok(rx)
+    }
+
+    /// Runs `op` until it succeeds, fails permanently, or the retries are used up, sleeping
+    /// with exponential backoff between attempts. `op` gets the attempt number (0 first).
+    fn with_retries<T>(&self, mut op: impl FnMut(u32) -> Result<T>) -> Result<T> {
+        let mut attempt = 0;
+        loop {
+            match op(attempt) {
+                Err(e) if is_transient(&e) && attempt < self.options.retries => {
+                    std::thread::sleep(self.options.initial_backoff * 2u32.pow(attempt));
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn name_of(&self, location: &ObjectPath) -> Option<String> {
+        let full = location.as_ref();
+        if self.root.is_empty() {
+            Some(full.to_string())
+        } else {
+            full.strip_prefix(&self.root)?
+                .strip_prefix('/')
+                .map(str::to_string)
+        }
+    }
+
+    /// A single-request create-if-absent put of `payload` whose digest is `digest`.
+    fn put_once(&self, name: &str, payload: Bytes, digest: ObjectDigest) -> Result<ObjectDigest> {
+        let path = self.object_path(name)?;
+        let store = self.store();
+        self.with_retries(|_| {
+            let (store, path, payload) = (Arc::clone(&store), path.clone(), payload.clone());
+            let r = self.run(async move {
+                store
+                    .put_opts(&path, PutPayload::from(payload), PutMode::Create.into())
+                    .await
+            })?;
+            match r {
+                Ok(_) => Ok(digest),
+                Err(object_store::Error::AlreadyExists { .. }) => self.resolve_exists(name, digest),
+                Err(e) => Err(map_error("put", name, e)),
+            }
+        })
+    }
+
+    /// A put found `name` taken: success if the object holds exactly our bytes (an earlier
+    /// attempt of this put stored them), otherwise [`Error::ObjectExists`].
+    fn resolve_exists(&self, name: &str, digest: ObjectDigest) -> Result<ObjectDigest> {
+        let mut sink = std::io::sink();
+        match self.stream_object(name, &mut sink, Path::new(name)) {
+            Ok(d) if d == digest => Ok(digest),
+            Ok(_) | Err(Error::ObjectNotFound { .. }) => Err(Error::ObjectExists {
+                name: name.to_string(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Multipart upload of the local file `local` (create-if-absent checked by `HEAD`).
+    fn put_multipart(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
+        let path = self.object_path(name)?;
+        let store = self.store();
+        let head = {
+            let (store, path) = (Arc::clone(&store), path.clone());
+            self.with_retries(|_| {
+                let (store, path) = (Arc::clone(&store), path.clone());
+                match self.run(async move { store.head(&path).await })? {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(e) => Err(map_error("head", name, e)),
+                }
+            })?
+        };
+        if head {
+            return Err(Error::ObjectExists {
+                name: name.to_string(),
+            });
+        }
+        self.with_retries(|_| self.multipart_attempt(name, &path, local))
+    }
+
+    fn multipart_attempt(
+        &self,
+        name: &str,
+        path: &ObjectPath,
+        local: &Path,
+    ) -> Result<ObjectDigest> {
+        let store = self.store();
+        let path2 = path.clone();
+        let mut upload: Box<dyn MultipartUpload> = self
+            .run(async move { store.put_multipart(&path2).await })?
+            .map_err(|e| map_error("put", name, e))?;
+        let result = self.send_parts(name, &mut upload, local);
+        let (upload_back, result) = match result {
+            Ok(digest) => {
+                let (upload, done) = self.run(async move {
+                    let r = upload.complete().await;
+                    (upload, r)
+                })?;
+                (
+                    upload,
+                    done.map(|_| digest).map_err(|e| map_error("put", name, e)),
+                )
+            }
+            Err(e) => (upload, Err(e)),
+        };
+        if result.is_err() {
+            let mut upload = upload_back;
+            let _ = self.run(async move { upload.abort().await });
+        }
+        result
+    }
+
+    /// Reads `local` part by part on this thread (computing the digest) and uploads up to
+    /// `part_concurrency` parts at once on the runtime.
+    fn send_parts(
+        &self,
+        name: &str,
+        upload: &mut Box<dyn MultipartUpload>,
+        local: &Path,
+    ) -> Result<ObjectDigest> {
+        let mut file = File::open(local).map_err(|e| Error::io(local, e))?;
+        let mut hasher = crc32fast::Hasher::new();
+        let mut size = 0u64;
+        let mut in_flight: VecDeque<mpsc::Receiver<object_store::Result<()>>> = VecDeque::new();
+        let wait = |rx: mpsc::Receiver<object_store::Result<()>>| -> Result<()> {
+            rx.recv()
+                .map_err(|_| stopped())?
+                .map_err(|e| map_error("put", name, e))
+        };
+        loop {
+            let mut buf = vec![0u8; self.options.part_size];
+            let n = read_full(&mut file, &mut buf).map_err(|e| Error::io(local, e))?;
+            if n == 0 && size > 0 {
+                break;
+            }
+            buf.truncate(n);
+            hasher.update(&buf);
+            size += n as u64;
+            let part = upload.put_part(PutPayload::from(buf));
+            in_flight.push_back(self.spawn(part)?);
+            if in_flight.len() >= self.options.part_concurrency {
+                if let Some(rx) = in_flight.pop_front() {
+                    wait(rx)?;
+                }
+            }
+            if n < self.options.part_size {
+                break;
+            }
+        }
+        while let Some(rx) = in_flight.pop_front() {
+            wait(rx)?;
+        }
+        Ok(ObjectDigest {
+            size,
+            crc32: hasher.finalize(),
+        })
+    }
+
+    /// Streams object `name` into `out`, returning the digest of the bytes received.
+    fn stream_object(
+        &self,
+        name: &str,
+        out: &mut dyn Write,
+        out_path: &Path,
+    ) -> Result<ObjectDigest> {
+        let path = self.object_path(name)?;
+        let store = self.store();
+        let (tx, rx) = mpsc::channel::<object_store::Result<Bytes>>();
+        let credits = Arc::new(tokio::sync::Semaphore::new(GET_CHUNKS_IN_FLIGHT));
+        // Closing the semaphore when this function returns stops the task if it still waits.
+        struct CloseOnDrop(Arc<tokio::sync::Semaphore>);
+        impl Drop for CloseOnDrop {
+            fn drop(&mut self) {
+                self.0.close();
+            }
+        }
+        let _close = CloseOnDrop(Arc::clone(&credits));
+        let task_credits = Arc::clone(&credits);
+        let runtime = self.runtime.as_ref().ok_or_else(stopped)?;
+        runtime.spawn(async move {
+            let mut stream = match store.get(&path).await {
+                Ok(r) => r.into_stream(),
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            while let Some(chunk) = stream.next().await {
+                match task_credits.acquire().await {
+                    Ok(permit) => permit.forget(),
+                    Err(_) => return,
+                }
+                if tx.send(chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut hasher = crc32fast::Hasher::new();
+        let mut size = 0u64;
+        // Network chunks are small; write in large blocks.
+        let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, out);
+        for chunk in rx {
+            let chunk = chunk.map_err(|e| map_error("get", name, e))?;
+            hasher.update(&chunk);
+            size += chunk.len() as u64;
+            out.write_all(&chunk).map_err(|e| Error::io(out_path, e))?;
+            credits.add_permits(1);
+        }
+        out.flush().map_err(|e| Error::io(out_path, e))?;
+        Ok(ObjectDigest {
+            size,
+            crc32: hasher.finalize(),
+        })
+    }
+}
+
+/// Reads until `buf` is full or the file ends; returns the bytes read.
+fn read_full(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn stopped() -> Error {
+    Error::Storage {
+        operation: "run",
+        name: String::new(),
+        detail: "the storage runtime stopped".into(),
+        transient: false,
+    }
+}
+
+fn is_transient(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Storage {
+            transient: true,
+            ..
+        }
+    )
+}
+
+/// Our error for an `object_store` error of `operation` on `name`.
+fn map_error(operation: &'static str, name: &str, e: object_store::Error) -> Error {
+    match e {
+        object_store::Error::NotFound { .. } => Error::ObjectNotFound {
+            name: name.to_string(),
+        },
+        object_store::Error::AlreadyExists { .. } => Error::ObjectExists {
+            name: name.to_string(),
+        },
+        // Network errors, 5xx and timeouts surface as `Generic` once the request retries are
+        // used up; everything else (bad path, unsupported, precondition) is permanent.
+        object_store::Error::Generic { .. } => Error::Storage {
+            operation,
+            name: name.to_string(),
+            detail: e.to_string(),
+            transient: true,
+        },
+        other => Error::Storage {
+            operation,
+            name: name.to_string(),
+            detail: other.to_string(),
+            transient: false,
+        },
+    }
+}
+
+impl CheckpointStorage for ObjectStorage {
+    fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
+        validate_object_name(name)?;
+        let size = std::fs::metadata(local)
+            .map_err(|e| Error::io(local, e))?
+            .len();
+        if size >= self.options.multipart_threshold {
+            return self.put_multipart(name, local);
+        }
+        let bytes = std::fs::read(local).map_err(|e| Error::io(local, e))?;
+        let digest = ObjectDigest {
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(&bytes),
+        };
+        self.put_once(name, Bytes::from(bytes), digest)
+    }
+
+    fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        validate_object_name(name)?;
+        let digest = ObjectDigest {
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(bytes),
+        };
+        self.put_once(name, Bytes::copy_from_slice(bytes), digest)
+            .map(|_| ())
+    }
+
+    fn get_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
+        validate_object_name(name)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(local)
+            .map_err(|e| Error::io(local, e))?;
+        self.with_retries(|attempt| {
+            if attempt > 0 {
+                file.set_len(0).map_err(|e| Error::io(local, e))?;
+                file.rewind().map_err(|e| Error::io(local, e))?;
+            }
+            self.stream_object(name, &mut file, local)
+        })
+    }
+
+    fn get_bytes(&self, name: &str) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.with_retries(|_| {
+            out.clear();
+            self.stream_object(name, &mut out, Path::new(name))
+        })?;
+        Ok(out)
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        // Stores list by whole path segments: list the directory part, filter by the rest.
+        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        let full = match (self.root.is_empty(), dir.is_empty()) {
+            (true, _) => dir.to_string(),
+            (false, true) => self.root.clone(),
+            (false, false) => format!("{}/{dir}", self.root),
+        };
+        let list_path = if full.is_empty() {
+            None
+        } else {
+            Some(
+                ObjectPath::parse(&full)
+                    .map_err(|_| Error::InvalidObjectName(prefix.to_string()))?,
+            )
+        };
+        let store = self.store();
+        let metas = self.with_retries(|_| {
+            let (store, list_path) = (Arc::clone(&store), list_path.clone());
+            self.run(async move { store.list(list_path.as_ref()).try_collect::<Vec<_>>().await })?
+                .map_err(|e| map_error("list", prefix, e))
+        })?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let name = self.name_of(&m.location)?;
+                name.starts_with(prefix).then(|| ObjectInfo {
+                    name,
+                    size: m.size,
+                    last_modified: u64::try_from(m.last_modified.timestamp_millis())
+                        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+                        .unwrap_or(SystemTime::UNIX_EPOCH),
+                })
+            })
+            .collect())
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        let path = self.object_path(name)?;
+        let store = self.store();
+        self.with_retries(|_| {
+            let (store, path) = (Arc::clone(&store), path.clone());
+            match self.run(async move { store.delete(&path).await })? {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(map_error("delete", name, e)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(threshold: u64, part: usize) -> ObjectStorage {
+        let options = ObjectStorageOptions {
+            multipart_threshold: threshold,
+            part_size: part,
+            ..ObjectStorageOptions::default()
+        };
+        ObjectStorage::open("memory:///root/x", &options).unwrap()
+    }
+
+    #[test]
+    fn memory_round_trip_and_multipart() {
+        let s = memory(1000, 300);
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..2500u32).map(|i| (i * 7 % 251) as u8).collect();
+        let src = dir.path().join("src");
+        std::fs::write(&src, &data).unwrap();
+        let d = s.put_file("shared/a.sst", &src).unwrap();
+        assert_eq!(d.size, 2500);
+        assert_eq!(d.crc32, crc32fast::hash(&data));
+        assert!(matches!(
+            s.put_file("shared/a.sst", &src),
+            Err(Error::ObjectExists { .. })
+        ));
+        let dst = dir.path().join("dst");
+        assert_eq!(s.get_file("shared/a.sst", &dst).unwrap(), d);
+        assert_eq!(std::fs::read(&dst).unwrap(), data);
+        // Small puts: create-if-absent, identical bytes after an ambiguous failure count.
+        s.put_bytes("chk-1/b/_metadata", b"one").unwrap();
+        s.put_bytes("chk-1/b/_metadata", b"one").unwrap();
+        assert!(matches!(
+            s.put_bytes("chk-1/b/_metadata", b"two"),
+            Err(Error::ObjectExists { .. })
+        ));
+        assert_eq!(s.get_bytes("chk-1/b/_metadata").unwrap(), b"one");
+        let mut names: Vec<_> = s.list("").unwrap().into_iter().map(|o| o.name).collect();
+        names.sort();
+        assert_eq!(names, ["chk-1/b/_metadata", "shared/a.sst"]);
+        assert_eq!(s.list("chk-").unwrap().len(), 1);
+        assert_eq!(s.list("shared/a").unwrap().len(), 1);
+        assert_eq!(s.list("shared/b").unwrap().len(), 0);
+        s.delete("shared/a.sst").unwrap();
+        s.delete("shared/a.sst").unwrap();
+        assert!(matches!(
+            s.get_bytes("shared/a.sst"),
+            Err(Error::ObjectNotFound { .. })
+        ));
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        assert_eq!(s.put_file("e", &empty).unwrap().size, 0);
+        assert!(s.get_bytes("e").unwrap().is_empty());
+    }
+
+    #[test]
+    fn transient_errors_are_retried_permanent_ones_are_not() {
+        let mut s = memory(1 << 20, 1 << 20);
+        s.options.initial_backoff = Duration::from_millis(1);
+        let transient = || Error::Storage {
+            operation: "put",
+            name: "x".into(),
+            detail: "503".into(),
+            transient: true,
+        };
+        let mut calls = 0;
+        let r = s.with_retries(|attempt| {
+            calls += 1;
+            assert_eq!(attempt, calls - 1);
+            if calls < 3 {
+                Err(transient())
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!((r.unwrap(), calls), (7, 3));
+        calls = 0;
+        let r: Result<()> = s.with_retries(|_| {
+            calls += 1;
+            Err(transient())
+        });
+        assert!(r.is_err());
+        assert_eq!(calls, 1 + s.options.retries);
+        calls = 0;
+        let r: Result<()> = s.with_retries(|_| {
+            calls += 1;
+            Err(Error::ObjectNotFound { name: "x".into() })
+        });
+        assert!(matches!(r, Err(Error::ObjectNotFound { .. })));
+        assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn works_inside_a_tokio_runtime() {
+        let s = Arc::new(memory(1 << 20, 1 << 20));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let s2 = Arc::clone(&s);
+        rt.block_on(async move {
+            s2.put_bytes("x/y", b"hello").unwrap();
+            assert_eq!(s2.get_bytes("x/y").unwrap(), b"hello");
+        });
+        // Dropping the storage inside an async context must not panic either.
+        rt.block_on(async move { drop(s) });
+    }
+
+    #[test]
+    fn bad_urls_are_typed_errors() {
+        let o = ObjectStorageOptions::default();
+        for url in ["gs://b/p", "s3://", "nonsense"] {
+            assert!(
+                matches!(
+                    ObjectStorage::open(url, &o),
+                    Err(Error::InvalidStorageUrl { .. })
+                ),
+                "{url}"
+            );
+        }
+        let bad = ObjectStorageOptions {
+            s3: vec![("no_such_key".into(), "1".into())],
+            ..o
+        };
+        assert!(matches!(
+            ObjectStorage::open("s3://bucket/p", &bad),
+            Err(Error::InvalidStorageUrl { .. })
+        ));
+    }
+}

@@ -1,0 +1,129 @@
+//! Local recovery (issue 8): the files of the retained checkpoints stay on local disk; a
+//! restart on the same machine restores from them after verifying them, downloads only what
+//! is missing or damaged, and reports the split. Runs on local storage and on S3.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use rockstate::checkpoint::layout;
+use rockstate::{CheckpointOptions, KeyedBackend, RestoreFrom, RestoreReport};
+
+fn local_copies(fx: &Fixture, backend: &str) -> Vec<u64> {
+    let dir = layout::default_staging_root(&fx.path("a")).join(backend);
+    let mut ids: Vec<u64> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| layout::parse_local_copy_dir(e.file_name().to_str()?))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}
+
+fn restore_with_report(fx: &Fixture, name: &str) -> (KeyedBackend, RestoreReport) {
+    KeyedBackend::builder(fx.path(name))
+        .options(small_options())
+        .checkpoint_storage(fx.storage_dyn())
+        .restore_with_report(RestoreFrom::Latest)
+        .unwrap()
+}
+
+/// Flips one byte in the middle of `path` (a fresh inode first, so no hard-linked twin
+/// changes with it).
+fn damage(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0x5a;
+    std::fs::remove_file(path).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn restores_from_local_copy_and_downloads_only_the_damage(fx: Fixture) {
+    let opts = CheckpointOptions {
+        retained: 2,
+        ..CheckpointOptions::default()
+    };
+    let b = fx.open("a", opts);
+    let backend = b.backend_id().to_string();
+    let mut model = Model::new();
+    let mut r = rng(11);
+    for id in 1..=4 {
+        random_writes(&b, &mut model, &mut r, 2000);
+        b.checkpoint(id).unwrap();
+        b.notify_checkpoint_complete(id).unwrap();
+    }
+    // Bounded to the retained checkpoints.
+    assert_eq!(local_copies(&fx, &backend), [3, 4]);
+    // Uploaded but not completed: kept too, until completion retires older ones.
+    random_writes(&b, &mut model, &mut r, 1000);
+    b.checkpoint(5).unwrap();
+    assert_eq!(local_copies(&fx, &backend), [3, 4, 5]);
+    b.notify_checkpoint_complete(5).unwrap();
+    assert_eq!(local_copies(&fx, &backend), [4, 5]);
+    let manifest = fx.manifest(5, &backend);
+    let total: u64 = manifest.shared_files.iter().map(|f| f.size).sum::<u64>()
+        + manifest.private_files.iter().map(|f| f.size).sum::<u64>();
+    let files = manifest.shared_files.len() + manifest.private_files.len();
+
+    // Restart on the same machine: the database directory is gone, the local copy is not.
+    drop(b);
+    std::fs::remove_dir_all(fx.path("a")).unwrap();
+    let copy: PathBuf =
+        layout::local_copy_dir(&layout::default_staging_root(&fx.path("a")), &backend, 5);
+    // Damage one SST and lose another file of the copy.
+    let mut ssts: Vec<_> = manifest.shared_files.iter().collect();
+    ssts.sort_by_key(|f| f.size);
+    let damaged = ssts.last().unwrap();
+    damage(&copy.join(&damaged.local_name));
+    let lost = &manifest.private_files[0];
+    std::fs::remove_file(copy.join(&lost.local_name)).unwrap();
+
+    let (restored, report) = restore_with_report(&fx, "a");
+    assert_eq!(read_all(&restored), model);
+    assert_eq!(report.files_downloaded, 2, "{report:?}");
+    assert_eq!(report.bytes_downloaded, damaged.size + lost.size);
+    assert_eq!(report.files_local, files - 2);
+    assert_eq!(report.bytes_local + report.bytes_downloaded, total);
+    assert!(report.checkpoint.ends_with("/_metadata"));
+    // The restored backend has a new id; the old one's copies are retired.
+    assert!(local_copies(&fx, &backend).is_empty());
+
+    // Its next checkpoint makes a local copy of its own; a restore elsewhere (no copy)
+    // downloads everything.
+    let new_id = restored.backend_id().to_string();
+    restored.checkpoint(6).unwrap();
+    restored.notify_checkpoint_complete(6).unwrap();
+    assert_eq!(local_copies(&fx, &new_id), [6]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (far, report) = KeyedBackend::builder(elsewhere.path().join("db"))
+        .options(small_options())
+        .checkpoint_storage(fx.storage_dyn())
+        .restore_with_report(RestoreFrom::Latest)
+        .unwrap();
+    assert_eq!(read_all(&far), model);
+    assert_eq!((report.files_local, report.bytes_local), (0, 0));
+    assert!(report.bytes_downloaded > 0);
+}
+
+fn local_recovery_off_keeps_nothing(fx: Fixture) {
+    let opts = CheckpointOptions {
+        local_recovery: false,
+        ..CheckpointOptions::default()
+    };
+    let b = fx.open("a", opts);
+    let mut model = Model::new();
+    random_writes(&b, &mut model, &mut rng(5), 2000);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    assert!(local_copies(&fx, b.backend_id()).is_empty());
+}
+
+on_every_storage!(
+    restores_from_local_copy_and_downloads_only_the_damage,
+    local_recovery_off_keeps_nothing,
+);
