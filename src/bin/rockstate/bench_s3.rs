@@ -202,10 +202,7 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
         .int("file_mib", args.file_mib as u64)
         .int("threads", args.threads as u64)
         .int("rounds", args.rounds as u64)
-        .int(
-            "multipart_threshold_mib",
-            options.multipart_threshold as u64 >> 20,
-        )
+        .int("multipart_threshold_mib", options.multipart_threshold >> 20)
         .print();
     let run_id = format!("{:016x}", rand::random::<u64>());
     let (mut ours_up, mut raw_up, mut ours_down, mut raw_down) = (vec![], vec![], vec![], vec![]);
