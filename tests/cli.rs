@@ -327,13 +327,146 @@ fn demo_passes_at_fixed_crash_points() {
     }
 }
 
+/// Runs a small demo crashing after `crash_at` impressions with 3 keyed tasks and 2 sources,
+/// restored at `keyed` keyed tasks and `sources` sources.
+fn demo_rescaled(crash_at: &str, keyed: &str, sources: &str) -> Output {
+    rockstate(&[
+        "demo",
+        "--impressions",
+        "6000",
+        "--users",
+        "100",
+        "--ads",
+        "5",
+        "--checkpoint-every",
+        "1000",
+        "--parallelism",
+        "3",
+        "--sources",
+        "2",
+        "--crash-at",
+        crash_at,
+        "--rescale-to",
+        keyed,
+        "--rescale-sources-to",
+        sources,
+    ])
+}
+
+/// Exactly-once across a restore at another parallelism: keyed state is restored from the
+/// overlapping manifests, source offsets and pending sink transactions are redistributed.
 #[test]
-fn demo_refuses_what_this_build_cannot_do() {
-    let o = rockstate(&["demo", "--rescale-to", "4"]);
+fn demo_passes_when_restored_at_another_parallelism() {
+    for (crash_at, keyed, sources) in [("2500", "2", "2"), ("3500", "4", "3"), ("5999", "4", "1")] {
+        let o = demo_rescaled(crash_at, keyed, sources);
+        let out = stdout(&o);
+        let last = out.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("verdict: PASS"),
+            "crash at {crash_at}, 3 -> {keyed}:\n{out}\n{}",
+            stderr(&o)
+        );
+        assert!(
+            last.contains(&format!(
+                "restores 1, keyed tasks 3 -> {keyed}, sources 2 -> {sources}"
+            )),
+            "{last}"
+        );
+        // Restored from a checkpoint, not started over: sources emit past `2 × every` only
+        // after checkpoint 1 completed.
+        assert!(
+            !stderr(&o).contains("restoring from checkpoint none"),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(code(&o), 0);
+    }
+}
+
+#[test]
+fn demo_rejects_a_zero_parallelism() {
+    let o = demo_rescaled("2500", "0", "2");
     assert_eq!(code(&o), 2);
+    assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+}
+
+/// `bench checkpoint --json --svg`: one JSON object per line with the text format's fields,
+/// and a chart with one bar per checkpoint of each mode.
+#[test]
+fn bench_checkpoint_prints_json_lines_and_an_svg_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("uploaded.svg");
+    let o = rockstate(&[
+        "bench",
+        "checkpoint",
+        "--keys",
+        "2000",
+        "--rounds",
+        "2",
+        "--json",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let uploaded = |mode: &str| -> Vec<u64> {
+        lines
+            .iter()
+            .filter(|v| v["mode"] == mode && v["checkpoint"].is_u64())
+            .map(|v| v["uploaded_bytes"].as_u64().unwrap())
+            .collect()
+    };
+    let (inc, full) = (uploaded("incremental"), uploaded("full"));
+    assert!(inc.len() >= 6 && full.len() >= 6, "{inc:?} {full:?}");
+    // cp6 (a round updating 1% of the keys): incremental uploads less than full.
+    assert!(inc[5] < full[5], "{inc:?} {full:?}");
+    for key in [
+        "sync_ms",
+        "async_ms",
+        "uploaded_files",
+        "reused_files",
+        "state_bytes",
+    ] {
+        assert!(lines.iter().any(|v| v[key].is_number()), "{key}");
+    }
+    assert!(lines
+        .iter()
+        .any(|v| v["line"] == "restore" && v["throughput_ratio"].is_number()));
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
+    for (mode, n) in [("incremental", 6), ("full", 6)] {
+        for i in 1..=n {
+            assert!(
+                chart.contains(&format!("<title>checkpoint {i} {mode}: ")),
+                "{mode} {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bench_lines_are_key_value_text_without_json() {
+    let o = rockstate(&[
+        "bench",
+        "ttl",
+        "--rounds",
+        "1",
+        "--keys-per-round",
+        "200",
+        "--access-keys",
+        "200",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.starts_with("# bench ttl churn: rounds=1 "), "{out}");
     assert!(
-        stderr(&o).starts_with("error: --rescale-to 4"),
-        "{}",
-        stderr(&o)
+        out.lines()
+            .any(|l| l.starts_with("round=1 ttl_live_sst_bytes=")),
+        "{out}"
     );
+    assert!(!out.contains('{'), "{out}");
 }

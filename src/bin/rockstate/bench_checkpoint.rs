@@ -19,6 +19,8 @@ use rockstate::{
     LocalStorage, MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
 };
 
+use crate::report::Line;
+
 /// Which checkpoint modes to run.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -54,6 +56,9 @@ pub struct CheckpointArgs {
     /// Overrides of the RocksDB options as JSON, e.g. `{"write_buffer_size":33554432}`.
     #[arg(long)]
     options: Option<String>,
+    /// Also write an SVG chart of uploaded bytes per checkpoint, incremental vs full.
+    #[arg(long)]
+    svg: Option<PathBuf>,
     /// Checkpoint storage URL (`s3://bucket/prefix`, `memory://`, `file:///dir`); each mode
     /// uses `<url>/<mode>`. Default: a LocalStorage directory in the temporary directory.
     #[arg(long)]
@@ -85,6 +90,9 @@ struct Run<'a> {
     next_id: u64,
     mode: &'static str,
     cumulative: u64,
+    /// Uploaded bytes of each checkpoint, in order (for the chart).
+    uploaded: Vec<u64>,
+    bar: indicatif::ProgressBar,
 }
 
 impl Run<'_> {
@@ -111,17 +119,20 @@ impl Run<'_> {
             .map_err(|_| Error::CheckpointAborted { id })??;
         self.backend.notify_checkpoint_complete(id)?;
         self.cumulative += stats.bytes_uploaded;
-        println!(
-            "checkpoint={} mode={} sync_ms={:.1} async_ms={:.1} uploaded_bytes={} uploaded_files={} reused_files={} state_bytes={}",
-            id,
-            self.mode,
-            ms(stats.sync_duration),
-            ms(stats.async_duration),
-            stats.bytes_uploaded,
-            stats.files_uploaded,
-            stats.files_reused,
-            stats.state_bytes
-        );
+        self.uploaded.push(stats.bytes_uploaded);
+        if !self.bar.is_finished() {
+            self.bar.inc(1);
+        }
+        Line::new()
+            .int("checkpoint", id)
+            .text("mode", self.mode)
+            .num("sync_ms", ms(stats.sync_duration), 1)
+            .num("async_ms", ms(stats.async_duration), 1)
+            .int("uploaded_bytes", stats.bytes_uploaded)
+            .int("uploaded_files", stats.files_uploaded as u64)
+            .int("reused_files", stats.files_reused as u64)
+            .int("state_bytes", stats.state_bytes)
+            .print_above(&self.bar);
         Ok(stats)
     }
 }
@@ -163,6 +174,8 @@ fn open_run<'a>(
             next_id: 1,
             mode,
             cumulative: 0,
+            uploaded: Vec::new(),
+            bar: crate::progress::bar(4 + args.rounds, "checkpoints", mode),
         },
         storage,
     ))
@@ -192,13 +205,16 @@ fn workload<'a>(
         run.update_random_percent()?;
         run.checkpoint()?;
     }
-    println!(
-        "# mode={mode} rounds={} cumulative_uploaded_bytes={} (cp1..cp4: {}, rounds: {})",
-        args.rounds,
-        run.cumulative,
-        after_cp4,
-        run.cumulative - after_cp4
-    );
+    run.bar.finish_and_clear();
+    Line::header()
+        .text("mode", mode)
+        .int("rounds", args.rounds)
+        .int("cumulative_uploaded_bytes", run.cumulative)
+        .note(format!(
+            "cp1..cp4: {after_cp4}, rounds: {}",
+            run.cumulative - after_cp4
+        ))
+        .print();
     Ok((run, storage))
 }
 
@@ -273,12 +289,13 @@ fn compare_sync(run: &mut Run<'_>, root: &Path) -> rockstate::Result<()> {
         }
     }
     let (o, b) = (median(ours), median(bare));
-    println!(
-        "# sync: rockstate_ms={:.2} bare_rocksdb_checkpoint_ms={:.2} ratio={:.3} (median of 6, target <= 1.1)",
-        ms(o),
-        ms(b),
-        o.as_secs_f64() / b.as_secs_f64()
-    );
+    Line::header()
+        .label("sync:")
+        .num("rockstate_ms", ms(o), 2)
+        .num("bare_rocksdb_checkpoint_ms", ms(b), 2)
+        .num("ratio", o.as_secs_f64() / b.as_secs_f64(), 3)
+        .note("median of 6, target <= 1.1")
+        .print();
     Ok(())
 }
 
@@ -299,14 +316,15 @@ fn compare_async(run: &mut Run<'_>, root: &Path, threads: usize) -> rockstate::R
         ours.push(stats.async_duration);
     }
     let (o, p) = (median(ours), median(plain));
-    println!(
-        "# async (full upload): rockstate_ms={:.1} plain_parallel_copy_ms={:.1} bytes={} threads={} ratio={:.3} (median of 3, target <= 1.2)",
-        ms(o),
-        ms(p),
-        bytes,
-        threads,
-        o.as_secs_f64() / p.as_secs_f64()
-    );
+    Line::header()
+        .label("async (full upload):")
+        .num("rockstate_ms", ms(o), 1)
+        .num("plain_parallel_copy_ms", ms(p), 1)
+        .int("bytes", bytes)
+        .int("threads", threads as u64)
+        .num("ratio", o.as_secs_f64() / p.as_secs_f64(), 3)
+        .note("median of 3, target <= 1.2")
+        .print();
     Ok(())
 }
 
@@ -355,13 +373,14 @@ fn compare_restore(
         std::fs::remove_dir_all(&target).map_err(io(&target))?;
     }
     let (o, c) = (median(ours), median(cp));
-    println!(
-        "# restore: rockstate_ms={:.1} cp_r_ms={:.1} bytes={} throughput_ratio={:.3} (median of 3, target >= 0.8)",
-        ms(o),
-        ms(c),
-        bytes,
-        c.as_secs_f64() / o.as_secs_f64()
-    );
+    Line::header()
+        .label("restore:")
+        .num("rockstate_ms", ms(o), 1)
+        .num("cp_r_ms", ms(c), 1)
+        .int("bytes", bytes)
+        .num("throughput_ratio", c.as_secs_f64() / o.as_secs_f64(), 3)
+        .note("median of 3, target >= 0.8")
+        .print();
     std::fs::remove_dir_all(&src).map_err(io(&src))?;
     Ok(())
 }
@@ -372,23 +391,39 @@ pub fn run(args: &CheckpointArgs) -> rockstate::Result<()> {
     let dir = tempfile::tempdir_in(&tmp).map_err(io(&tmp))?;
     let root = dir.path();
     let budget = MemoryBudget::new(MemoryBudgetConfig::default())?;
-    println!(
-        "# bench checkpoint: keys={} value_bytes={} rounds={} threads={} storage={} in {}",
-        args.keys,
-        args.value_bytes,
-        args.rounds,
-        args.threads,
-        args.storage.as_deref().unwrap_or("LocalStorage (fsync)"),
-        root.display()
-    );
+    Line::header()
+        .label("bench checkpoint:")
+        .int("keys", args.keys)
+        .int("value_bytes", args.value_bytes as u64)
+        .int("rounds", args.rounds)
+        .int("threads", args.threads as u64)
+        .text(
+            "storage",
+            format!(
+                "{} in {}",
+                args.storage.as_deref().unwrap_or("LocalStorage (fsync)"),
+                root.display()
+            ),
+        )
+        .print();
+    let mut series = Vec::new();
     if matches!(args.mode, Mode::Incremental | Mode::Both) {
         let (mut run, storage) = workload(args, root, "incremental", &budget)?;
+        series.push(("incremental", run.uploaded.clone()));
         compare_sync(&mut run, root)?;
         compare_restore(&storage, &run, root, &budget)?;
     }
     if matches!(args.mode, Mode::Full | Mode::Both) {
         let (mut run, _storage) = workload(args, root, "full", &budget)?;
+        series.push(("full", run.uploaded.clone()));
         compare_async(&mut run, root, args.threads)?;
+    }
+    if let Some(path) = &args.svg {
+        std::fs::write(path, crate::chart::uploaded_per_checkpoint(&series)).map_err(io(path))?;
+        Line::header()
+            .label("chart:")
+            .text("svg", path.display().to_string())
+            .print();
     }
     Ok(())
 }

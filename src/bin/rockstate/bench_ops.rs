@@ -15,6 +15,8 @@ use rockstate::{
     CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawValueState,
 };
 
+use crate::report::Line;
+
 /// Arguments of `bench ops`.
 #[derive(clap::Args, Debug)]
 pub struct OpsArgs {
@@ -199,6 +201,19 @@ fn run_slice(
 }
 
 /// Runs one phase on every store, slice by slice in turn; returns ops/s per store.
+/// Prints one phase's rates: ours, raw, raw with our key layout (the order of `ops`).
+fn phase_line(phase: Phase, ops: &[f64]) {
+    let (ours_ops, raw_ops, same_ops) = (ops[0], ops[1], ops[2]);
+    Line::new()
+        .text("phase", phase.name())
+        .num("rockstate_ops_s", ours_ops, 0)
+        .num("raw_ops_s", raw_ops, 0)
+        .num("ratio", ours_ops / raw_ops, 3)
+        .num("raw_same_layout_ops_s", same_ops, 0)
+        .num("layout_ratio", ours_ops / same_ops, 3)
+        .print();
+}
+
 fn run_phase(
     stores: &[&dyn Store],
     phase: Phase,
@@ -267,27 +282,23 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     let raw_same = open_raw("raw-same-layout", true)?;
 
     let values = random_values(args);
-    println!(
-        "# bench ops: keys={} value_bytes={} (rockstate RawValueState vs raw rust-rocksdb, same options; \
-         raw_same_layout stores rockstate's key layout, so layout_ratio is rockstate's code overhead alone; \
-         every store is flushed and compacted, untimed, before each phase; the stores take turns in 20 slices per phase)",
-        args.keys, args.value_bytes
-    );
+    Line::header()
+        .label("bench ops:")
+        .int("keys", args.keys)
+        .int("value_bytes", args.value_bytes as u64)
+        .note(
+            "rockstate RawValueState vs raw rust-rocksdb, same options; raw_same_layout stores \
+             rockstate's key layout, so layout_ratio is rockstate's code overhead alone; every \
+             store is flushed and compacted, untimed, before each phase; the stores take turns \
+             in 20 slices per phase",
+        )
+        .print();
     for phase in Phase::ALL {
         backend.wait_for_compactions()?;
         raw.settle()?;
         raw_same.settle()?;
         let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
-        let (ours_ops, raw_ops, same_ops) = (ops[0], ops[1], ops[2]);
-        println!(
-            "phase={} rockstate_ops_s={:.0} raw_ops_s={:.0} ratio={:.3} raw_same_layout_ops_s={:.0} layout_ratio={:.3}",
-            phase.name(),
-            ours_ops,
-            raw_ops,
-            ours_ops / raw_ops,
-            same_ops,
-            ours_ops / same_ops
-        );
+        phase_line(phase, &ops);
     }
     Ok(())
 }
@@ -344,24 +355,19 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
     let raw = RawHeap::new(false);
     let raw_same = RawHeap::new(true);
     let values = random_values(args);
-    println!(
-        "# bench ops: keys={} value_bytes={} backend=heap (rockstate heap RawValueState vs a plain \
-         BTreeMap<Vec<u8>, Vec<u8>>; raw_same_layout stores rockstate's key layout, so \
-         layout_ratio is rockstate's code overhead alone)",
-        args.keys, args.value_bytes
-    );
+    Line::header()
+        .label("bench ops:")
+        .int("keys", args.keys)
+        .int("value_bytes", args.value_bytes as u64)
+        .text("backend", "heap")
+        .note(
+            "rockstate heap RawValueState vs a plain BTreeMap<Vec<u8>, Vec<u8>>; raw_same_layout \
+             stores rockstate's key layout, so layout_ratio is rockstate's code overhead alone",
+        )
+        .print();
     for phase in Phase::ALL {
         let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
-        let (ours_ops, raw_ops, same_ops) = (ops[0], ops[1], ops[2]);
-        println!(
-            "phase={} rockstate_ops_s={:.0} raw_ops_s={:.0} ratio={:.3} raw_same_layout_ops_s={:.0} layout_ratio={:.3}",
-            phase.name(),
-            ours_ops,
-            raw_ops,
-            ours_ops / raw_ops,
-            same_ops,
-            ours_ops / same_ops
-        );
+        phase_line(phase, &ops);
     }
     drop((raw, raw_same));
 
@@ -403,15 +409,19 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
         detail: "snapshot thread panicked".into(),
     })?;
     let stats = stats?;
-    println!(
-        "heap_snapshot blocked_ms={:.4} total_ms={:.0} blocked_min_ms={:.4} entries={} file_bytes={} task_updates_during={} task_update_ops_s_during={:.0}",
-        blocked.as_secs_f64() * 1e3,
-        total.as_secs_f64() * 1e3,
-        blocked_min.as_secs_f64() * 1e3,
-        stats.entries,
-        stats.file_bytes,
-        updates,
-        updates as f64 / updating.as_secs_f64()
-    );
+    Line::new()
+        .label("heap_snapshot")
+        .num("blocked_ms", blocked.as_secs_f64() * 1e3, 4)
+        .num("total_ms", total.as_secs_f64() * 1e3, 0)
+        .num("blocked_min_ms", blocked_min.as_secs_f64() * 1e3, 4)
+        .int("entries", stats.entries)
+        .int("file_bytes", stats.file_bytes)
+        .int("task_updates_during", updates)
+        .num(
+            "task_update_ops_s_during",
+            updates as f64 / updating.as_secs_f64(),
+            0,
+        )
+        .print();
     Ok(())
 }

@@ -31,6 +31,8 @@ use rockstate::{
     LocalStorage, MemoryBudget, MemoryBudgetConfig, RestoreFrom,
 };
 
+use crate::report::Line;
+
 /// Arguments of `bench rescale`.
 #[derive(clap::Args, Debug)]
 pub struct RescaleArgs {
@@ -129,11 +131,20 @@ fn half(i: u32) -> rockstate::Result<KeyGroupRange> {
 /// downloads in total (1 -> 2 fetches the whole source checkpoint into each new instance).
 fn print_ratio(what: &str, secs: Duration, plain: Duration, bytes: u64, downloaded: u64) {
     let (s, p) = (secs.as_secs_f64(), plain.as_secs_f64());
-    println!(
-        "rescale={what} secs={s:.3} plain_restore_secs={p:.3} ratio={:.3} bytes={bytes} downloaded_bytes={downloaded} ratio_per_downloaded_byte={:.3} (median, target ratio >= 0.5)",
-        p / s,
-        (downloaded as f64 / s) / (bytes as f64 / p)
-    );
+    Line::new()
+        .text("rescale", what)
+        .num("secs", s, 3)
+        .num("plain_restore_secs", p, 3)
+        .num("ratio", p / s, 3)
+        .int("bytes", bytes)
+        .int("downloaded_bytes", downloaded)
+        .num(
+            "ratio_per_downloaded_byte",
+            (downloaded as f64 / s) / (bytes as f64 / p),
+            3,
+        )
+        .note("median, target ratio >= 0.5")
+        .print();
 }
 
 /// Runs the benchmark.
@@ -147,14 +158,17 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         storage: Arc::new(LocalStorage::new(root.join("storage"))?),
         budget: MemoryBudget::new(MemoryBudgetConfig::default())?,
     };
-    println!(
-        "# bench rescale: keys={} value_bytes={} threads={} repeat={} storage=LocalStorage (fsync) in {}",
-        args.keys,
-        args.value_bytes,
-        args.threads,
-        args.repeat,
-        root.display()
-    );
+    Line::header()
+        .label("bench rescale:")
+        .int("keys", args.keys)
+        .int("value_bytes", args.value_bytes as u64)
+        .int("threads", args.threads as u64)
+        .int("repeat", args.repeat as u64)
+        .text(
+            "storage",
+            format!("LocalStorage (fsync) in {}", root.display()),
+        )
+        .print();
     let all = KeyGroupRange::all(M)?;
 
     // Source state and checkpoint 1 (full: nothing to reuse).
@@ -171,10 +185,11 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     src.notify_checkpoint_complete(1)?;
     drop(src);
     env.remove("src")?;
-    println!(
-        "# checkpoint 1 (full): uploaded_bytes={} files={}",
-        full.bytes_uploaded, full.files_uploaded
-    );
+    Line::header()
+        .label("checkpoint 1 (full):")
+        .int("uploaded_bytes", full.bytes_uploaded)
+        .int("files", full.files_uploaded as u64)
+        .print();
 
     // 1 -> 2.
     let plain = env.timed("plain 1", |i| {
@@ -229,11 +244,14 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     for b in &halves {
         b.notify_checkpoint_complete(2)?;
     }
-    println!(
-        "first_checkpoint_after_rescale uploaded_bytes={uploaded} reused_files={reused} state_bytes={state_bytes} full_checkpoint_bytes={} fraction={:.4}",
-        full.bytes_uploaded,
-        uploaded as f64 / full.bytes_uploaded as f64
-    );
+    Line::new()
+        .label("first_checkpoint_after_rescale")
+        .int("uploaded_bytes", uploaded)
+        .int("reused_files", reused as u64)
+        .int("state_bytes", state_bytes)
+        .int("full_checkpoint_bytes", full.bytes_uploaded)
+        .num("fraction", uploaded as f64 / full.bytes_uploaded as f64, 4)
+        .print();
     let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
     drop(halves);
 
@@ -277,16 +295,17 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     let r = fresh.restore_savepoint(&sp)?;
     let read = t.elapsed();
     let mb = |bytes: u64, d: Duration| bytes as f64 / 1e6 / d.as_secs_f64();
-    println!(
-        "savepoint write_mb_s={:.1} read_mb_s={:.1} entries={} raw_bytes={} file_bytes={} zstd_level={} write_secs={:.3} read_secs={:.3} (MB/s of raw entry bytes; target write >= 200)",
-        mb(w.raw_bytes, write),
-        mb(r.raw_bytes, read),
-        w.entries,
-        w.raw_bytes,
-        w.file_bytes,
-        SAVEPOINT_ZSTD_LEVEL,
-        write.as_secs_f64(),
-        read.as_secs_f64()
-    );
+    Line::new()
+        .label("savepoint")
+        .num("write_mb_s", mb(w.raw_bytes, write), 1)
+        .num("read_mb_s", mb(r.raw_bytes, read), 1)
+        .int("entries", w.entries)
+        .int("raw_bytes", w.raw_bytes)
+        .int("file_bytes", w.file_bytes)
+        .text("zstd_level", SAVEPOINT_ZSTD_LEVEL.to_string())
+        .num("write_secs", write.as_secs_f64(), 3)
+        .num("read_secs", read.as_secs_f64(), 3)
+        .note("MB/s of raw entry bytes; target write >= 200")
+        .print();
     Ok(())
 }

@@ -19,6 +19,8 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use rand::{RngCore, SeedableRng};
 use rockstate::{CheckpointStorage, Error, ObjectStorage, ObjectStorageOptions};
 
+use crate::report::Line;
+
 /// Arguments of `bench s3`.
 #[derive(clap::Args, Debug)]
 pub struct S3Args {
@@ -193,15 +195,15 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
             .map_err(io(dir.path()))?,
         threads: args.threads,
     };
-    println!(
-        "# bench s3: storage={} files={} file_mib={} threads={} rounds={} multipart_threshold_mib={}",
-        args.storage,
-        args.files,
-        args.file_mib,
-        args.threads,
-        args.rounds,
-        options.multipart_threshold >> 20
-    );
+    Line::header()
+        .label("bench s3:")
+        .text("storage", args.storage.clone())
+        .int("files", args.files as u64)
+        .int("file_mib", args.file_mib as u64)
+        .int("threads", args.threads as u64)
+        .int("rounds", args.rounds as u64)
+        .int("multipart_threshold_mib", options.multipart_threshold >> 20)
+        .print();
     let run_id = format!("{:016x}", rand::random::<u64>());
     let (mut ours_up, mut raw_up, mut ours_down, mut raw_down) = (vec![], vec![], vec![], vec![]);
     for round in 0..args.rounds {
@@ -254,19 +256,14 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
         median(ours_down),
         median(raw_down),
     );
-    println!(
-        "# s3 upload: rockstate_mib_s={:.1} raw_object_store_mib_s={:.1} ratio={:.3} (median of {}, target >= 0.8)",
-        mbs(ou),
-        mbs(ru),
-        ru.as_secs_f64() / ou.as_secs_f64(),
-        args.rounds
-    );
-    println!(
-        "# s3 download: rockstate_mib_s={:.1} raw_object_store_mib_s={:.1} ratio={:.3} (median of {}, target >= 0.8)",
-        mbs(od),
-        mbs(rd),
-        rd.as_secs_f64() / od.as_secs_f64(),
-        args.rounds
-    );
+    for (what, ours, raw) in [("s3 upload:", ou, ru), ("s3 download:", od, rd)] {
+        Line::header()
+            .label(what)
+            .num("rockstate_mib_s", mbs(ours), 1)
+            .num("raw_object_store_mib_s", mbs(raw), 1)
+            .num("ratio", raw.as_secs_f64() / ours.as_secs_f64(), 3)
+            .note(format!("median of {}, target >= 0.8", args.rounds))
+            .print();
+    }
     Ok(())
 }

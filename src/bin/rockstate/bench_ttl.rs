@@ -18,6 +18,8 @@ use rockstate::{
     KeyedBackend, ManualClock, MemoryBudget, MemoryBudgetConfig, StateDescriptor, TtlConfig,
 };
 
+use crate::report::Line;
+
 /// Arguments of `bench ttl`.
 #[derive(clap::Args, Debug)]
 pub struct TtlArgs {
@@ -74,10 +76,14 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
         rockstate::CodecId::new("bytes", 1),
     )?;
     let plain_state = without.raw_value_state("s", rockstate::CodecId::new("bytes", 1))?;
-    println!(
-        "# bench ttl churn: rounds={} keys_per_round={} value_bytes={} ttl=2.5 rounds",
-        args.rounds, args.keys_per_round, args.value_bytes
-    );
+    Line::header()
+        .label("bench ttl churn:")
+        .int("rounds", args.rounds)
+        .int("keys_per_round", args.keys_per_round)
+        .int("value_bytes", args.value_bytes as u64)
+        .text("ttl", "2.5 rounds")
+        .print();
+    let bar = crate::progress::bar(args.rounds, "rounds", "churn");
     let mut max_round_bytes = 0u64;
     let mut last_ttl_bytes = 0u64;
     for round in 0..args.rounds {
@@ -103,20 +109,27 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
             max_round_bytes = sizes[1];
         }
         last_ttl_bytes = sizes[0];
-        println!(
-            "round={} ttl_live_sst_bytes={} no_ttl_live_sst_bytes={} ttl_checkpoint_uploaded_bytes={} no_ttl_checkpoint_uploaded_bytes={}",
-            round + 1,
-            sizes[0],
-            sizes[1],
-            uploaded[0],
-            uploaded[1]
-        );
+        bar.inc(1);
+        Line::new()
+            .int("round", round + 1)
+            .int("ttl_live_sst_bytes", sizes[0])
+            .int("no_ttl_live_sst_bytes", sizes[1])
+            .int("ttl_checkpoint_uploaded_bytes", uploaded[0])
+            .int("no_ttl_checkpoint_uploaded_bytes", uploaded[1])
+            .print_above(&bar);
     }
-    println!(
-        "churn_ttl_rounds_worth={:.2} dropped_by_compaction={}",
-        last_ttl_bytes as f64 / max_round_bytes.max(1) as f64,
-        with.ttl_stats("s")?.dropped_by_compaction
-    );
+    bar.finish_and_clear();
+    Line::new()
+        .num(
+            "churn_ttl_rounds_worth",
+            last_ttl_bytes as f64 / max_round_bytes.max(1) as f64,
+            2,
+        )
+        .int(
+            "dropped_by_compaction",
+            with.ttl_stats("s")?.dropped_by_compaction,
+        )
+        .print();
     drop((ttl_state, plain_state, with, without));
 
     // 2. Compaction with vs without the filter, same TTL data (nothing expired).
@@ -148,12 +161,12 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
             secs[i] += start.elapsed().as_secs_f64();
         }
     }
-    println!(
-        "compaction_entries={n} with_filter_s={:.3} without_filter_s={:.3} compaction_ratio={:.3}",
-        secs[0],
-        secs[1],
-        secs[1] / secs[0]
-    );
+    Line::new()
+        .int("compaction_entries", n)
+        .num("with_filter_s", secs[0], 3)
+        .num("without_filter_s", secs[1], 3)
+        .num("compaction_ratio", secs[1] / secs[0], 3)
+        .print();
 
     // 3. Access: get + update, TTL vs plain, interleaved in one process.
     let b = open(&tmp.path().join("access"), &clock)?;
@@ -181,11 +194,11 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
         }
     }
     let rates = secs.map(|s| 2.0 * args.access_keys as f64 / s);
-    println!(
-        "access_ops=get+update ttl_ops_s={:.0} plain_ops_s={:.0} access_ratio={:.3}",
-        rates[0],
-        rates[1],
-        rates[0] / rates[1]
-    );
+    Line::new()
+        .text("access_ops", "get+update")
+        .num("ttl_ops_s", rates[0], 0)
+        .num("plain_ops_s", rates[1], 0)
+        .num("access_ratio", rates[0] / rates[1], 3)
+        .print();
     Ok(())
 }

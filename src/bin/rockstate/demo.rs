@@ -2,20 +2,29 @@
 //! barrier aligner, crashed, restored from the newest job record, and compared with a
 //! crash-free reference run.
 //!
-//! Impressions `(user, ad, time)` are a pure function of `(seed, index)`. `S` source tasks
-//! read interleaved index ranges (source `s` reads `s, s + S, …`); their next offset lives in
-//! operator state. Each impression goes to the keyed task owning `key_group((user, ad))`;
-//! `P` keyed tasks each own a key-group range of a RocksDB backend with a `ValueState<u64>`
-//! counter (24 h TTL; impression times span far less, so expiry never changes the result) and
-//! raise an alert `(user, ad)` when a counter first exceeds 5. Keyed tasks have one input
-//! channel per source and align barriers. The sink is two-phase: alerts are staged per
-//! checkpoint, carried in the task's operator state in the job record, and committed to the
-//! output only when the checkpoint completes (or, after a crash, when the restored job finds
-//! them in the job record it restores from). Output is therefore exactly-once.
+//! Impressions `(user, ad, time)` are a pure function of `(seed, index)`. The input has a
+//! fixed number of partitions (impression `i` is in partition `i % partitions`, like a log's
+//! partitions); `S` source tasks each read a run of the partitions round-robin, and keep a
+//! `(partition, next index)` pair per partition in operator state (split redistribution).
+//! Sources emit only up to a gate that each checkpoint trigger raises by `checkpoint_every`,
+//! and the next trigger waits for the previous checkpoint to complete, so a crash after `n`
+//! impressions (n > 2 × checkpoint_every) always finds a completed checkpoint. Each
+//! impression goes to the keyed task owning `key_group((user, ad))`; `P` keyed tasks each own
+//! a key-group range of a RocksDB backend with a `ValueState<u64>` counter (24 h TTL;
+//! impression times span far less, so expiry never changes the result) and raise an alert
+//! `(user, ad)` when a counter first exceeds 5. Keyed tasks have one input channel per source
+//! and align barriers. The sink is two-phase: alerts are staged per
+//! checkpoint as a transaction `(task, checkpoint id, alerts)`. Every transaction not yet
+//! committed is carried in the task's operator state (union redistribution) in the job record,
+//! and committed to the output when a checkpoint at or after it completes (or, after a crash,
+//! by every restored task that receives it: commits are idempotent per `(task, checkpoint)`).
+//! Output is therefore exactly-once.
 //!
-//! Restore at another parallelism (`--rescale-to`) needs rescaling restore, which is not in
-//! this build yet; the topology keeps source offsets in operator state and keyed state in
-//! per-range backends so it plugs in there.
+//! After the crash the job restores from the newest job record, optionally at another
+//! parallelism (`--rescale-to`, `--rescale-sources-to`): every keyed task restores its new
+//! key-group range from all the record's manifests (`RestoreFrom::Handles`), and the source
+//! offsets and the pending transactions are redistributed with
+//! [`rockstate::operator_state::redistribute`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -31,7 +40,7 @@ use rockstate::coordinator::{
     latest_job_checkpoint, task_checkpoint, Coordinator, CoordinatorConfig, Outcome, TaskCommand,
     TaskReporter, Triggered,
 };
-use rockstate::operator_state::OperatorState;
+use rockstate::operator_state::{redistribute, OperatorState};
 use rockstate::{
     BackendMetrics, CheckpointOptions, CheckpointStorage, KeyGroupRange, KeyedBackend,
     LocalStorage, ManualClock, RestoreFrom, StateDescriptor, TtlConfig,
@@ -58,16 +67,26 @@ pub struct DemoArgs {
     /// Source tasks.
     #[arg(long, default_value_t = 2)]
     sources: u32,
+    /// Input partitions the sources share (impression `i` is in partition `i % partitions`).
+    #[arg(long, default_value_t = 12)]
+    partitions: u32,
     /// Trigger a checkpoint every this many processed impressions.
     #[arg(long, default_value_t = 10_000)]
     checkpoint_every: u64,
-    /// Crash once this many impressions were processed (default: a seed-chosen point).
+    /// Crash once this many impressions were processed (default: a random point, see
+    /// --crash-seed).
     #[arg(long)]
     crash_at: Option<u64>,
-    /// Restore at another parallelism (needs rescaling restore; not in this build yet).
+    /// Seed of the crash point when --crash-at is not given (default: from the time; printed).
+    #[arg(long)]
+    crash_seed: Option<u64>,
+    /// Keyed tasks of the job restored after the crash (default: --parallelism).
     #[arg(long)]
     rescale_to: Option<u32>,
-    /// Seed of the impression stream and of the crash point.
+    /// Source tasks of the job restored after the crash (default: --sources).
+    #[arg(long)]
+    rescale_sources_to: Option<u32>,
+    /// Seed of the impression stream.
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// Checkpoint storage directory (default: a temporary directory).
@@ -79,6 +98,21 @@ const MAX_PARALLELISM: u32 = 128;
 const CAP: u64 = 5;
 /// Records buffered per keyed task's input.
 const CHANNEL_CAPACITY: usize = 256;
+/// Operator-state list of a source: `(partition, next index)` pairs.
+const OFFSETS: &str = "offsets";
+/// Operator-state list of a keyed task: its uncommitted sink transactions.
+const PENDING: &str = "pending-alerts";
+
+/// A sink transaction: the alerts a task staged before a checkpoint's barrier, identified by
+/// `(task, checkpoint id)`.
+type Txn = (u32, u64, Vec<(u32, u32)>);
+
+/// Task counts of one run of the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Topology {
+    sources: u32,
+    keyed: u32,
+}
 
 fn mix(mut x: u64) -> u64 {
     // splitmix64
@@ -147,7 +181,12 @@ struct Shared {
     ads: u32,
     total: u64,
     sources: u32,
+    partitions: u32,
     processed: AtomicU64,
+    /// Impressions the sources emitted (claimed) so far.
+    emitted: AtomicU64,
+    /// Sources emit while `emitted < gate`; each trigger raises it by `checkpoint_every`.
+    gate: AtomicU64,
     kill: AtomicBool,
     crash_at: u64,
     sink: Arc<Mutex<SinkOutput>>,
@@ -189,44 +228,68 @@ fn commands_into<S: SendMsg>(
 fn source_task(
     s: u32,
     shared: Arc<Shared>,
-    start: u64,
+    mut parts: Vec<(u32, u64)>,
     rx: Receiver<Msg>,
     outs: Vec<SyncSender<Msg>>,
     reporter: TaskReporter,
     ranges: Vec<KeyGroupRange>,
 ) -> Result<(), CliError> {
-    let mut next = start;
-    let step = u64::from(shared.sources);
-    let mut state = OperatorState::new();
-    let handle = |cmd: TaskCommand, next: u64, state: &mut OperatorState| -> Result<(), CliError> {
+    let step = u64::from(shared.partitions);
+    let handle = |cmd: TaskCommand, parts: &[(u32, u64)]| -> Result<(), CliError> {
         if let TaskCommand::Trigger { checkpoint_id } = cmd {
             for o in &outs {
                 let _ = o.send(Msg::Data(s as usize, Input::Barrier(checkpoint_id)));
             }
-            state.update("offsets", RedistributionMode::Split, &[next])?;
+            let mut state = OperatorState::new();
+            state.update(OFFSETS, RedistributionMode::Split, parts)?;
             reporter.ack(checkpoint_id, task_checkpoint(s, None, state.snapshot()));
         }
         Ok(())
     };
-    while next < shared.total {
-        if shared.kill.load(Ordering::SeqCst) {
-            return Ok(());
+    let mut live = true;
+    while live {
+        live = false;
+        for i in 0..parts.len() {
+            if shared.kill.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            while let Ok(Msg::Cmd(c)) = rx.try_recv() {
+                handle(c, &parts)?;
+            }
+            let next = parts[i].1;
+            if next >= shared.total {
+                continue;
+            }
+            live = true;
+            // Wait for the gate (answering commands meanwhile).
+            while shared
+                .emitted
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |e| {
+                    (e < shared.gate.load(Ordering::SeqCst)).then_some(e + 1)
+                })
+                .is_err()
+            {
+                if shared.kill.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+                while let Ok(Msg::Cmd(c)) = rx.try_recv() {
+                    handle(c, &parts)?;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let imp = impression(shared.args_seed, next, shared.users, shared.ads);
+            let kg = key_group(imp.0, imp.1)?;
+            let task = ranges.iter().position(|r| r.contains(kg)).unwrap_or(0);
+            let _ = outs[task].send(Msg::Data(s as usize, Input::Record(imp)));
+            parts[i].1 = next + step;
         }
-        while let Ok(Msg::Cmd(c)) = rx.try_recv() {
-            handle(c, next, &mut state)?;
-        }
-        let imp = impression(shared.args_seed, next, shared.users, shared.ads);
-        let kg = key_group(imp.0, imp.1)?;
-        let task = ranges.iter().position(|r| r.contains(kg)).unwrap_or(0);
-        let _ = outs[task].send(Msg::Data(s as usize, Input::Record(imp)));
-        next += step;
     }
     // Input exhausted: keep answering triggers until the job ends.
     while let Ok(Msg::Cmd(c)) = rx.recv() {
         if shared.kill.load(Ordering::SeqCst) {
             return Ok(());
         }
-        handle(c, next, &mut state)?;
+        handle(c, &parts)?;
     }
     Ok(())
 }
@@ -277,11 +340,8 @@ fn keyed_task(
                 continue;
             }
             Msg::Cmd(TaskCommand::Abort { checkpoint_id }) => {
-                // Its records are in the state already: its alerts go with the next checkpoint.
-                if let Some(mut a) = kt.pending.remove(&checkpoint_id) {
-                    a.append(&mut kt.staged);
-                    kt.staged = a;
-                }
+                // Its transaction stays pending: it is in every later snapshot and commits
+                // with the next completed checkpoint.
                 kt.backend.notify_checkpoint_aborted(checkpoint_id)?;
                 continue;
             }
@@ -306,10 +366,15 @@ fn keyed_task(
                 }
                 Output::Snapshot { checkpoint_id } => {
                     let alerts = std::mem::take(&mut kt.staged);
-                    let mut op = OperatorState::new();
-                    op.update("pending-alerts", RedistributionMode::Union, &alerts)?;
-                    let stats = kt.backend.checkpoint(checkpoint_id)?;
                     kt.pending.insert(checkpoint_id, alerts);
+                    let txns: Vec<Txn> = kt
+                        .pending
+                        .iter()
+                        .map(|(id, a)| (kt.task, *id, a.clone()))
+                        .collect();
+                    let mut op = OperatorState::new();
+                    op.update(PENDING, RedistributionMode::Union, &txns)?;
+                    let stats = kt.backend.checkpoint(checkpoint_id)?;
                     let row = CheckpointRow {
                         state_bytes: stats.state_bytes,
                         uploaded: stats.bytes_uploaded,
@@ -341,17 +406,100 @@ fn keyed_task(
     Ok(())
 }
 
-/// Runs the job until the input is exhausted (and a final checkpoint completed) or the crash
-/// point; restores from the newest job record in `storage` if there is one.
+/// How a run of the job at `topology` starts: each source's partitions with their next
+/// index, each keyed task's pending sink transactions, and the keyed-state restore (none for
+/// a fresh start).
+struct StartPlan {
+    source_parts: Vec<Vec<(u32, u64)>>,
+    keyed_txns: Vec<Vec<Txn>>,
+    restore: Option<RestoreFrom>,
+}
+
+/// Plans the start of a job at `topology` from `record` (the newest job record), or from
+/// scratch: source offsets and pending transactions are redistributed from the old tasks'
+/// operator state to the new ones, and keyed tasks restore from all the record's manifests.
+fn plan_start(
+    record: Option<&JobCheckpoint>,
+    topology: Topology,
+    partitions: u32,
+) -> Result<StartPlan, CliError> {
+    let Some(r) = record else {
+        let mut all = OperatorState::new();
+        let fresh: Vec<(u32, u64)> = (0..partitions).map(|p| (p, u64::from(p))).collect();
+        all.update(OFFSETS, RedistributionMode::Split, &fresh)?;
+        let sources = redistribute(&[all], topology.sources as usize)?;
+        return Ok(StartPlan {
+            source_parts: sources
+                .iter()
+                .map(|o| o.get(OFFSETS))
+                .collect::<rockstate::Result<_>>()?,
+            keyed_txns: vec![Vec::new(); topology.keyed as usize],
+            restore: None,
+        });
+    };
+    let states = |keyed: bool| -> rockstate::Result<Vec<OperatorState>> {
+        r.tasks
+            .iter()
+            .filter(|t| t.manifest.is_some() == keyed)
+            .map(|t| OperatorState::from_snapshot(t.operator_state.clone()))
+            .collect()
+    };
+    let sources = redistribute(&states(false)?, topology.sources as usize)?;
+    let source_parts: Vec<Vec<(u32, u64)>> = sources
+        .iter()
+        .map(|o| o.get(OFFSETS))
+        .collect::<rockstate::Result<_>>()?;
+    let mut held: Vec<u32> = source_parts.iter().flatten().map(|(p, _)| *p).collect();
+    held.sort_unstable();
+    if held != (0..partitions).collect::<Vec<_>>() {
+        return Err(CliError::storage(format!(
+            "job record {} holds offsets of partitions {held:?}, expected 0..{partitions} \
+             (was the job started with another --partitions?)",
+            r.checkpoint_id
+        )));
+    }
+    let keyed = redistribute(&states(true)?, topology.keyed as usize)?;
+    let keyed_txns = keyed
+        .iter()
+        .map(|o| o.get(PENDING))
+        .collect::<rockstate::Result<_>>()?;
+    let mut backend_ids = Vec::new();
+    for manifest in r.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
+        match layout::parse_checkpoint_object(manifest) {
+            Some(obj) if obj.id == r.checkpoint_id => backend_ids.push(obj.backend_id.to_string()),
+            _ => {
+                return Err(CliError::storage(format!(
+                    "job record {} names manifest `{manifest}` of another checkpoint",
+                    r.checkpoint_id
+                )))
+            }
+        }
+    }
+    Ok(StartPlan {
+        source_parts,
+        keyed_txns,
+        restore: Some(RestoreFrom::Handles {
+            checkpoint_id: r.checkpoint_id,
+            backend_ids,
+        }),
+    })
+}
+
+/// Runs the job at `topology` until the input is exhausted (and a final checkpoint
+/// completed) or the crash point; restores from the newest job record in `storage` if there
+/// is one.
 fn run_job(
     args: &DemoArgs,
+    topology: Topology,
     shared: Arc<Shared>,
     storage: Arc<LocalStorage>,
     work: &Path,
+    label: &str,
 ) -> Result<RunEnd, CliError> {
-    let p = args.parallelism;
-    let s = args.sources;
+    let p = topology.keyed;
+    let s = topology.sources;
     let restored: Option<JobCheckpoint> = latest_job_checkpoint(storage.as_ref())?;
+    let plan = plan_start(restored.as_ref(), topology, args.partitions)?;
     let mut config = CoordinatorConfig::new("freqcap", s + p, MAX_PARALLELISM);
     config.sources = (0..s).collect();
     config.retained = 2;
@@ -393,20 +541,23 @@ fn run_job(
             });
         let kt = KeyedTask {
             task,
-            backend: builder.clone_open(restored.as_ref(), task)?,
+            backend: match &plan.restore {
+                Some(from) => builder.restore(from.clone())?,
+                None => builder.open()?,
+            },
             staged: Vec::new(),
             pending: BTreeMap::new(),
         };
-        if let Some(r) = &restored {
-            // Alerts of the restored checkpoint may not have been committed before the crash.
-            if let Some(t) = r.tasks.iter().find(|t| t.task == task) {
-                let op = OperatorState::from_snapshot(t.operator_state.clone())?;
-                let alerts: Vec<(u32, u32)> = op.get("pending-alerts")?;
-                if let Ok(mut sink) = shared.sink.lock() {
-                    sink.commit(task, r.checkpoint_id, &alerts);
-                }
-            }
+        // The restored checkpoint completed, so every transaction it carries commits (some
+        // may have been committed before the crash: commits are idempotent).
+        let mut sink = shared
+            .sink
+            .lock()
+            .map_err(|_| CliError::storage("sink poisoned"))?;
+        for (writer, id, alerts) in &plan.keyed_txns[i as usize] {
+            sink.commit(*writer, *id, alerts);
         }
+        drop(sink);
         let (sh, rw) = (shared.clone(), rows.clone());
         let mt = task_metrics.clone();
         threads.push(std::thread::spawn(move || {
@@ -417,33 +568,18 @@ fn run_job(
         let (tx, rx) = mpsc::channel();
         let (reporter, fwd) = commands_into(coord.endpoint(src)?, tx);
         forwarders.push(fwd);
-        let start = match &restored {
-            Some(r) => {
-                let t = r.tasks.iter().find(|t| t.task == src).ok_or_else(|| {
-                    CliError::storage(format!("job record {} lacks source {src}", r.checkpoint_id))
-                })?;
-                let op = OperatorState::from_snapshot(t.operator_state.clone())?;
-                op.get::<u64>("offsets")?
-                    .first()
-                    .copied()
-                    .unwrap_or(u64::from(src))
-            }
-            None => u64::from(src),
-        };
+        let parts = plan.source_parts[src as usize].clone();
         let (sh, outs, rs) = (shared.clone(), keyed_tx.clone(), ranges.clone());
         threads.push(std::thread::spawn(move || {
-            source_task(src, sh, start, rx, outs, reporter, rs)
+            source_task(src, sh, parts, rx, outs, reporter, rs)
         }));
     }
     drop(keyed_tx);
-    let already = restored
-        .as_ref()
-        .map_or(0, |_| shared.processed.load(Ordering::SeqCst));
-    let mut last_trigger = already;
     let mut final_triggered = None;
     let mut completed_final = false;
     let mut completed = BTreeSet::new();
-    let mut progress = Instant::now();
+    let bar = crate::progress::bar(shared.total, "impressions", label);
+    bar.set_position(shared.processed.load(Ordering::SeqCst));
     while !shared.kill.load(Ordering::SeqCst) {
         for o in coord.wait(Duration::from_millis(20))? {
             if let Outcome::Completed(r) = o {
@@ -459,22 +595,23 @@ fn run_job(
             break;
         }
         let done = shared.processed.load(Ordering::SeqCst);
-        if progress.elapsed() >= Duration::from_millis(500) {
-            eprint!("\r  processed {done}/{}", shared.total);
-            progress = Instant::now();
-        }
+        bar.set_position(done);
         let all_in = done >= shared.total;
-        if (done >= last_trigger + args.checkpoint_every || (all_in && final_triggered.is_none()))
-            && coord.pending().is_empty()
-        {
+        let at_gate = shared.emitted.load(Ordering::SeqCst) >= shared.gate.load(Ordering::SeqCst);
+        if (at_gate || (all_in && final_triggered.is_none())) && coord.pending().is_empty() {
             if let Triggered::Started(id) = coord.trigger()? {
-                last_trigger = done;
+                // Sources emit the next `checkpoint_every` impressions only now, after the
+                // previous checkpoint completed: a crash point maps to checkpoints exactly.
+                shared
+                    .gate
+                    .fetch_add(args.checkpoint_every.max(1), Ordering::SeqCst);
                 if all_in {
                     final_triggered = Some(id);
                 }
             }
         }
     }
+    bar.finish_and_clear();
     let crashed = shared.kill.load(Ordering::SeqCst) && !completed_final;
     drop(coord); // ends the forwarders, which ends the tasks
     for f in forwarders {
@@ -486,7 +623,6 @@ fn run_job(
             Err(_) => return Err(CliError::storage("a task thread panicked")),
         }
     }
-    eprintln!();
     // Only completed checkpoints go into the table (a crash leaves partial ones).
     let mut rows = rows.lock().map(|r| r.clone()).unwrap_or_default();
     rows.retain(|id, _| completed.contains(id));
@@ -498,36 +634,10 @@ fn run_job(
     })
 }
 
-trait OpenOrRestore {
-    fn clone_open(self, from: Option<&JobCheckpoint>, task: u32) -> Result<KeyedBackend, CliError>;
-}
-
-impl OpenOrRestore for rockstate::BackendBuilder {
-    fn clone_open(self, from: Option<&JobCheckpoint>, task: u32) -> Result<KeyedBackend, CliError> {
-        let Some(r) = from else {
-            return Ok(self.open()?);
-        };
-        let t = r.tasks.iter().find(|t| t.task == task).ok_or_else(|| {
-            CliError::storage(format!("job record {} lacks task {task}", r.checkpoint_id))
-        })?;
-        let manifest = t.manifest.as_deref().ok_or_else(|| {
-            CliError::storage(format!(
-                "job record {} names no manifest for task {task}",
-                r.checkpoint_id
-            ))
-        })?;
-        let obj = layout::parse_checkpoint_object(manifest)
-            .ok_or_else(|| CliError::storage(format!("bad manifest name {manifest}")))?;
-        Ok(self.restore(RestoreFrom::Exact {
-            checkpoint_id: obj.id,
-            backend_id: obj.backend_id.to_string(),
-        })?)
-    }
-}
-
 impl Shared {
     fn new(
         args: &DemoArgs,
+        topology: Topology,
         processed: u64,
         crash_at: u64,
         sink: Arc<Mutex<SinkOutput>>,
@@ -537,8 +647,11 @@ impl Shared {
             users: args.users,
             ads: args.ads,
             total: args.impressions,
-            sources: args.sources,
+            sources: topology.sources,
+            partitions: args.partitions,
             processed: AtomicU64::new(processed),
+            emitted: AtomicU64::new(processed),
+            gate: AtomicU64::new(processed + args.checkpoint_every.max(1)),
             kill: AtomicBool::new(false),
             crash_at,
             sink,
@@ -554,53 +667,56 @@ struct RunResult {
     restores: u32,
 }
 
-/// Impressions the sources had consumed at the checkpoint of `record` (source `s` reads
-/// `s, s + S, …`; its stored offset is the next index it will read).
-fn consumed_at(record: &JobCheckpoint, sources: u32) -> u64 {
-    record
-        .tasks
-        .iter()
-        .filter(|t| t.task < sources)
-        .map(|t| {
-            OperatorState::from_snapshot(t.operator_state.clone())
-                .and_then(|o| o.get::<u64>("offsets"))
-                .ok()
-                .and_then(|v| v.first().copied())
-                .map_or(0, |next| {
-                    next.saturating_sub(u64::from(t.task))
-                        .div_ceil(u64::from(sources))
-                })
-        })
-        .sum()
+/// Impressions the sources had consumed at the checkpoint of `record` (partition `p` holds
+/// `p, p + partitions, …`; its stored offset is the next index its source will read).
+fn consumed_at(record: &JobCheckpoint, partitions: u32) -> Result<u64, CliError> {
+    let mut n = 0;
+    for t in record.tasks.iter().filter(|t| t.manifest.is_none()) {
+        let op = OperatorState::from_snapshot(t.operator_state.clone())?;
+        for (p, next) in op.get::<(u32, u64)>(OFFSETS)? {
+            n += next
+                .saturating_sub(u64::from(p))
+                .div_ceil(u64::from(partitions));
+        }
+    }
+    Ok(n)
 }
 
+/// Runs the job at `before` until it ends or crashes after `crash_at` impressions; after a
+/// crash, restores it at `after` and runs it to the end.
 fn run_once(
     args: &DemoArgs,
+    (before, after): (Topology, Topology),
     crash_at: u64,
     storage_dir: &Path,
     work: &Path,
+    label: &str,
 ) -> Result<RunResult, CliError> {
     let storage = Arc::new(LocalStorage::new(storage_dir)?.with_fsync(false));
     let sink = Arc::new(Mutex::new(SinkOutput::default()));
-    let shared = Shared::new(args, 0, crash_at, sink.clone());
-    let mut end = run_job(args, shared.clone(), storage.clone(), work)?;
+    let shared = Shared::new(args, before, 0, crash_at, sink.clone());
+    let mut end = run_job(args, before, shared.clone(), storage.clone(), work, label)?;
     let mut restores = 0;
     while end.crashed {
         restores += 1;
         let restored = latest_job_checkpoint(storage.as_ref())?;
         eprintln!(
-            "  crashed after {} impressions; restoring from checkpoint {}",
+            "  crashed after {} impressions; restoring from checkpoint {} with {} keyed tasks \
+             and {} sources",
             shared.processed.load(Ordering::SeqCst),
             restored
                 .as_ref()
-                .map_or("none (start over)".into(), |r| r.checkpoint_id.to_string())
+                .map_or("none (start over)".into(), |r| r.checkpoint_id.to_string()),
+            after.keyed,
+            after.sources,
         );
         // The restored job re-processes everything after the checkpoint: count from there.
-        let at_checkpoint = restored
-            .as_ref()
-            .map_or(0, |r| consumed_at(r, args.sources));
-        let again = Shared::new(args, at_checkpoint, u64::MAX, sink.clone());
-        let more = run_job(args, again, storage.clone(), work)?;
+        let at_checkpoint = match &restored {
+            Some(r) => consumed_at(r, args.partitions)?,
+            None => 0,
+        };
+        let again = Shared::new(args, after, at_checkpoint, u64::MAX, sink.clone());
+        let more = run_job(args, after, again, storage.clone(), work, "restored job")?;
         end.rows.extend(more.rows);
         end.metrics = more.metrics;
         end.crashed = more.crashed;
@@ -616,15 +732,32 @@ fn run_once(
 
 /// `rockstate demo`.
 pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
-    if let Some(p) = args.rescale_to {
-        return Err(CliError::usage(format!(
-            "--rescale-to {p}: restoring at another parallelism is not in this build yet"
-        )));
-    }
-    if args.parallelism == 0 || args.sources == 0 || args.users == 0 || args.ads == 0 {
+    let before = Topology {
+        sources: args.sources,
+        keyed: args.parallelism,
+    };
+    let after = Topology {
+        sources: args.rescale_sources_to.unwrap_or(args.sources),
+        keyed: args.rescale_to.unwrap_or(args.parallelism),
+    };
+    let counts = [
+        before.sources,
+        before.keyed,
+        after.sources,
+        after.keyed,
+        args.partitions,
+        args.users,
+        args.ads,
+    ];
+    if counts.contains(&0) {
         return Err(CliError::usage(
-            "parallelism, sources, users and ads must be at least 1",
+            "parallelism, sources, partitions, users and ads must be at least 1",
         ));
+    }
+    if before.keyed.max(after.keyed) > MAX_PARALLELISM {
+        return Err(CliError::usage(format!(
+            "at most {MAX_PARALLELISM} keyed tasks (the job's key groups)"
+        )));
     }
     let tmp = tempfile::tempdir().map_err(|e| CliError::storage(e.to_string()))?;
     let storage_dir: PathBuf = match &args.storage {
@@ -638,9 +771,18 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
         },
         None => tmp.path().join("storage"),
     };
-    let crash_at = args
-        .crash_at
-        .unwrap_or_else(|| args.impressions / 5 + mix(args.seed) % (args.impressions / 2).max(1));
+    let crash_at = match args.crash_at {
+        Some(n) => n,
+        None => {
+            let seed = args.crash_seed.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+            });
+            eprintln!("crash seed {seed} (repeat with --crash-seed {seed})");
+            args.impressions / 5 + mix(seed) % (args.impressions / 2).max(1)
+        }
+    };
     let started = Instant::now();
     eprintln!(
         "reference run (no crash): {} impressions, {} keyed tasks, {} sources",
@@ -648,16 +790,25 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
     );
     let reference = run_once(
         args,
+        (before, before),
         u64::MAX,
         &tmp.path().join("reference"),
         &tmp.path().join("ref-work"),
+        "reference run",
     )?;
     eprintln!("job run, crashing after {crash_at} impressions");
     let RunResult {
         alerts: output,
         end,
         restores,
-    } = run_once(args, crash_at, &storage_dir, &tmp.path().join("work"))?;
+    } = run_once(
+        args,
+        (before, after),
+        crash_at,
+        &storage_dir,
+        &tmp.path().join("work"),
+        "job",
+    )?;
     println!("checkpoint  state      uploaded   reused  sync ms  async ms");
     for (id, r) in &end.rows {
         println!(
@@ -691,10 +842,15 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
     let dups = output.windows(2).filter(|w| w[0] == w[1]).count();
     let pass = output == reference.alerts;
     println!(
-        "verdict: {} alerts {} (reference {}), duplicates {dups}, restores {restores}, {:.1}s",
+        "verdict: {} alerts {} (reference {}), duplicates {dups}, restores {restores}, \
+         keyed tasks {} -> {}, sources {} -> {}, {:.1}s",
         if pass { "PASS" } else { "FAIL" },
         output.len(),
         reference.alerts.len(),
+        before.keyed,
+        after.keyed,
+        before.sources,
+        after.sources,
         started.elapsed().as_secs_f64()
     );
     Ok(if pass { EXIT_OK } else { EXIT_PROBLEMS })

@@ -5,8 +5,11 @@ mod bench_ops;
 mod bench_rescale;
 mod bench_s3;
 mod bench_ttl;
+mod chart;
 mod demo;
 mod ops;
+mod progress;
+mod report;
 mod storage_arg;
 
 use std::process::ExitCode;
@@ -42,6 +45,9 @@ enum Command {
     Gc(ops::GcArgs),
     /// Benchmarks that print ratios measured in the same run.
     Bench {
+        /// Print one JSON object per line (same fields) instead of key=value lines.
+        #[arg(long, global = true)]
+        json: bool,
         #[command(subcommand)]
         which: BenchCommand,
     },
@@ -63,6 +69,9 @@ enum BenchCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Bench { json: true, .. } = &cli.command {
+        report::set_json(true);
+    }
     let result = match cli.command {
         Command::Demo(args) => return ops::finish(demo::run(&args)),
         Command::Inspect(args) => return ops::finish(ops::inspect(&args)),
@@ -70,18 +79,23 @@ fn main() -> ExitCode {
         Command::Gc(args) => return ops::finish(ops::gc(&args)),
         Command::Bench {
             which: BenchCommand::Ops(args),
+            ..
         } => bench_ops::run(&args),
         Command::Bench {
             which: BenchCommand::Checkpoint(args),
+            ..
         } => bench_checkpoint::run(&args),
         Command::Bench {
             which: BenchCommand::Ttl(args),
+            ..
         } => bench_ttl::run(&args),
         Command::Bench {
             which: BenchCommand::Rescale(args),
+            ..
         } => bench_rescale::run(&args),
         Command::Bench {
             which: BenchCommand::S3(args),
+            ..
         } => bench_s3::run(&args),
     };
     match result {
