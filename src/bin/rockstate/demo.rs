@@ -27,7 +27,7 @@
 //! [`rockstate::operator_state::redistribute`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -492,7 +492,7 @@ fn run_job(
     args: &DemoArgs,
     topology: Topology,
     shared: Arc<Shared>,
-    storage: Arc<LocalStorage>,
+    storage: Arc<dyn CheckpointStorage>,
     work: &Path,
     label: &str,
 ) -> Result<RunEnd, CliError> {
@@ -688,11 +688,10 @@ fn run_once(
     args: &DemoArgs,
     (before, after): (Topology, Topology),
     crash_at: u64,
-    storage_dir: &Path,
+    storage: Arc<dyn CheckpointStorage>,
     work: &Path,
     label: &str,
 ) -> Result<RunResult, CliError> {
-    let storage = Arc::new(LocalStorage::new(storage_dir)?.with_fsync(false));
     let sink = Arc::new(Mutex::new(SinkOutput::default()));
     let shared = Shared::new(args, before, 0, crash_at, sink.clone());
     let mut end = run_job(args, before, shared.clone(), storage.clone(), work, label)?;
@@ -760,16 +759,19 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
         )));
     }
     let tmp = tempfile::tempdir().map_err(|e| CliError::storage(e.to_string()))?;
-    let storage_dir: PathBuf = match &args.storage {
+    let local = |dir: &Path| -> Result<Arc<dyn CheckpointStorage>, CliError> {
+        Ok(Arc::new(LocalStorage::new(dir)?.with_fsync(false)))
+    };
+    let storage: Arc<dyn CheckpointStorage> = match &args.storage {
         Some(s) => match crate::storage_arg::parse(s).map_err(CliError::usage)? {
-            crate::storage_arg::StorageUrl::Local(p) => p,
-            crate::storage_arg::StorageUrl::S3 { .. } => {
-                return Err(CliError::storage(
-                    "s3:// storage is not built into this binary yet",
-                ))
-            }
+            crate::storage_arg::StorageUrl::Local(p) => local(&p)?,
+            crate::storage_arg::StorageUrl::S3 { .. } => rockstate::storage::open_storage(
+                s,
+                &rockstate::storage::ObjectStorageOptions::default(),
+            )
+            .map_err(|e| CliError::storage(e.to_string()))?,
         },
-        None => tmp.path().join("storage"),
+        None => local(&tmp.path().join("storage"))?,
     };
     let crash_at = match args.crash_at {
         Some(n) => n,
@@ -792,7 +794,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
         args,
         (before, before),
         u64::MAX,
-        &tmp.path().join("reference"),
+        local(&tmp.path().join("reference"))?,
         &tmp.path().join("ref-work"),
         "reference run",
     )?;
@@ -805,7 +807,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
         args,
         (before, after),
         crash_at,
-        &storage_dir,
+        storage,
         &tmp.path().join("work"),
         "job",
     )?;
