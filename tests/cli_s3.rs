@@ -2,6 +2,8 @@
 //! against the moto server the test starts; endpoint and credentials reach the binary through
 //! the standard `AWS_*` environment variables.
 
+// The shared server helper also serves tests that use more of it.
+#[allow(dead_code)]
 #[path = "checkpoint_common/s3.rs"]
 mod s3;
 
