@@ -302,19 +302,7 @@ fn gc_refuses_while_a_manifest_is_undecodable() {
 #[test]
 fn demo_passes_at_fixed_crash_points() {
     for crash_at in ["1", "1001", "2500", "5999"] {
-        let o = rockstate(&[
-            "demo",
-            "--impressions",
-            "6000",
-            "--users",
-            "100",
-            "--ads",
-            "5",
-            "--checkpoint-every",
-            "1000",
-            "--crash-at",
-            crash_at,
-        ]);
+        let o = rockstate(&[SMALL_DEMO.as_slice(), &["--crash-at", crash_at]].concat());
         let out = stdout(&o);
         let last = out.lines().last().unwrap_or_default();
         assert!(
@@ -327,30 +315,40 @@ fn demo_passes_at_fixed_crash_points() {
     }
 }
 
+/// The small demo the tests run: 6000 impressions, checkpoints every 1000.
+const SMALL_DEMO: [&str; 9] = [
+    "demo",
+    "--impressions",
+    "6000",
+    "--users",
+    "100",
+    "--ads",
+    "5",
+    "--checkpoint-every",
+    "1000",
+];
+
 /// Runs a small demo crashing after `crash_at` impressions with 3 keyed tasks and 2 sources,
 /// restored at `keyed` keyed tasks and `sources` sources.
 fn demo_rescaled(crash_at: &str, keyed: &str, sources: &str) -> Output {
-    rockstate(&[
-        "demo",
-        "--impressions",
-        "6000",
-        "--users",
-        "100",
-        "--ads",
-        "5",
-        "--checkpoint-every",
-        "1000",
-        "--parallelism",
-        "3",
-        "--sources",
-        "2",
-        "--crash-at",
-        crash_at,
-        "--rescale-to",
-        keyed,
-        "--rescale-sources-to",
-        sources,
-    ])
+    rockstate(
+        &[
+            SMALL_DEMO.as_slice(),
+            &[
+                "--parallelism",
+                "3",
+                "--sources",
+                "2",
+                "--crash-at",
+                crash_at,
+                "--rescale-to",
+                keyed,
+                "--rescale-sources-to",
+                sources,
+            ],
+        ]
+        .concat(),
+    )
 }
 
 /// Exactly-once across a restore at another parallelism: keyed state is restored from the
