@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
-use sst_format::CheckpointManifest;
+use sst_format::{CheckpointManifest, SstUniqueId};
 
 use super::layout;
 use super::{CheckpointOptions, SweepStats};
@@ -134,6 +134,37 @@ pub(crate) struct Checkpointer {
     cache: Mutex<HashMap<String, Arc<CheckpointManifest>>>,
     /// Serializes deletions (retention GC, abort cleanup, sweep) of this backend.
     gc_lock: Mutex<()>,
+    /// SST identities read by earlier uploads, by local name (see `snapshot::sst_identity`).
+    pub(crate) sst_ids: Mutex<HashMap<String, (FileStamp, SstUniqueId)>>,
+}
+
+/// What identifies one file on disk well enough to reuse facts read from it: an SST under a
+/// given name with the same size, inode and modification time is the same immutable file
+/// (RocksDB never reuses a file number within a database, and a staging directory
+/// hard-links the live files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    len: u64,
+    inode: (u64, u64),
+    modified: Option<SystemTime>,
+}
+
+impl FileStamp {
+    /// The stamp of `meta`.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> FileStamp {
+        #[cfg(unix)]
+        let inode = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.dev(), meta.ino())
+        };
+        #[cfg(not(unix))]
+        let inode = (0, 0);
+        FileStamp {
+            len: meta.len(),
+            inode,
+            modified: meta.modified().ok(),
+        }
+    }
 }
 
 /// Decodes manifest bytes, naming the object on failure.
@@ -181,6 +212,7 @@ impl Checkpointer {
             book: Mutex::new(Book::default()),
             cache: Mutex::new(HashMap::new()),
             gc_lock: Mutex::new(()),
+            sst_ids: Mutex::new(HashMap::new()),
         };
         let objects = cp.storage.list(layout::CHECKPOINT_PREFIX)?;
         let mut book = Book::default();
@@ -609,5 +641,30 @@ impl Checkpointer {
         }
         stats.incomplete_deleted = self.storage.sweep_incomplete(min_age)?;
         Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FileStamp;
+    use std::fs;
+
+    #[test]
+    fn file_stamp_follows_the_inode_not_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("000001.sst");
+        fs::write(&a, b"first").unwrap();
+        let stamp = |p: &std::path::Path| FileStamp::of(&fs::metadata(p).unwrap());
+        let first = stamp(&a);
+        // A hard link (a staging directory's view of the live file) has the same stamp.
+        let link = dir.path().join("staged.sst");
+        fs::hard_link(&a, &link).unwrap();
+        assert_eq!(stamp(&link), first);
+        // Another file of the same size put under the same name does not.
+        let other = dir.path().join("tmp");
+        fs::write(&other, b"other").unwrap();
+        fs::rename(&other, &a).unwrap();
+        #[cfg(unix)]
+        assert_ne!(stamp(&a), first);
     }
 }

@@ -3,15 +3,16 @@
 //! [`PendingSnapshot::upload`] (the async phase, on any thread) classifies the files, uploads
 //! what the last completed checkpoint does not hold, and commits the manifest last.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
-use sst_format::{CheckpointManifest, PrivateFile, SharedFile};
+use sst_format::{CheckpointManifest, PrivateFile, SharedFile, SstUniqueId};
 
-use super::registry::Checkpointer;
+use super::registry::{Checkpointer, FileStamp};
 use super::uploader::run_parallel;
 use super::{layout, CheckpointStats};
 use crate::error::{Error, Result};
@@ -109,7 +110,7 @@ impl PendingSnapshot {
         if cp.is_aborted(id) {
             return Err(Error::CheckpointAborted { id });
         }
-        let base_index: std::collections::HashMap<&str, &SharedFile> = self
+        let base_index: HashMap<&str, &SharedFile> = self
             .base
             .iter()
             .flat_map(|m| m.shared_files.iter())
@@ -119,6 +120,7 @@ impl PendingSnapshot {
         // Classify the staging directory.
         let mut reused: Vec<SharedFile> = Vec::new();
         let mut jobs: Vec<Job> = Vec::new();
+        let mut seen_ids = HashMap::new();
         let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(&self.dir, e))?;
@@ -138,20 +140,14 @@ impl PendingSnapshot {
                 continue; // the empty WAL of a WAL-off checkpoint: RocksDB opens without it
             }
             if local_name.ends_with(".sst") {
-                let sst =
-                    sst_format::read_sst_meta(&path).map_err(|e| Error::CheckpointCorrupt {
-                        file: path.display().to_string(),
-                        detail: e.to_string(),
-                    })?;
+                let sst_id = sst_identity(cp, &path, &local_name, &meta, &mut seen_ids)?;
                 match base_index.get(local_name.as_str()) {
-                    Some(f) if f.size == size && f.sst_id == sst.unique_id => {
-                        reused.push((*f).clone())
-                    }
+                    Some(f) if f.size == size && f.sst_id == sst_id => reused.push((*f).clone()),
                     _ => jobs.push(Job {
                         remote_name: layout::new_shared_name(),
                         local_name,
                         size,
-                        sst_id: Some(sst.unique_id),
+                        sst_id: Some(sst_id),
                     }),
                 }
             } else {
@@ -163,6 +159,7 @@ impl PendingSnapshot {
                 });
             }
         }
+        *cp.sst_ids.lock() = seen_ids;
         let new_shared: Vec<String> = jobs
             .iter()
             .filter(|j| j.sst_id.is_some())
@@ -262,6 +259,39 @@ impl PendingSnapshot {
         m.total_bytes_uploaded += stats.bytes_uploaded;
         Ok(stats)
     }
+}
+
+/// The unique id of the staged SST `path`, read from its properties block unless an earlier
+/// upload of this backend read it from the same file (same name and [`FileStamp`]). Every id
+/// used is recorded in `seen`, which replaces the cache after classification so it holds only
+/// live files.
+fn sst_identity(
+    cp: &Checkpointer,
+    path: &Path,
+    local_name: &str,
+    meta: &fs::Metadata,
+    seen: &mut HashMap<String, (FileStamp, SstUniqueId)>,
+) -> Result<SstUniqueId> {
+    let stamp = FileStamp::of(meta);
+    let cached = cp
+        .sst_ids
+        .lock()
+        .get(local_name)
+        .filter(|(s, _)| *s == stamp)
+        .map(|(_, id)| id.clone());
+    let id = match cached {
+        Some(id) => id,
+        None => {
+            sst_format::read_sst_meta(path)
+                .map_err(|e| Error::CheckpointCorrupt {
+                    file: path.display().to_string(),
+                    detail: e.to_string(),
+                })?
+                .unique_id
+        }
+    };
+    seen.insert(local_name.to_string(), (stamp, id.clone()));
+    Ok(id)
 }
 
 impl Drop for PendingSnapshot {

@@ -16,13 +16,22 @@ const TEMP_DIR: &str = ".tmp";
 
 /// [`CheckpointStorage`] on a directory: object `a/b` is the file `<root>/a/b`.
 ///
-/// A put copies into `<root>/.tmp/<random>`, fsyncs it, then hard-links it to its final name
-/// (`link(2)` fails if the name exists: that is the create-if-absent), removes the temporary
-/// name and fsyncs the directory. Gets do not fsync (a restore that crashes is redone).
+/// `put_file` hard-links the local file to its object name when both are on one filesystem
+/// (the default; [`LocalStorage::with_hard_links`]): `link(2)` is atomic and fails if the name
+/// exists, which is the create-if-absent. The file is then read once for its CRC-32 and
+/// fsynced, and its directory fsynced. Sharing the inode is safe because every file a
+/// checkpoint puts is written once and only ever unlinked afterwards (RocksDB never writes an
+/// SST, MANIFEST copy, CURRENT or OPTIONS file of a checkpoint directory again), and readers
+/// copy every non-SST file out instead of linking it ([`CheckpointStorage::get_file`]).
+/// Otherwise (another filesystem, hard links off, and for `put_bytes`) a put copies into
+/// `<root>/.tmp/<random>`, fsyncs it, then hard-links it to its final name, removes the
+/// temporary name and fsyncs the directory. Gets do not fsync (a restore that crashes is
+/// redone).
 #[derive(Debug, Clone)]
 pub struct LocalStorage {
     root: PathBuf,
     sync: bool,
+    link_puts: bool,
 }
 
 impl LocalStorage {
@@ -30,7 +39,20 @@ impl LocalStorage {
     pub fn new(root: impl AsRef<Path>) -> Result<Self> {
         let root = root.as_ref().to_path_buf();
         fs::create_dir_all(root.join(TEMP_DIR)).map_err(|e| Error::io(&root, e))?;
-        Ok(LocalStorage { root, sync: true })
+        Ok(LocalStorage {
+            root,
+            sync: true,
+            link_puts: true,
+        })
+    }
+
+    /// Whether `put_file` may hard-link the local file instead of copying it (default on).
+    /// Turn it off when the storage directory must not share inodes with the live database,
+    /// e.g. to keep a checkpoint intact even if something outside rockstate writes into the
+    /// database directory.
+    pub fn with_hard_links(mut self, link: bool) -> Self {
+        self.link_puts = link;
+        self
     }
 
     /// Turns fsync of puts off (default on). Only for benchmarks and tests that do not care
@@ -219,6 +241,24 @@ fn not_found_as_object(name: &str, path: &Path, e: std::io::Error) -> Error {
 
 impl CheckpointStorage for LocalStorage {
     fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
+        if self.link_puts {
+            let target = self.path_of(name)?;
+            match self.link_new(local, &target, name) {
+                Ok(()) => {
+                    let mut file = File::open(&target).map_err(|e| Error::io(&target, e))?;
+                    let digest = copy_with_crc(&mut file, &mut std::io::sink(), local, &target)?;
+                    if self.sync {
+                        file.sync_all().map_err(|e| Error::io(&target, e))?;
+                    }
+                    return Ok(digest);
+                }
+                Err(Error::ObjectExists { name }) => return Err(Error::ObjectExists { name }),
+                Err(Error::Io { .. }) if local.exists() => {
+                    // Another filesystem (EXDEV) or no hard links here: copy below.
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let mut src = File::open(local).map_err(|e| Error::io(local, e))?;
         self.put_with(name, |dst| {
             let tmp = PathBuf::from(name);
@@ -345,6 +385,42 @@ mod tests {
             s.get_file("shared/missing.sst", &dir.path().join("m.sst")),
             Err(Error::ObjectNotFound { .. })
         ));
+    }
+
+    #[test]
+    fn put_file_links_on_one_filesystem_unless_told_not_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().join("000007.sst");
+        fs::write(&local, b"immutable sst").unwrap();
+        let linked = LocalStorage::new(dir.path().join("a")).unwrap();
+        let copied = LocalStorage::new(dir.path().join("b"))
+            .unwrap()
+            .with_hard_links(false);
+        for s in [&linked, &copied] {
+            let d = s.put_file("shared/x.sst", &local).unwrap();
+            assert_eq!((d.size, d.crc32), (13, crc32fast::hash(b"immutable sst")));
+            assert_eq!(
+                fs::read(s.path_of("shared/x.sst").unwrap()).unwrap(),
+                b"immutable sst"
+            );
+            assert!(matches!(
+                s.put_file("shared/x.sst", &local),
+                Err(Error::ObjectExists { .. })
+            ));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let ino = |p: PathBuf| fs::metadata(p).unwrap().ino();
+            let src = ino(local.clone());
+            assert_eq!(ino(linked.path_of("shared/x.sst").unwrap()), src);
+            assert_ne!(ino(copied.path_of("shared/x.sst").unwrap()), src);
+        }
+        // Unlinking the source leaves the object intact; a missing source is an error.
+        fs::remove_file(&local).unwrap();
+        assert_eq!(linked.get_bytes("shared/x.sst").unwrap(), b"immutable sst");
+        assert!(linked.put_file("shared/y.sst", &local).is_err());
+        assert!(linked.list("shared/y").unwrap().is_empty());
     }
 
     #[test]

@@ -55,7 +55,9 @@ pub struct ObjectDigest {
 /// Where checkpoints are stored. Synchronous: the checkpoint code calls it from its own
 /// transfer threads. See the module docs for the contract.
 pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
-    /// Stores the local file `local` as object `name`, create-if-absent and atomically.
+    /// Stores the local file `local` as object `name`, create-if-absent and atomically. The
+    /// caller must never write `local` again (it may only unlink it): a storage on the same
+    /// filesystem may share its inode ([`LocalStorage`] hard-links it).
     fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest>;
 
     /// Stores `bytes` as object `name`, create-if-absent and atomically.
