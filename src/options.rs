@@ -45,6 +45,9 @@ pub struct DbOptions {
     pub max_background_jobs: i32,
     /// Target SST size at level 1 in bytes. Default 64 MiB.
     pub target_file_size_base: u64,
+    /// Target size of the base level (the level L0 compacts into) in bytes. Default 256 MiB,
+    /// RocksDB's own.
+    pub max_bytes_for_level_base: u64,
     /// Largest stored value (value, list element, map entry, accumulator) in bytes. Default 64 MiB.
     pub max_value_bytes: usize,
     /// Size of a whole-key bloom filter in each memtable, as a fraction of `write_buffer_size`;
@@ -71,6 +74,7 @@ impl Default for DbOptions {
             wal: false,
             max_background_jobs: 2,
             target_file_size_base: 64 << 20,
+            max_bytes_for_level_base: 256 << 20,
             max_value_bytes: 64 << 20,
             memtable_bloom_ratio: 0.02,
             memtable_insert_hint: true,
@@ -96,6 +100,12 @@ impl DbOptions {
         }
         if self.write_buffer_size < (64 << 10) {
             return bad("write_buffer_size", format!("{}", self.write_buffer_size));
+        }
+        if self.target_file_size_base < (64 << 10) || self.max_bytes_for_level_base < (1 << 20) {
+            return bad(
+                "target_file_size_base/max_bytes_for_level_base",
+                "must be ≥ 64 KiB / ≥ 1 MiB".into(),
+            );
         }
         if self.max_write_buffer_number < 2 || self.max_background_jobs < 1 {
             return bad(
