@@ -39,6 +39,10 @@ pub struct OpsArgs {
     /// Overrides of the memory budget as JSON, e.g. `{"cache":"Lru"}`.
     #[arg(long)]
     budget: Option<String>,
+    /// Skip the second pass that runs the workload through rockstate alone (one database in
+    /// the process, as a Flink task has) for absolute figures.
+    #[arg(long)]
+    no_solo: bool,
 }
 
 /// The backend `bench ops` measures.
@@ -299,6 +303,33 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         raw_same.settle()?;
         let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
         phase_line(phase, &ops);
+    }
+    drop((ours, backend, raw, raw_same));
+    if args.no_solo {
+        return Ok(());
+    }
+
+    // The interleaved pass runs three databases whose flushes and compactions compete for the
+    // same cores; a stream task has one. Absolute figures come from this second pass.
+    Line::header()
+        .label("bench ops solo:")
+        .note(
+            "the same workload through rockstate alone (a fresh database, the other stores \
+             closed), for absolute figures",
+        )
+        .print();
+    let backend = KeyedBackend::builder(dir.path().join("rockstate-solo"))
+        .options(options)
+        .memory_budget(MemoryBudget::new(budget_config)?)
+        .open()?;
+    let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    for phase in Phase::ALL {
+        backend.wait_for_compactions()?;
+        let ops = run_phase(&[&ours], phase, args, &values)?;
+        Line::new()
+            .text("solo_phase", phase.name())
+            .num("rockstate_ops_s", ops[0], 0)
+            .print();
     }
     Ok(())
 }
