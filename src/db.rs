@@ -106,7 +106,7 @@ fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
     }
     // Index and filter blocks are charged to the budget like data blocks; L0's stay pinned
     // and high-priority so point reads do not miss on them.
-    table.set_cache_index_and_filter_blocks(true);
+    table.set_cache_index_and_filter_blocks(o.cache_index_and_filter_blocks);
     table.set_cache_index_and_filter_blocks_with_high_priority(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     table.set_format_version(o.sst_format_version as i32);
@@ -121,6 +121,7 @@ fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
     opts.set_bottommost_compression_type(compression(o.compression));
     opts.set_target_file_size_base(o.target_file_size_base);
     opts.set_max_bytes_for_level_base(o.max_bytes_for_level_base);
+    opts.set_optimize_filters_for_hits(o.optimize_filters_for_hits);
     opts.set_level_compaction_dynamic_level_bytes(true);
     if o.memtable_bloom_ratio > 0.0 {
         opts.set_memtable_prefix_bloom_ratio(o.memtable_bloom_ratio);
