@@ -819,6 +819,7 @@ pub(crate) fn ingest_db_generated(
 pub(crate) struct SstSink<'a, 'w> {
     writer: &'a mut rocksdb::SstFileWriter<'w>,
     entries: u64,
+    tombstones: u64,
 }
 
 impl SstSink<'_, '_> {
@@ -828,33 +829,44 @@ impl SstSink<'_, '_> {
         self.entries += 1;
         Ok(())
     }
+
+    /// Adds a range tombstone for `[from, to)`. Once ingested it deletes what the database
+    /// held in that range before, but not the entries of this same file (RocksDB's
+    /// `SstFileWriter::DeleteRange` contract: all get one sequence number, and a tombstone
+    /// only covers older ones).
+    pub(crate) fn delete_range(&mut self, from: &[u8], to: &[u8]) -> Result<()> {
+        self.writer.delete_range(from, to)?;
+        self.tombstones += 1;
+        Ok(())
+    }
 }
 
 impl Db {
     /// Writes an SST file at `path` with this database's table options, filled by `fill`.
-    /// Returns the number of entries; with none, no file is left behind (RocksDB refuses to
-    /// finish an empty SST).
+    /// Returns the number of entries (puts) if a file was written; with neither entries nor
+    /// tombstones, `None` and no file is left behind (RocksDB refuses to finish an empty SST).
     pub(crate) fn write_sst(
         &self,
         path: &Path,
         fill: impl FnOnce(&mut SstSink<'_, '_>) -> Result<()>,
-    ) -> Result<u64> {
+    ) -> Result<Option<u64>> {
         let opts = cf_options(&self.options, &self.budget)?;
         let mut writer = rocksdb::SstFileWriter::create(&opts);
         writer.open(path)?;
         let mut sink = SstSink {
             writer: &mut writer,
             entries: 0,
+            tombstones: 0,
         };
         fill(&mut sink)?;
         let entries = sink.entries;
-        if entries == 0 {
+        if entries == 0 && sink.tombstones == 0 {
             drop(writer);
             let _ = std::fs::remove_file(path);
-            return Ok(0);
+            return Ok(None);
         }
         writer.finish()?;
-        Ok(entries)
+        Ok(Some(entries))
     }
 
     /// The names of every column family of the database.

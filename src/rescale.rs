@@ -14,23 +14,31 @@
 //!    is found by one of them. Any failure is a typed error
 //!    ([`Error::DataOutsideKeyGroups`], [`Error::CheckpointCorrupt`]).
 //! 2. **Drop the base's files outside the target**: per state column family, the SST files
-//!    entirely outside the target range go (no tombstone yet, so nothing new overlaps what
-//!    step 3 ingests).
-//! 3. **Merge the others** (opened read-only, so their live files stay put). Per state, the
-//!    other's live SST files are ingested into the base *as they are*, hard-linked, keeping
-//!    their sequence numbers (RocksDB's DB-generated-file ingestion, [`db::ingest_db_generated`]):
-//!    no entry is rewritten. That is allowed for a file only if its key range lies inside the
-//!    part of the target the other claims and overlaps no file of the base; a file that does
-//!    not qualify (it holds data of other key groups, e.g. dead entries under a range
-//!    tombstone of an earlier clip, or straddles into the base's range) is *dirty*, and so is
-//!    every file whose key range overlaps a dirty one (repeated until nothing changes), so a
-//!    key is either in linked files only, with every version it has in the source, or in none.
-//!    **Fallback** (the old path): the key groups the dirty files cover are scanned from the
-//!    other's merged view, cut into up to `threads` slices, written into new SSTs
-//!    ([`Db::write_sst`]) in parallel and ingested with fresh sequence numbers, after the
-//!    linked files (a rewritten key that a linked file holds too gets the same latest value,
-//!    newer). The whole state takes the fallback if the source's memtables are not empty (a
-//!    replayed WAL is in no file) or RocksDB refuses the ingestion (logged, counted in
+//!    entirely inside its clipped ranges go (no tombstone yet: it would overlap what step 3
+//!    ingests).
+//! 3. **Merge the others** (opened read-only, so their live files stay put). Per state and
+//!    other source, with `copy` = the other's claimed range ∩ the target: first the base's
+//!    files entirely inside `copy` go (they hold only dead entries there; RocksDB drops such
+//!    files from L1 down, not from L0). Then, per file ([`plan_state`]):
+//!    * a source file with no key in `copy`, or one the base holds too (same SST unique id:
+//!      both came from one checkpoint before an earlier split), needs nothing;
+//!    * a source file inside `copy` that overlaps no base file is ingested *as it is*,
+//!      hard-linked, keeping its sequence numbers (RocksDB's DB-generated-file ingestion,
+//!      [`db::ingest_db_generated`]): no entry is rewritten. Ingestion raises the base's last
+//!      sequence number to the largest ingested one (persisted), so every later write is
+//!      newer;
+//!    * **fallback** (the old path), for the key groups of `copy` that any other source file
+//!      touches, or that a base file the source does not hold touches (e.g. the base's clip
+//!      tombstone of an earlier split, which hides the source's part of shared files): they
+//!      are scanned from the source's merged view, cut into up to `threads` slices, written
+//!      into new SSTs ([`Db::write_sst`]) in parallel and ingested with fresh sequence numbers
+//!      after the linked files. Each such SST starts with a range tombstone over its slice,
+//!      which hides whatever the base then holds there (linked files included: a key deleted
+//!      in an unlinked file must not come back from a linked one) but not the SST's own
+//!      entries.
+//!
+//!    The whole state takes the fallback if the source's memtables are not empty (a replayed
+//!    WAL is in no file) or RocksDB refuses the ingestion (logged, counted in
 //!    [`RescaleStats::refused`]). States must agree ([`Error::MergedStateMismatch`]); a state
 //!    only the other source has is created in the base. No key-by-key write batch is used.
 //! 4. **Clip the base**, after every ingestion: `delete_range` the parts of the base's
@@ -51,7 +59,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sst_format::CheckpointManifest;
+use sst_format::{CheckpointManifest, SstUniqueId};
 
 use crate::backend::{
     BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX,
@@ -192,6 +200,11 @@ pub(crate) fn rescale(
             }
             let dst = db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?;
             if let Some(copy) = claimed_range(other)?.intersect(&target.key_groups) {
+                // The base's files entirely inside `copy` hold only dead entries there.
+                dst.drop_files_in_range(
+                    &prefix(u32::from(copy.start), m),
+                    &prefix(u32::from(copy.end) + 1, m),
+                )?;
                 let (link, rewrite) = plan_state(&dst, &state_cf(&odb, other, name)?, copy, m)?;
                 plans.push(Plan {
                     source: i,
@@ -260,6 +273,9 @@ pub(crate) fn rescale(
         let from = prefix(u32::from(slice.start), m);
         let to = prefix(u32::from(slice.end) + 1, m);
         db.write_sst(file, |sink| {
+            // Hides what the base holds in the slice (see `plan_state`); not this file's own
+            // entries.
+            sink.delete_range(&from, &to)?;
             src.scan(&from, Some(&to), |k, v| {
                 sink.put(k, v)?;
                 Ok(true)
@@ -268,7 +284,7 @@ pub(crate) fn rescale(
     })?;
     let mut by_plan: BTreeMap<usize, Vec<PathBuf>> = BTreeMap::new();
     for ((p, _, _, file), n) in jobs.iter().zip(counts) {
-        if n > 0 {
+        if let Some(n) = n {
             by_plan.entry(*p).or_default().push(file.clone());
             stats.entries_rewritten += n;
             stats.files_rewritten += 1;
@@ -281,7 +297,9 @@ pub(crate) fn rescale(
     drop(jobs);
     drop(opened);
 
-    // 4. Clip the base, after every ingestion.
+    // 4. Clip the base, after every ingestion. (Through the memtable: an ingested SST holding
+    //    only one range tombstone is marked for compaction by RocksDB, which would rewrite the
+    //    restored files the first checkpoint is meant to reuse.)
     for state in base_states.values() {
         let cf = state_cf(&db, base, &state.name)?;
         for (from, to) in &clips {
@@ -314,8 +332,33 @@ pub(crate) fn rescale(
     Ok(stats)
 }
 
-/// Which of `src`'s live files can be ingested into `dst` as they are for the key groups
-/// `copy`, and which key groups the fallback must rewrite instead (see the module docs).
+/// The live files of a column family with their SST unique ids (`None` if unreadable, which
+/// only makes a file count as not shared).
+fn with_ids(cf: &Cf) -> Result<Vec<(LiveSst, Option<SstUniqueId>)>> {
+    Ok(cf
+        .live_files()?
+        .into_iter()
+        .map(|f| {
+            let id = sst_format::read_sst_meta(&f.path).ok().map(|m| m.unique_id);
+            (f, id)
+        })
+        .collect())
+}
+
+/// How `src`'s data for the key groups `copy` gets into `dst` (see the module docs): the files
+/// to ingest as they are, and the key groups the fallback rewrites.
+///
+/// `dst` has already lost its files entirely inside `copy` (they held only dead entries and
+/// tombstones: the base's live keys are inside its own claimed range). Of the rest:
+/// * a source file with no key in `copy`, or one `dst` holds too (same SST unique id, e.g.
+///   both came from one checkpoint before an earlier split), needs nothing: `dst` has the
+///   same entries, and the source's own newer files lie on top of it in both;
+/// * a source file inside `copy` that overlaps no file of `dst` is ingested as it is;
+/// * any other source file overlapping `copy`, and any file of `dst` overlapping `copy` that
+///   the source does not hold (its entries there are not the source's view, e.g. the base's
+///   clip tombstone of an earlier split), marks its key groups of `copy` for the rewrite.
+///   The rewrite's range tombstone hides whatever `dst` then holds there, linked files
+///   included, and its entries are the source's merged view.
 fn plan_state(
     dst: &Cf,
     src: &Cf,
@@ -328,33 +371,42 @@ fn plan_state(
     }
     let lo = prefix(u32::from(copy.start), m);
     let hi = prefix(u32::from(copy.end) + 1, m);
-    let files = src.live_files()?;
-    let existing = dst.live_files()?;
-    // Closed key ranges; a file's largest key may be a tombstone's exclusive end, which only
-    // makes this conservative.
+    // Key ranges are closed, except that a largest key equal to a bare key-group prefix can
+    // only be a range tombstone's exclusive end (stored keys are longer than their prefix).
+    let touches_copy = |f: &LiveSst| f.largest > lo && f.smallest < hi;
     let overlap = |a: &LiveSst, b: &LiveSst| a.smallest <= b.largest && b.smallest <= a.largest;
-    let mut dirty: Vec<bool> = files
-        .iter()
-        .map(|f| f.smallest < lo || f.largest >= hi || existing.iter().any(|e| overlap(f, e)))
+    let files = with_ids(src)?;
+    let existing: Vec<(LiveSst, Option<SstUniqueId>)> = with_ids(dst)?
+        .into_iter()
+        .filter(|(f, _)| touches_copy(f))
         .collect();
-    loop {
-        let spread: Vec<usize> = (0..files.len())
-            .filter(|&i| !dirty[i])
-            .filter(|&i| (0..files.len()).any(|j| dirty[j] && overlap(&files[i], &files[j])))
-            .collect();
-        if spread.is_empty() {
-            break;
+    let held = |id: &Option<SstUniqueId>, set: &[(LiveSst, Option<SstUniqueId>)]| {
+        id.as_ref()
+            .is_some_and(|id| set.iter().any(|(_, other)| other.as_ref() == Some(id)))
+    };
+    let mut link = Vec::new();
+    let mut marked: Vec<&LiveSst> = Vec::new();
+    for (f, id) in &files {
+        if !touches_copy(f) || held(id, &existing) {
+            continue;
         }
-        for i in spread {
-            dirty[i] = true;
+        let inside = f.smallest >= lo && f.largest < hi;
+        if inside && !existing.iter().any(|(e, _)| overlap(f, e)) {
+            link.push(f.path.clone());
+        } else {
+            marked.push(f);
         }
     }
-    // The key groups of `copy` the dirty files touch (widened where a bound has no prefix).
-    let mut rewrite: Vec<KeyGroupRange> = files
+    marked.extend(
+        existing
+            .iter()
+            .filter(|(_, id)| !held(id, &files))
+            .map(|(f, _)| f),
+    );
+    // The key groups of `copy` the marked files touch (widened where a bound has no prefix).
+    let mut rewrite: Vec<KeyGroupRange> = marked
         .iter()
-        .zip(&dirty)
-        .filter(|(_, &d)| d)
-        .filter_map(|(f, _)| {
+        .filter_map(|f| {
             let start = if f.smallest < lo {
                 copy.start
             } else {
@@ -378,12 +430,6 @@ fn plan_state(
             _ => merged.push(r),
         }
     }
-    let link = files
-        .into_iter()
-        .zip(dirty)
-        .filter(|(_, d)| !d)
-        .map(|(f, _)| f.path)
-        .collect();
     Ok((link, merged))
 }
 

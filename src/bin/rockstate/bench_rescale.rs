@@ -11,7 +11,8 @@
 //!   a full checkpoint of the same state.
 //! - `rescale=2->1`: one backend restored from both manifests of checkpoint 2 (base + SST
 //!   ingestion of the other); baseline: the same two manifests restored plainly, one after
-//!   the other, on one thread (the same bytes, no merging).
+//!   the other, on one thread (the same bytes, no merging). Then the merged backend's first
+//!   checkpoint (3) and how many of the other half's SSTs were linked or rewritten.
 //! - savepoint write and read of the merged backend, MB/s of uncompressed entry bytes.
 //!
 //! `ratio` = throughput of the rescale / throughput of the plain restore of the same bytes
@@ -283,8 +284,26 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     })?;
     print_ratio("2->1", rescale, plain, state_bytes, state_bytes);
 
+    // How 2 -> 1 moved the other half's data, and the first checkpoint after it.
+    let (merged, report) = env.builder("merged", all).restore_with_report(from)?;
+    let after = merged.checkpoint(3)?;
+    merged.notify_checkpoint_complete(3)?;
+    Line::new()
+        .label("first_checkpoint_after_rescale=2->1")
+        .int("uploaded_bytes", after.bytes_uploaded)
+        .int("reused_files", after.files_reused as u64)
+        .int("state_bytes", after.state_bytes)
+        .num(
+            "fraction",
+            after.bytes_uploaded as f64 / full.bytes_uploaded as f64,
+            4,
+        )
+        .int("sst_files_linked", report.sst_files_linked as u64)
+        .int("sst_files_rewritten", report.sst_files_rewritten as u64)
+        .int("entries_rewritten", report.entries_rewritten)
+        .print();
+
     // Savepoint write and read of the merged state.
-    let merged = env.restore("merged", all, from)?;
     let sp = root.join("savepoint");
     let t = Instant::now();
     let w = merged.write_savepoint(&sp)?;
