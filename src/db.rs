@@ -268,6 +268,39 @@ struct SharedReadOptions(ReadOptions);
 // SAFETY: as for SharedWriteOptions: never mutated after construction; RocksDB only reads it.
 unsafe impl Sync for SharedReadOptions {}
 
+/// The names of every column family of the database at `path` (the default one first when
+/// the database is new) and their descriptors with rockstate's options.
+fn descriptors(
+    path: &Path,
+    opts: &Options,
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    filters: &FilterRegistry,
+) -> Result<(Vec<String>, Vec<rocksdb::ColumnFamilyDescriptor>)> {
+    let mut existing = if path.join("CURRENT").exists() {
+        DBWithThreadMode::<MultiThreaded>::list_cf(opts, path)?
+    } else {
+        Vec::new()
+    };
+    // rust-rocksdb only hands out handles for the column families it was opened with.
+    if !existing
+        .iter()
+        .any(|n| n == rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+    {
+        existing.insert(0, rocksdb::DEFAULT_COLUMN_FAMILY_NAME.to_string());
+    }
+    let descriptors = existing
+        .iter()
+        .map(|name| {
+            Ok(rocksdb::ColumnFamilyDescriptor::new(
+                name,
+                state_cf_options(options, budget, name, filters)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((existing, descriptors))
+}
+
 /// An open RocksDB database.
 pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
@@ -296,32 +329,40 @@ pub(crate) struct Batch(WriteBatch);
 impl Db {
     /// Opens (or creates) the database at `path` with every column family it already has.
     pub(crate) fn open(path: &Path, options: &DbOptions, budget: &MemoryBudget) -> Result<Arc<Db>> {
+        Self::open_with(path, options, budget, false)
+    }
+
+    /// Opens the existing database at `path` read-only: nothing is written, no compaction
+    /// runs, so its live files stay as they are while it is open (rescale sources).
+    pub(crate) fn open_read_only(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+    ) -> Result<Arc<Db>> {
+        Self::open_with(path, options, budget, true)
+    }
+
+    fn open_with(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+        read_only: bool,
+    ) -> Result<Arc<Db>> {
         options.validate()?;
         let opts = db_options(options, budget)?;
-        let mut existing = if path.join("CURRENT").exists() {
-            DBWithThreadMode::<MultiThreaded>::list_cf(&opts, path)?
-        } else {
-            Vec::new()
-        };
-        // rust-rocksdb only hands out handles for the column families it was opened with.
-        if !existing
-            .iter()
-            .any(|n| n == rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
-        {
-            existing.insert(0, rocksdb::DEFAULT_COLUMN_FAMILY_NAME.to_string());
-        }
         let filters = FilterRegistry::default();
-        let descriptors = existing
-            .iter()
-            .map(|name| {
-                Ok(rocksdb::ColumnFamilyDescriptor::new(
-                    name,
-                    state_cf_options(options, budget, name, &filters)?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let db = DBWithThreadMode::<MultiThreaded>::open_cf_descriptors(&opts, path, descriptors)?;
-        let cf_names = parking_lot::Mutex::new(existing.clone());
+        let (existing, descriptors) = descriptors(path, &opts, options, budget, &filters)?;
+        let db = if read_only {
+            DBWithThreadMode::<MultiThreaded>::open_cf_descriptors_read_only(
+                &opts,
+                path,
+                descriptors,
+                false,
+            )?
+        } else {
+            DBWithThreadMode::<MultiThreaded>::open_cf_descriptors(&opts, path, descriptors)?
+        };
+        let cf_names = parking_lot::Mutex::new(existing);
         let mut write = WriteOptions::default();
         write.disable_wal(!options.wal);
         Ok(Arc::new(Db {
@@ -554,15 +595,25 @@ impl Cf {
 /// Rescale support (design.md §7): range deletion, file-level clipping, range compaction and
 /// SST ingestion of one column family.
 impl Cf {
-    /// Deletes every key in `[from, to)` with a range tombstone; first drops the SST files that
-    /// lie entirely inside the range (they are then no longer part of the database). RocksDB
-    /// selects those files with `to` *inclusive*: callers pass a key-group prefix, which no
-    /// stored key equals (stored keys are longer than their prefix).
-    pub(crate) fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
+    /// Drops the SST files that lie entirely inside `[from, to)` (they are then no longer part
+    /// of the database); keys in other files stay. RocksDB selects those files with `to`
+    /// *inclusive*: callers pass a key-group prefix, which no stored key equals (stored keys
+    /// are longer than their prefix).
+    pub(crate) fn drop_files_in_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
         if from >= to {
             return Ok(());
         }
         self.db.db.delete_file_in_range_cf(&self.handle, from, to)?;
+        Ok(())
+    }
+
+    /// Deletes every key in `[from, to)` with a range tombstone; first drops the SST files that
+    /// lie entirely inside the range ([`Cf::drop_files_in_range`]).
+    pub(crate) fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        self.drop_files_in_range(from, to)?;
         self.db
             .db
             .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0)?;
@@ -599,10 +650,178 @@ impl Cf {
     }
 }
 
+/// One live SST file of a column family ([`Cf::live_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LiveSst {
+    /// The file's path.
+    pub(crate) path: PathBuf,
+    /// Its LSM level.
+    pub(crate) level: i32,
+    /// Smallest user key, range tombstone starts included.
+    pub(crate) smallest: Vec<u8>,
+    /// Largest user key, range tombstone ends (exclusive bounds) included.
+    pub(crate) largest: Vec<u8>,
+}
+
+impl Cf {
+    /// The live SST files of this column family, in the order [`ingest_db_generated`] must
+    /// get them: the deepest level first, L0 oldest first. For any key in several of them the
+    /// older version then comes first, as RocksDB requires (options.h,
+    /// `allow_db_generated_files`). A file without key bounds is an error.
+    pub(crate) fn live_files(&self) -> Result<Vec<LiveSst>> {
+        let mut out = Vec::new();
+        for f in self.db.db.live_files()? {
+            if f.column_family_name != *self.name {
+                continue;
+            }
+            let (Some(smallest), Some(largest)) = (f.start_key, f.end_key) else {
+                return Err(Error::RocksDb(format!(
+                    "live file {} has no key range",
+                    f.name
+                )));
+            };
+            // `name` is relative to the database directory, with a leading '/'.
+            out.push(LiveSst {
+                path: self.db.path.join(f.name.trim_start_matches('/')),
+                level: f.level,
+                smallest,
+                largest,
+            });
+        }
+        // RocksDB lists levels top-down and L0 newest first: reversing the whole list gives the
+        // deepest level first and L0 oldest first. The stable sort only guards the level order.
+        out.reverse();
+        out.sort_by_key(|f| std::cmp::Reverse(f.level));
+        Ok(out)
+    }
+
+    /// Whether this column family's memtables (active and immutable) hold no entries, so its
+    /// live SST files hold all of its data.
+    pub(crate) fn memtables_empty(&self) -> Result<bool> {
+        for prop in [
+            "rocksdb.num-entries-active-mem-table",
+            "rocksdb.num-entries-imm-mem-tables",
+        ] {
+            if self.property_u64(prop)?.unwrap_or(1) > 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// SST files written by another database, for one column family of [`ingest_db_generated`].
+#[derive(Debug, Clone)]
+pub(crate) struct ForeignFiles {
+    /// The column family to ingest into (it must exist).
+    pub(crate) cf: String,
+    /// The files, in [`Cf::live_files`] order.
+    pub(crate) files: Vec<PathBuf>,
+}
+
+/// Owns a `rocksdb_ingestexternalfileoptions_t` of the C API.
+struct RawIngestOptions(*mut librocksdb_sys::rocksdb_ingestexternalfileoptions_t);
+
+impl Drop for RawIngestOptions {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `rocksdb_ingestexternalfileoptions_create`, is non-null
+        // (checked at creation) and is destroyed exactly once, here.
+        unsafe { librocksdb_sys::rocksdb_ingestexternalfileoptions_destroy(self.0) }
+    }
+}
+
+/// Ingests SST files written by *other* databases into the closed database at `path`, keeping
+/// their sequence numbers (RocksDB's `allow_db_generated_files`, which rust-rocksdb does not
+/// wrap; the C API is called directly). The files are hard-linked (`link_files`): the sources
+/// stay intact. Each entry is one ingestion call, atomic on its own; RocksDB refuses one whose
+/// files overlap any data already in the column family (that is the caller's fallback case,
+/// returned as `Err(reason)` per entry; the database is then unchanged by that entry). The
+/// database's last sequence number is raised to the largest ingested one (and persisted in its
+/// MANIFEST), so later writes, range tombstones included, are newer than every ingested entry.
+///
+/// The database is opened single-threaded for this: only that handle type exposes its raw
+/// pointer in rust-rocksdb 0.25 (`AsRawPtr`). Nothing else may have it open.
+pub(crate) fn ingest_db_generated(
+    path: &Path,
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    batches: &[ForeignFiles],
+) -> Result<Vec<std::result::Result<(), String>>> {
+    use rocksdb::{AsColumnFamilyRef, AsRawPtr};
+    options.validate()?;
+    let opts = db_options(options, budget)?;
+    let (_, descriptors) = descriptors(path, &opts, options, budget, &FilterRegistry::default())?;
+    let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors)?;
+    // SAFETY: creates a fresh options object; null (allocation failure) is checked below.
+    let raw =
+        RawIngestOptions(unsafe { librocksdb_sys::rocksdb_ingestexternalfileoptions_create() });
+    if raw.0.is_null() {
+        return Err(Error::RocksDb("cannot create ingestion options".into()));
+    }
+    // SAFETY: `raw.0` is a valid, exclusively owned options object (created above).
+    unsafe {
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_db_generated_files(raw.0, 1);
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_link_files(raw.0, 1);
+        // Both as options.h's setting guide asks for DB-generated files: they cannot get a
+        // global sequence number, and must not overlap a memtable (ours are empty).
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_snapshot_consistency(raw.0, 0);
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_blocking_flush(raw.0, 0);
+    }
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        if batch.files.is_empty() {
+            out.push(Ok(()));
+            continue;
+        }
+        let cf = db.cf_handle(&batch.cf).ok_or_else(|| {
+            Error::RocksDb(format!("column family {} missing for ingestion", batch.cf))
+        })?;
+        let paths = batch
+            .files
+            .iter()
+            .map(|p| {
+                p.to_str()
+                    .and_then(|s| std::ffi::CString::new(s).ok())
+                    .ok_or_else(|| Error::RocksDb(format!("bad file path {}", p.display())))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ptrs: Vec<*const std::ffi::c_char> = paths.iter().map(|p| p.as_ptr()).collect();
+        let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
+        // SAFETY: `db` (and so its raw pointer and the column family handle `cf`) lives until
+        // the end of this function; `ptrs` points into `paths`, NUL-terminated strings alive
+        // across the call, and has `ptrs.len()` entries; `raw.0` is a valid options object;
+        // `err` is a valid out-pointer RocksDB sets to a malloc'ed message on failure.
+        unsafe {
+            librocksdb_sys::rocksdb_ingest_external_file_cf(
+                db.as_raw_ptr(),
+                cf.inner(),
+                ptrs.as_ptr(),
+                ptrs.len(),
+                raw.0,
+                &mut err,
+            );
+        }
+        if err.is_null() {
+            out.push(Ok(()));
+        } else {
+            // SAFETY: non-null `err` is a NUL-terminated C string RocksDB allocated with
+            // malloc; it is read once and freed once with `rocksdb_free`.
+            let message = unsafe {
+                let m = CStr::from_ptr(err).to_string_lossy().into_owned();
+                librocksdb_sys::rocksdb_free(err.cast());
+                m
+            };
+            out.push(Err(message));
+        }
+    }
+    Ok(out)
+}
+
 /// Receives the sorted entries of one SST file being written by [`Db::write_sst`].
 pub(crate) struct SstSink<'a, 'w> {
     writer: &'a mut rocksdb::SstFileWriter<'w>,
     entries: u64,
+    tombstones: u64,
 }
 
 impl SstSink<'_, '_> {
@@ -612,33 +831,44 @@ impl SstSink<'_, '_> {
         self.entries += 1;
         Ok(())
     }
+
+    /// Adds a range tombstone for `[from, to)`. Once ingested it deletes what the database
+    /// held in that range before, but not the entries of this same file (RocksDB's
+    /// `SstFileWriter::DeleteRange` contract: all get one sequence number, and a tombstone
+    /// only covers older ones).
+    pub(crate) fn delete_range(&mut self, from: &[u8], to: &[u8]) -> Result<()> {
+        self.writer.delete_range(from, to)?;
+        self.tombstones += 1;
+        Ok(())
+    }
 }
 
 impl Db {
     /// Writes an SST file at `path` with this database's table options, filled by `fill`.
-    /// Returns the number of entries; with none, no file is left behind (RocksDB refuses to
-    /// finish an empty SST).
+    /// Returns the number of entries (puts) if a file was written; with neither entries nor
+    /// tombstones, `None` and no file is left behind (RocksDB refuses to finish an empty SST).
     pub(crate) fn write_sst(
         &self,
         path: &Path,
         fill: impl FnOnce(&mut SstSink<'_, '_>) -> Result<()>,
-    ) -> Result<u64> {
+    ) -> Result<Option<u64>> {
         let opts = cf_options(&self.options, &self.budget)?;
         let mut writer = rocksdb::SstFileWriter::create(&opts);
         writer.open(path)?;
         let mut sink = SstSink {
             writer: &mut writer,
             entries: 0,
+            tombstones: 0,
         };
         fill(&mut sink)?;
         let entries = sink.entries;
-        if entries == 0 {
+        if entries == 0 && sink.tombstones == 0 {
             drop(writer);
             let _ = std::fs::remove_file(path);
-            return Ok(0);
+            return Ok(None);
         }
         writer.finish()?;
-        Ok(entries)
+        Ok(Some(entries))
     }
 
     /// The names of every column family of the database.

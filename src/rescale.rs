@@ -13,26 +13,53 @@
 //!    last one): keys are ordered by their key-group prefix, so a live key outside the range
 //!    is found by one of them. Any failure is a typed error
 //!    ([`Error::DataOutsideKeyGroups`], [`Error::CheckpointCorrupt`]).
-//! 2. **Clip the base** (the source with the most overlap, opened in the target directory):
-//!    per state column family, drop the SST files entirely outside the target range and
-//!    `delete_range` the rest of `[start of keyspace, target start)` and
-//!    `[target end + 1, max parallelism)`; optionally compact those ranges.
-//! 3. **Merge the others**: per state, their in-range key groups are cut into up to
-//!    `threads` contiguous slices, each scanned in key order into a new SST ([`Db::write_sst`])
-//!    in parallel, and a state's SSTs are ingested into the base in one call (moved, not
-//!    copied). Ingested
-//!    entries get newer sequence numbers than the clip's range tombstones, so clipping first
-//!    is correct. States must agree ([`Error::MergedStateMismatch`]); a state only the other
-//!    source has is created in the base. No key-by-key write batch is used.
-//! 4. **Fix the metadata**: the backend metadata gets the target range, the list-sequence
+//! 2. **Drop the base's files outside the target**: per state column family, the SST files
+//!    entirely inside its clipped ranges go (no tombstone yet: it would overlap what step 3
+//!    ingests).
+//! 3. **Merge the others** (opened read-only, so their live files stay put). Per state and
+//!    other source, with `copy` = the other's claimed range ∩ the target: first the base's
+//!    files entirely inside `copy` go (they hold only dead entries there; RocksDB drops such
+//!    files from L1 down, not from L0). Then, per file ([`plan_state`]):
+//!    * a source file with no key in `copy`, or one the base holds too (same SST unique id:
+//!      both came from one checkpoint before an earlier split), needs nothing;
+//!    * a source file inside `copy` that overlaps no base file is ingested *as it is*,
+//!      hard-linked, keeping its sequence numbers (RocksDB's DB-generated-file ingestion,
+//!      [`db::ingest_db_generated`]): no entry is rewritten. Ingestion raises the base's last
+//!      sequence number to the largest ingested one (persisted), so every later write is
+//!      newer;
+//!    * **fallback** (the old path), for the key groups of `copy` that any other source file
+//!      touches, or that a base file the source does not hold touches (e.g. the base's clip
+//!      tombstone of an earlier split, which hides the source's part of shared files): they
+//!      are scanned from the source's merged view, cut into up to `threads` slices, written
+//!      into new SSTs ([`Db::write_sst`]) in parallel and ingested with fresh sequence numbers
+//!      after the linked files. Each such SST starts with a range tombstone over its slice,
+//!      which hides whatever the base then holds there (linked files included: a key deleted
+//!      in an unlinked file must not come back from a linked one) but not the SST's own
+//!      entries.
+//!
+//!    The whole state takes the fallback if the source's memtables are not empty (a replayed
+//!    WAL is in no file) or RocksDB refuses the ingestion (logged, counted in
+//!    [`RescaleStats::refused`]). States must agree ([`Error::MergedStateMismatch`]); a state
+//!    only the other source has is created in the base. No key-by-key write batch is used.
+//! 4. **Clip the base**, after every ingestion: `delete_range` the parts of the base's
+//!    claimed range outside the target (a narrower tombstone overlaps fewer files of a later
+//!    rescale); optionally compact those ranges. Ingestion raised the base's last sequence
+//!    number to the largest ingested one, so these tombstones (and every later write) are
+//!    newer than any ingested entry. Linked and rewritten data lies inside the target, so
+//!    the tombstones never cover it anyway.
+//! 5. **Fix the metadata**: the backend metadata gets the target range, the list-sequence
 //!    high-water mark becomes the maximum over all sources (so new list elements sort after
 //!    every restored one).
+//!
+//! Linked files keep their SST unique id (table properties), so the first checkpoint after
+//! the rescale reuses the other manifests' shared objects (`checkpoint::snapshot` matches SSTs
+//! by unique id and size); their local names change (new file numbers in the base).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sst_format::CheckpointManifest;
+use sst_format::{CheckpointManifest, SstUniqueId};
 
 use crate::backend::{
     BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX,
@@ -40,7 +67,7 @@ use crate::backend::{
 };
 use crate::checkpoint::uploader::run_parallel;
 use crate::codec;
-use crate::db::{Cf, Db, MemoryBudget};
+use crate::db::{self, Cf, Db, ForeignFiles, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::DbOptions;
@@ -77,10 +104,28 @@ pub(crate) struct Target<'a> {
 /// What a rescale did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct RescaleStats {
-    /// Entries copied from the other sources into ingested SSTs.
-    pub(crate) entries_ingested: u64,
-    /// SST files ingested.
-    pub(crate) files_ingested: usize,
+    /// SST files of the other sources ingested as they are (hard-linked, not rewritten).
+    pub(crate) files_linked: usize,
+    /// SST files written by the fallback (scanned from another source) and ingested.
+    pub(crate) files_rewritten: usize,
+    /// Entries copied by the fallback into those files.
+    pub(crate) entries_rewritten: u64,
+    /// Ingestions of DB-generated files RocksDB refused (their states took the fallback).
+    pub(crate) refused: usize,
+}
+
+/// How one state of one other source gets into the base.
+struct Plan {
+    /// Index into the opened other sources.
+    source: usize,
+    /// The state's name.
+    name: String,
+    /// The key groups of the target this source provides.
+    copy: KeyGroupRange,
+    /// Files ingested as they are, in ingestion order.
+    link: Vec<PathBuf>,
+    /// Key groups rewritten by the fallback, disjoint and ascending.
+    rewrite: Vec<KeyGroupRange>,
 }
 
 /// Checks `base` (already in the target directory) and, unless its range is the target's and
@@ -94,8 +139,7 @@ pub(crate) fn rescale(
     let m = target.max_parallelism;
     let db = Db::open(base.dir, target.options, target.budget)?;
     let base_states = check_source(&db, base, m)?;
-    let meta = db.default_cf()?;
-    let mut list_seq = read_list_seq(&meta)?;
+    let mut list_seq = read_list_seq(&db.default_cf()?)?;
 
     let claimed = claimed_range(base)?;
     if others.is_empty() && claimed == target.key_groups {
@@ -103,8 +147,7 @@ pub(crate) fn rescale(
         return Ok(stats);
     }
 
-    // 2. Clip the base: only the parts of its claimed range outside the target get a range
-    //    tombstone (a narrower tombstone overlaps fewer later files and ingests).
+    // Only the parts of the base's claimed range outside the target are clipped.
     let clips: Vec<(Vec<u8>, Vec<u8>)> = [
         (
             claimed.start,
@@ -119,6 +162,144 @@ pub(crate) fn rescale(
     .filter(|(from, to)| from < to)
     .map(|(from, to)| (prefix(u32::from(from), m), prefix(u32::from(to), m)))
     .collect();
+
+    // 2. Drop the base's files entirely outside the target.
+    for state in base_states.values() {
+        let cf = state_cf(&db, base, &state.name)?;
+        for (from, to) in &clips {
+            cf.drop_files_in_range(from, to)?;
+        }
+    }
+
+    // 3a. Open and check the others, merge the state lists, plan each state.
+    let mut states = base_states.clone();
+    let mut opened: Vec<Arc<Db>> = Vec::with_capacity(others.len());
+    let mut plans: Vec<Plan> = Vec::new();
+    for (i, other) in others.iter().enumerate() {
+        let odb = Db::open_read_only(other.dir, target.options, target.budget)?;
+        let other_states = check_source(&odb, other, m)?;
+        list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
+        for (name, st) in &other_states {
+            match states.get(name) {
+                Some(have) if have != st => {
+                    return Err(Error::MergedStateMismatch {
+                        name: name.clone(),
+                        base: base.name.to_string(),
+                        base_meta: crate::state::describe(have),
+                        other: other.name.to_string(),
+                        other_meta: crate::state::describe(st),
+                    })
+                }
+                Some(_) => {}
+                None => {
+                    let key = format!("{META_STATE_PREFIX}{name}");
+                    db.default_cf()?
+                        .put(key.as_bytes(), &codec::encode(st, "state metadata")?)?;
+                    states.insert(name.clone(), st.clone());
+                }
+            }
+            let dst = db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?;
+            if let Some(copy) = claimed_range(other)?.intersect(&target.key_groups) {
+                // The base's files entirely inside `copy` hold only dead entries there.
+                dst.drop_files_in_range(
+                    &prefix(u32::from(copy.start), m),
+                    &prefix(u32::from(copy.end) + 1, m),
+                )?;
+                let (link, rewrite) = plan_state(&dst, &state_cf(&odb, other, name)?, copy, m)?;
+                plans.push(Plan {
+                    source: i,
+                    name: name.clone(),
+                    copy,
+                    link,
+                    rewrite,
+                });
+            }
+        }
+        opened.push(odb);
+    }
+
+    // 3b. Ingest the files that qualify as they are. RocksDB's DB-generated ingestion needs a
+    //     handle type `Db` is not, so the base is closed meanwhile (its memtables flushed).
+    let db = if plans.iter().any(|p| !p.link.is_empty()) {
+        db.flush_all()?;
+        drop(db);
+        let batches: Vec<ForeignFiles> = plans
+            .iter()
+            .map(|p| ForeignFiles {
+                cf: format!("{STATE_CF_PREFIX}{}", p.name),
+                files: p.link.clone(),
+            })
+            .collect();
+        let results = db::ingest_db_generated(base.dir, target.options, target.budget, &batches)?;
+        for (plan, result) in plans.iter_mut().zip(results) {
+            match result {
+                Ok(()) => stats.files_linked += plan.link.len(),
+                Err(reason) => {
+                    // Fallback: the whole state is rewritten from the source's merged view.
+                    tracing::warn!(
+                        state = %plan.name,
+                        source = others[plan.source].name,
+                        %reason,
+                        "RocksDB refused ingesting the source's SST files as they are; rewriting them"
+                    );
+                    stats.refused += 1;
+                    plan.link.clear();
+                    plan.rewrite = vec![plan.copy];
+                }
+            }
+        }
+        Db::open(base.dir, target.options, target.budget)?
+    } else {
+        db
+    };
+
+    // 3c. The fallback: rewrite the key groups no linked file brings, per state and source,
+    //     cut into up to `threads` slices scanned into SSTs in parallel; each (state, source)
+    //     is ingested in one call.
+    let mut jobs: Vec<(usize, Cf, KeyGroupRange, PathBuf)> = Vec::new();
+    for (p, plan) in plans.iter().enumerate() {
+        let other = &others[plan.source];
+        let src = state_cf(&opened[plan.source], other, &plan.name)?;
+        for range in &plan.rewrite {
+            for slice in split(*range, target.threads) {
+                let file = target
+                    .scratch
+                    .join(format!("ingest-{}-{p}-{}.sst", plan.source, slice.start));
+                jobs.push((p, src.clone(), slice, file));
+            }
+        }
+    }
+    let counts = run_parallel(&jobs, target.threads, |(_, src, slice, file)| {
+        let from = prefix(u32::from(slice.start), m);
+        let to = prefix(u32::from(slice.end) + 1, m);
+        db.write_sst(file, |sink| {
+            // Hides what the base holds in the slice (see `plan_state`); not this file's own
+            // entries.
+            sink.delete_range(&from, &to)?;
+            src.scan(&from, Some(&to), |k, v| {
+                sink.put(k, v)?;
+                Ok(true)
+            })
+        })
+    })?;
+    let mut by_plan: BTreeMap<usize, Vec<PathBuf>> = BTreeMap::new();
+    for ((p, _, _, file), n) in jobs.iter().zip(counts) {
+        if let Some(n) = n {
+            by_plan.entry(*p).or_default().push(file.clone());
+            stats.entries_rewritten += n;
+            stats.files_rewritten += 1;
+        }
+    }
+    for (p, files) in &by_plan {
+        let dst = state_cf(&db, base, &plans[*p].name)?;
+        dst.ingest(files)?;
+    }
+    drop(jobs);
+    drop(opened);
+
+    // 4. Clip the base, after every ingestion. (Through the memtable: an ingested SST holding
+    //    only one range tombstone is marked for compaction by RocksDB, which would rewrite the
+    //    restored files the first checkpoint is meant to reuse.)
     for state in base_states.values() {
         let cf = state_cf(&db, base, &state.name)?;
         for (from, to) in &clips {
@@ -135,71 +316,8 @@ pub(crate) fn rescale(
         }
     }
 
-    // 3. Merge the others' in-range key groups.
-    let mut states = base_states;
-    for (i, other) in others.iter().enumerate() {
-        let odb = Db::open(other.dir, target.options, target.budget)?;
-        let other_states = check_source(&odb, other, m)?;
-        list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
-        let claimed = claimed_range(other)?;
-        let Some(copy) = claimed.intersect(&target.key_groups) else {
-            continue;
-        };
-        // Each state's in-range groups are cut into up to `threads` contiguous slices, each
-        // scanned into its own SST in parallel; a state's slices are ingested in one call.
-        let slices = split(copy, target.threads);
-        let mut jobs: Vec<(String, Cf, KeyGroupRange, PathBuf)> = Vec::new();
-        for (j, (name, st)) in other_states.iter().enumerate() {
-            match states.get(name) {
-                Some(have) if have != st => {
-                    return Err(Error::MergedStateMismatch {
-                        name: name.clone(),
-                        base: base.name.to_string(),
-                        base_meta: crate::state::describe(have),
-                        other: other.name.to_string(),
-                        other_meta: crate::state::describe(st),
-                    })
-                }
-                Some(_) => {}
-                None => {
-                    let key = format!("{META_STATE_PREFIX}{name}");
-                    meta.put(key.as_bytes(), &codec::encode(st, "state metadata")?)?;
-                    states.insert(name.clone(), st.clone());
-                }
-            }
-            let src = state_cf(&odb, other, name)?;
-            for (k, slice) in slices.iter().enumerate() {
-                let file = target.scratch.join(format!("ingest-{i}-{j}-{k}.sst"));
-                jobs.push((name.clone(), src.clone(), *slice, file));
-            }
-        }
-        let counts = run_parallel(&jobs, target.threads, |(_, src, slice, file)| {
-            let from = prefix(u32::from(slice.start), m);
-            let to = prefix(u32::from(slice.end) + 1, m);
-            db.write_sst(file, |sink| {
-                src.scan(&from, Some(&to), |k, v| {
-                    sink.put(k, v)?;
-                    Ok(true)
-                })
-            })
-        })?;
-        let mut by_state: BTreeMap<&str, Vec<PathBuf>> = BTreeMap::new();
-        for ((name, _, _, file), n) in jobs.iter().zip(counts) {
-            if n > 0 {
-                by_state.entry(name).or_default().push(file.clone());
-                stats.entries_ingested += n;
-                stats.files_ingested += 1;
-            }
-        }
-        for name in other_states.keys() {
-            let dst = db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?;
-            if let Some(files) = by_state.get(name.as_str()) {
-                dst.ingest(files)?;
-            }
-        }
-    }
-
-    // 4. Metadata for the new range.
+    // 5. Metadata for the new range.
+    let meta = db.default_cf()?;
     let backend_meta = BackendMeta {
         version: BACKEND_META_VERSION,
         max_parallelism: m,
@@ -212,6 +330,107 @@ pub(crate) fn rescale(
     meta.put(META_LIST_SEQ, &list_seq.to_be_bytes())?;
     db.flush_all()?;
     Ok(stats)
+}
+
+/// The live files of a column family with their SST unique ids (`None` if unreadable, which
+/// only makes a file count as not shared).
+fn with_ids(cf: &Cf) -> Result<Vec<(LiveSst, Option<SstUniqueId>)>> {
+    Ok(cf
+        .live_files()?
+        .into_iter()
+        .map(|f| {
+            let id = sst_format::read_sst_meta(&f.path).ok().map(|m| m.unique_id);
+            (f, id)
+        })
+        .collect())
+}
+
+/// How `src`'s data for the key groups `copy` gets into `dst` (see the module docs): the files
+/// to ingest as they are, and the key groups the fallback rewrites.
+///
+/// `dst` has already lost its files entirely inside `copy` (they held only dead entries and
+/// tombstones: the base's live keys are inside its own claimed range). Of the rest:
+/// * a source file with no key in `copy`, or one `dst` holds too (same SST unique id, e.g.
+///   both came from one checkpoint before an earlier split), needs nothing: `dst` has the
+///   same entries, and the source's own newer files lie on top of it in both;
+/// * a source file inside `copy` that overlaps no file of `dst` is ingested as it is;
+/// * any other source file overlapping `copy`, and any file of `dst` overlapping `copy` that
+///   the source does not hold (its entries there are not the source's view, e.g. the base's
+///   clip tombstone of an earlier split), marks its key groups of `copy` for the rewrite.
+///   The rewrite's range tombstone hides whatever `dst` then holds there, linked files
+///   included, and its entries are the source's merged view.
+fn plan_state(
+    dst: &Cf,
+    src: &Cf,
+    copy: KeyGroupRange,
+    m: u32,
+) -> Result<(Vec<PathBuf>, Vec<KeyGroupRange>)> {
+    if !src.memtables_empty()? {
+        // Fallback: data only in the source's memtables (a replayed WAL) is in no file.
+        return Ok((Vec::new(), vec![copy]));
+    }
+    let lo = prefix(u32::from(copy.start), m);
+    let hi = prefix(u32::from(copy.end) + 1, m);
+    // Key ranges are closed, except that a largest key equal to a bare key-group prefix can
+    // only be a range tombstone's exclusive end (stored keys are longer than their prefix).
+    let touches_copy = |f: &LiveSst| f.largest > lo && f.smallest < hi;
+    let overlap = |a: &LiveSst, b: &LiveSst| a.smallest <= b.largest && b.smallest <= a.largest;
+    let files = with_ids(src)?;
+    let existing: Vec<(LiveSst, Option<SstUniqueId>)> = with_ids(dst)?
+        .into_iter()
+        .filter(|(f, _)| touches_copy(f))
+        .collect();
+    let held = |id: &Option<SstUniqueId>, set: &[(LiveSst, Option<SstUniqueId>)]| {
+        id.as_ref()
+            .is_some_and(|id| set.iter().any(|(_, other)| other.as_ref() == Some(id)))
+    };
+    let mut link = Vec::new();
+    let mut marked: Vec<&LiveSst> = Vec::new();
+    for (f, id) in &files {
+        if !touches_copy(f) || held(id, &existing) {
+            continue;
+        }
+        let inside = f.smallest >= lo && f.largest < hi;
+        if inside && !existing.iter().any(|(e, _)| overlap(f, e)) {
+            link.push(f.path.clone());
+        } else {
+            marked.push(f);
+        }
+    }
+    marked.extend(
+        existing
+            .iter()
+            .filter(|(_, id)| !held(id, &files))
+            .map(|(f, _)| f),
+    );
+    // The key groups of `copy` the marked files touch (widened where a bound has no prefix).
+    let mut rewrite: Vec<KeyGroupRange> = marked
+        .iter()
+        .filter_map(|f| {
+            let start = if f.smallest < lo {
+                copy.start
+            } else {
+                keygroup::read_prefix(&f.smallest, m).unwrap_or(copy.start)
+            };
+            let end = if f.largest >= hi {
+                copy.end
+            } else {
+                keygroup::read_prefix(&f.largest, m).unwrap_or(copy.end)
+            };
+            KeyGroupRange::new(start.max(copy.start), end.min(copy.end)).ok()
+        })
+        .collect();
+    rewrite.sort_by_key(|r| r.start);
+    let mut merged: Vec<KeyGroupRange> = Vec::with_capacity(rewrite.len());
+    for r in rewrite {
+        match merged.last_mut() {
+            Some(last) if u32::from(r.start) <= u32::from(last.end) + 1 => {
+                last.end = last.end.max(r.end)
+            }
+            _ => merged.push(r),
+        }
+    }
+    Ok((link, merged))
 }
 
 /// `range` cut into at most `parts` contiguous, non-empty slices, in order.

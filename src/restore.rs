@@ -139,7 +139,7 @@ pub(crate) fn restore_with_report(
                     dir,
                 })
                 .collect();
-            rescale::rescale(
+            let stats = rescale::rescale(
                 &base,
                 &other_sources,
                 &rescale::Target {
@@ -152,6 +152,9 @@ pub(crate) fn restore_with_report(
                     threads: p.transfer_threads,
                 },
             )?;
+            report.sst_files_linked = stats.files_linked;
+            report.sst_files_rewritten = stats.files_rewritten;
+            report.entries_rewritten = stats.entries_rewritten;
         }
         drop(scratch);
         let backend = builder.open_inner(Some(RestoredBase {

@@ -38,6 +38,13 @@ pub struct RestoreReport {
     pub files_downloaded: usize,
     /// Bytes of those files.
     pub bytes_downloaded: u64,
+    /// Rescaling: SST files of the other sources ingested as they are (hard-linked, keeping
+    /// their sequence numbers), not rewritten.
+    pub sst_files_linked: usize,
+    /// Rescaling: SST files the fallback wrote (scanned from another source) and ingested.
+    pub sst_files_rewritten: usize,
+    /// Rescaling: entries the fallback copied into those files.
+    pub entries_rewritten: u64,
 }
 
 /// Keeps the staging directory `staging` of checkpoint `id`, just uploaded, as its local

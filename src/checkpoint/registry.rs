@@ -47,7 +47,7 @@ pub(crate) struct RestoredBase {
     /// The decoded manifest.
     pub(crate) manifest: Arc<CheckpointManifest>,
     /// The other manifests a rescaling restore merged in (object name, manifest); claimed and
-    /// retained too, but never a reuse base.
+    /// retained too, and their shared files are reuse candidates of the first checkpoint.
     pub(crate) others: Vec<(String, Arc<CheckpointManifest>)>,
 }
 
@@ -77,7 +77,8 @@ struct UploadedEntry {
 
 #[derive(Debug, Default)]
 struct Book {
-    /// The last completed checkpoint's manifest: SSTs are reused only from it.
+    /// The last completed checkpoint's manifest: SSTs are reused only from it (after a
+    /// rescaling restore: the merged manifests' shared files).
     base: Option<Arc<CheckpointManifest>>,
     last_completed: Option<u64>,
     /// Highest checkpoint id this backend has started (ids must increase).
@@ -251,7 +252,19 @@ impl Checkpointer {
                     cp.storage.put_bytes(&claim, b"")?;
                 }
                 book.retained = retained;
-                book.base = Some(r.manifest);
+                // The reuse base: every merged manifest's shared files, since a rescale ingests
+                // the other sources' SSTs as they are (snapshot matches them by unique id).
+                book.base = Some(if r.others.is_empty() {
+                    r.manifest
+                } else {
+                    let mut merged = (*r.manifest).clone();
+                    merged.shared_files.extend(
+                        r.others
+                            .iter()
+                            .flat_map(|(_, m)| m.shared_files.iter().cloned()),
+                    );
+                    Arc::new(merged)
+                });
                 book.last_completed = Some(restored_id);
                 book.max_seen = Some(restored_id);
             }

@@ -65,8 +65,9 @@ impl PendingSnapshot {
         &self.dir
     }
 
-    /// The async phase: uploads every SST the last completed checkpoint (as of the sync
-    /// phase) does not hold with the same identity (local name + size + SST unique id) under
+    /// The async phase: uploads every SST the reuse base (the last completed checkpoint as of
+    /// the sync phase, or every manifest a rescaling restore merged) does not hold with the
+    /// same identity (SST unique id + size; the local name may differ) under
     /// a fresh `shared/` name, uploads the private files (MANIFEST, CURRENT, OPTIONS, ...),
     /// then writes the manifest create-if-absent: the commit point. Files go in parallel
     /// (`CheckpointOptions::transfer_threads`). On any error, or if the checkpoint is aborted
@@ -110,11 +111,14 @@ impl PendingSnapshot {
         if cp.is_aborted(id) {
             return Err(Error::CheckpointAborted { id });
         }
-        let base_index: HashMap<&str, &SharedFile> = self
+        // By SST unique id, not local name: a rescale ingests other sources' files under new
+        // file numbers (`crate::rescale`); the id survives, and two different files never
+        // share it.
+        let base_index: HashMap<&SstUniqueId, &SharedFile> = self
             .base
             .iter()
             .flat_map(|m| m.shared_files.iter())
-            .map(|f| (f.local_name.as_str(), f))
+            .map(|f| (&f.sst_id, f))
             .collect();
 
         // Classify the staging directory.
@@ -141,8 +145,11 @@ impl PendingSnapshot {
             }
             if local_name.ends_with(".sst") {
                 let sst_id = sst_identity(cp, &path, &local_name, &meta, &mut seen_ids)?;
-                match base_index.get(local_name.as_str()) {
-                    Some(f) if f.size == size && f.sst_id == sst_id => reused.push((*f).clone()),
+                match base_index.get(&sst_id) {
+                    Some(f) if f.size == size => reused.push(SharedFile {
+                        local_name,
+                        ..(*f).clone()
+                    }),
                     _ => jobs.push(Job {
                         remote_name: layout::new_shared_name(),
                         local_name,

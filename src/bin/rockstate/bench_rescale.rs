@@ -11,7 +11,12 @@
 //!   a full checkpoint of the same state.
 //! - `rescale=2->1`: one backend restored from both manifests of checkpoint 2 (base + SST
 //!   ingestion of the other); baseline: the same two manifests restored plainly, one after
-//!   the other, on one thread (the same bytes, no merging).
+//!   the other, on one thread (the same bytes, no merging). Then the merged backend's first
+//!   checkpoint (3) and how many of the other half's SSTs were linked or rewritten. Both
+//!   halves still hold the source's L0 SSTs and their clip tombstones, so the other half's
+//!   part is rewritten (docs/rescale.md, "Where linking cannot help").
+//! - `rescale=2->1-own-sst`: the same for two halves loaded separately (no shared SSTs): the
+//!   other half's SSTs are linked as they are.
 //! - savepoint write and read of the merged backend, MB/s of uncompressed entry bytes.
 //!
 //! `ratio` = throughput of the rescale / throughput of the plain restore of the same bytes
@@ -147,6 +152,46 @@ fn print_ratio(what: &str, secs: Duration, plain: Duration, bytes: u64, download
         .print();
 }
 
+/// Times `label`: one backend restored from checkpoint `id` of the two halves `ids` (base +
+/// the other's SSTs) vs the same two manifests restored plainly, one after the other, on one
+/// thread (the same bytes, no merging). Returns the merge's restore request.
+fn two_to_one(
+    env: &Env<'_>,
+    label: &str,
+    id: u64,
+    ids: &[String],
+    state_bytes: u64,
+) -> rockstate::Result<RestoreFrom> {
+    let all = KeyGroupRange::all(M)?;
+    let plain = env.timed("plain 2", |r| {
+        (0..2u32)
+            .zip(ids)
+            .map(|(i, backend)| {
+                let name = format!("plain2-{r}-{i}");
+                let b = env.restore(
+                    &name,
+                    half(i)?,
+                    RestoreFrom::Exact {
+                        checkpoint_id: id,
+                        backend_id: backend.clone(),
+                    },
+                )?;
+                Ok((name, b))
+            })
+            .collect()
+    })?;
+    let from = RestoreFrom::Handles {
+        checkpoint_id: id,
+        backend_ids: ids.to_vec(),
+    };
+    let rescale = env.timed(label, |r| {
+        let name = format!("r21-{r}");
+        Ok(vec![(name.clone(), env.restore(&name, all, from.clone())?)])
+    })?;
+    print_ratio(label, rescale, plain, state_bytes, state_bytes);
+    Ok(from)
+}
+
 /// Runs the benchmark.
 pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     let tmp = std::env::temp_dir();
@@ -256,35 +301,28 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     drop(halves);
 
     // 2 -> 1.
-    let plain = env.timed("plain 2", |r| {
-        (0..2u32)
-            .zip(&ids)
-            .map(|(i, id)| {
-                let name = format!("plain2-{r}-{i}");
-                let b = env.restore(
-                    &name,
-                    half(i)?,
-                    RestoreFrom::Exact {
-                        checkpoint_id: 2,
-                        backend_id: id.clone(),
-                    },
-                )?;
-                Ok((name, b))
-            })
-            .collect()
-    })?;
-    let from = RestoreFrom::Handles {
-        checkpoint_id: 2,
-        backend_ids: ids.clone(),
-    };
-    let rescale = env.timed("2->1", |r| {
-        let name = format!("r21-{r}");
-        Ok(vec![(name.clone(), env.restore(&name, all, from.clone())?)])
-    })?;
-    print_ratio("2->1", rescale, plain, state_bytes, state_bytes);
+    let from = two_to_one(&env, "2->1", 2, &ids, state_bytes)?;
+
+    // How 2 -> 1 moved the other half's data, and the first checkpoint after it.
+    let (merged, report) = env.builder("merged", all).restore_with_report(from)?;
+    let after = merged.checkpoint(3)?;
+    merged.notify_checkpoint_complete(3)?;
+    Line::new()
+        .label("first_checkpoint_after_rescale=2->1")
+        .int("uploaded_bytes", after.bytes_uploaded)
+        .int("reused_files", after.files_reused as u64)
+        .int("state_bytes", after.state_bytes)
+        .num(
+            "fraction",
+            after.bytes_uploaded as f64 / full.bytes_uploaded as f64,
+            4,
+        )
+        .int("sst_files_linked", report.sst_files_linked as u64)
+        .int("sst_files_rewritten", report.sst_files_rewritten as u64)
+        .int("entries_rewritten", report.entries_rewritten)
+        .print();
 
     // Savepoint write and read of the merged state.
-    let merged = env.restore("merged", all, from)?;
     let sp = root.join("savepoint");
     let t = Instant::now();
     let w = merged.write_savepoint(&sp)?;
@@ -306,6 +344,48 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         .num("write_secs", write.as_secs_f64(), 3)
         .num("read_secs", read.as_secs_f64(), 3)
         .note("MB/s of raw entry bytes; target write >= 200")
+        .print();
+    drop(fresh);
+
+    // 2 -> 1 of two halves that never shared SSTs (each loaded with its own keys): the other
+    // half's SSTs are linked as they are, not rewritten.
+    let halves = (0..2u32)
+        .map(|i| env.builder(&format!("own-{i}"), half(i)?).open())
+        .collect::<rockstate::Result<Vec<_>>>()?;
+    let states = halves
+        .iter()
+        .map(|b| b.raw_value_state("bench", CodecId::new("bytes", 1)))
+        .collect::<rockstate::Result<Vec<_>>>()?;
+    let mut rng = SmallRng::seed_from_u64(args.seed);
+    for k in 0..args.keys {
+        rng.fill_bytes(&mut value);
+        let key = k.to_be_bytes();
+        let i = usize::from(
+            !halves[0]
+                .key_groups()
+                .contains(rockstate::keygroup::key_group_of(&key, M)),
+        );
+        states[i].put(&key, &[], &value)?;
+    }
+    drop(states);
+    let mut own_bytes = 0;
+    for b in &halves {
+        own_bytes += b.checkpoint(10)?.state_bytes;
+        b.notify_checkpoint_complete(10)?;
+    }
+    let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
+    drop(halves);
+    let from = two_to_one(&env, "2->1-own-sst", 10, &ids, own_bytes)?;
+    let (merged, report) = env.builder("merged-own", all).restore_with_report(from)?;
+    let after = merged.checkpoint(11)?;
+    Line::new()
+        .label("first_checkpoint_after_rescale=2->1-own-sst")
+        .int("uploaded_bytes", after.bytes_uploaded)
+        .int("reused_files", after.files_reused as u64)
+        .int("state_bytes", after.state_bytes)
+        .int("sst_files_linked", report.sst_files_linked as u64)
+        .int("sst_files_rewritten", report.sst_files_rewritten as u64)
+        .int("entries_rewritten", report.entries_rewritten)
         .print();
     Ok(())
 }
