@@ -122,6 +122,7 @@ fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
     opts.set_target_file_size_base(o.target_file_size_base);
     opts.set_max_bytes_for_level_base(o.max_bytes_for_level_base);
     opts.set_optimize_filters_for_hits(o.optimize_filters_for_hits);
+    opts.set_level_zero_file_num_compaction_trigger(o.level0_file_num_compaction_trigger);
     opts.set_level_compaction_dynamic_level_bytes(true);
     if o.memtable_bloom_ratio > 0.0 {
         opts.set_memtable_prefix_bloom_ratio(o.memtable_bloom_ratio);

@@ -48,6 +48,9 @@ pub struct DbOptions {
     /// Target size of the base level (the level L0 compacts into) in bytes. Default 256 MiB,
     /// RocksDB's own.
     pub max_bytes_for_level_base: u64,
+    /// Number of L0 files that triggers their compaction into the base level. Default 4,
+    /// RocksDB's own.
+    pub level0_file_num_compaction_trigger: i32,
     /// Index and filter blocks live in the block cache, charged to the memory budget (default
     /// on, as Flink's managed memory does). Off, each open SST holds them outside the budget:
     /// reads skip two cache lookups, but memory is no longer bounded by the budget.
@@ -83,6 +86,7 @@ impl Default for DbOptions {
             max_background_jobs: 2,
             target_file_size_base: 64 << 20,
             max_bytes_for_level_base: 256 << 20,
+            level0_file_num_compaction_trigger: 4,
             cache_index_and_filter_blocks: true,
             optimize_filters_for_hits: false,
             max_value_bytes: 64 << 20,
@@ -115,6 +119,12 @@ impl DbOptions {
             return bad(
                 "target_file_size_base/max_bytes_for_level_base",
                 "must be ≥ 64 KiB / ≥ 1 MiB".into(),
+            );
+        }
+        if !(1..=64).contains(&self.level0_file_num_compaction_trigger) {
+            return bad(
+                "level0_file_num_compaction_trigger",
+                format!("{} is not in 1..=64", self.level0_file_num_compaction_trigger),
             );
         }
         if self.max_write_buffer_number < 2 || self.max_background_jobs < 1 {
