@@ -10,9 +10,16 @@
 //! * **Create-if-absent.** Single-request puts use `PutMode::Create` (S3 `If-None-Match: *`,
 //!   supported by AWS S3 since 2024 and by moto; `InMemory` supports it natively). Files of
 //!   at least [`ObjectStorageOptions::multipart_threshold`] bytes go through a multipart
-//!   upload; `object_store` 0.14 offers no conditional completion for those, so the name is
-//!   checked with a `HEAD` first. Only SSTs are that large and they get fresh random 128-bit
-//!   names (`checkpoint::layout`), so no second writer of the same name can exist.
+//!   upload. `object_store` 0.14's `MultipartUpload::complete` always completes
+//!   unconditionally (`PutMultipartOptions` has no mode), so the parts are uploaded to a
+//!   fresh staging object `.uploads/<random>` under the root and then copied to the final
+//!   name with `copy_if_not_exists`, which on S3 (`S3CopyIfNotExists::Multipart`) is an
+//!   `UploadPartCopy` plus a `CompleteMultipartUpload` with `If-None-Match: *`: the final
+//!   name is written by one conditional request, exactly like a single put. The staging
+//!   object is deleted afterwards. Costs: one server-side copy per large file, and S3's
+//!   5 GiB limit of one `UploadPartCopy` caps multipart files at 5 GiB. Staging objects are
+//!   hidden from [`CheckpointStorage::list`]; those of crashed processes are deleted by
+//!   [`CheckpointStorage::sweep_incomplete`]. See docs/object-storage.md.
 //! * **Ambiguous failures.** A put can store the object and still report failure (a timeout
 //!   or a 5xx after the write). The retry then finds the name taken; if the stored object
 //!   has exactly our size and CRC-32 the put counts as done, otherwise it is
@@ -26,8 +33,9 @@
 //!   sending them; gets compute them over the bytes received, as [`super::LocalStorage`]
 //!   does.
 //! * **Leftovers.** `object_store` cannot list unfinished multipart uploads, so
-//!   [`CheckpointStorage::sweep_incomplete`] removes nothing here; on S3 add a bucket
-//!   lifecycle rule `AbortIncompleteMultipartUpload` for uploads of crashed processes.
+//!   [`CheckpointStorage::sweep_incomplete`] removes only staging objects (uploads that
+//!   completed but were never copied to their name); on S3 add a bucket lifecycle rule
+//!   `AbortIncompleteMultipartUpload` for the unfinished uploads of crashed processes.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -40,7 +48,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut, S3CopyIfNotExists};
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
 use object_store::{
@@ -120,6 +128,9 @@ impl ObjectStorageOptions {
         Ok(())
     }
 }
+
+/// Name prefix (under the root) of multipart staging objects; see the module docs.
+const STAGING_PREFIX: &str = ".uploads/";
 
 /// Chunks of one download buffered between the runtime and the writing thread.
 const GET_CHUNKS_IN_FLIGHT: usize = 64;
@@ -210,6 +221,7 @@ impl ObjectStorage {
         }
         let store = builder
             .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_copy_if_not_exists(S3CopyIfNotExists::Multipart)
             .with_retry(RetryConfig {
                 backoff: BackoffConfig {
                     init_backoff: options.initial_backoff,
@@ -351,29 +363,44 @@ impl ObjectStorage {
         }
     }
 
-    /// Multipart upload of the local file `local` (create-if-absent checked by `HEAD`).
+    /// Multipart upload of the local file `local` to a staging object, then a conditional
+    /// copy to `name` (see the module docs). The staging object is deleted in every case but
+    /// a crash.
     fn put_multipart(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
         let path = self.object_path(name)?;
-        let store = self.store();
-        let head = {
-            let (store, path) = (Arc::clone(&store), path.clone());
-            self.with_retries(|_| {
-                let (store, path) = (Arc::clone(&store), path.clone());
-                match self.run(async move { store.head(&path).await })? {
-                    Ok(_) => Ok(true),
-                    Err(object_store::Error::NotFound { .. }) => Ok(false),
-                    Err(e) => Err(map_error("head", name, e)),
-                }
-            })?
-        };
-        if head {
-            return Err(Error::ObjectExists {
-                name: name.to_string(),
-            });
-        }
-        self.with_retries(|_| self.multipart_attempt(name, &path, local))
+        let staging_name = format!("{STAGING_PREFIX}{:032x}", rand::random::<u128>());
+        let staging = self.object_path(&staging_name)?;
+        let result = self
+            .with_retries(|_| self.multipart_attempt(name, &staging, local))
+            .and_then(|digest| self.copy_if_absent(name, &staging, &path, digest));
+        let cleanup = self.delete(&staging_name);
+        let digest = result?;
+        cleanup?;
+        Ok(digest)
     }
 
+    /// Copies the staging object to `path` unless `name` exists; a taken name is resolved as
+    /// for single puts ([`Self::resolve_exists`]).
+    fn copy_if_absent(
+        &self,
+        name: &str,
+        staging: &ObjectPath,
+        path: &ObjectPath,
+        digest: ObjectDigest,
+    ) -> Result<ObjectDigest> {
+        let store = self.store();
+        self.with_retries(|_| {
+            let (store, from, to) = (Arc::clone(&store), staging.clone(), path.clone());
+            match self.run(async move { store.copy_if_not_exists(&from, &to).await })? {
+                Ok(()) => Ok(digest),
+                Err(object_store::Error::AlreadyExists { .. }) => self.resolve_exists(name, digest),
+                Err(e) => Err(map_error("put", name, e)),
+            }
+        })
+    }
+
+    /// One multipart upload of `local` to `path` (completed unconditionally: `path` is a
+    /// fresh staging name).
     fn multipart_attempt(
         &self,
         name: &str,
@@ -508,6 +535,53 @@ impl ObjectStorage {
             crc32: hasher.finalize(),
         })
     }
+
+    /// Every object whose name starts with `prefix`, staging objects included.
+    fn list_all(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        // Stores list by whole path segments: list the directory part, filter by the rest.
+        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        let full = match (self.root.is_empty(), dir.is_empty()) {
+            (true, _) => dir.to_string(),
+            (false, true) => self.root.clone(),
+            (false, false) => format!("{}/{dir}", self.root),
+        };
+        let list_path = if full.is_empty() {
+            None
+        } else {
+            Some(
+                ObjectPath::parse(&full)
+                    .map_err(|_| Error::InvalidObjectName(prefix.to_string()))?,
+            )
+        };
+        let store = self.store();
+        let metas = self.with_retries(|_| {
+            let (store, list_path) = (Arc::clone(&store), list_path.clone());
+            self.run(async move { store.list(list_path.as_ref()).try_collect::<Vec<_>>().await })?
+                .map_err(|e| map_error("list", prefix, e))
+        })?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let name = self.name_of(&m.location)?;
+                name.starts_with(prefix).then(|| ObjectInfo {
+                    name,
+                    size: m.size,
+                    last_modified: u64::try_from(m.last_modified.timestamp_millis())
+                        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+                        .unwrap_or(SystemTime::UNIX_EPOCH),
+                })
+            })
+            .collect())
+    }
+}
+
+/// A valid object name outside the staging prefix (reserved for multipart staging).
+fn check_name(name: &str) -> Result<()> {
+    validate_object_name(name)?;
+    if name.starts_with(STAGING_PREFIX) {
+        return Err(Error::InvalidObjectName(name.to_string()));
+    }
+    Ok(())
 }
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
@@ -571,7 +645,7 @@ fn map_error(operation: &'static str, name: &str, e: object_store::Error) -> Err
 
 impl CheckpointStorage for ObjectStorage {
     fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
-        validate_object_name(name)?;
+        check_name(name)?;
         let size = std::fs::metadata(local)
             .map_err(|e| Error::io(local, e))?
             .len();
@@ -587,7 +661,7 @@ impl CheckpointStorage for ObjectStorage {
     }
 
     fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        validate_object_name(name)?;
+        check_name(name)?;
         let digest = ObjectDigest {
             size: bytes.len() as u64,
             crc32: crc32fast::hash(bytes),
@@ -622,40 +696,22 @@ impl CheckpointStorage for ObjectStorage {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        // Stores list by whole path segments: list the directory part, filter by the rest.
-        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
-        let full = match (self.root.is_empty(), dir.is_empty()) {
-            (true, _) => dir.to_string(),
-            (false, true) => self.root.clone(),
-            (false, false) => format!("{}/{dir}", self.root),
-        };
-        let list_path = if full.is_empty() {
-            None
-        } else {
-            Some(
-                ObjectPath::parse(&full)
-                    .map_err(|_| Error::InvalidObjectName(prefix.to_string()))?,
-            )
-        };
-        let store = self.store();
-        let metas = self.with_retries(|_| {
-            let (store, list_path) = (Arc::clone(&store), list_path.clone());
-            self.run(async move { store.list(list_path.as_ref()).try_collect::<Vec<_>>().await })?
-                .map_err(|e| map_error("list", prefix, e))
-        })?;
-        Ok(metas
-            .into_iter()
-            .filter_map(|m| {
-                let name = self.name_of(&m.location)?;
-                name.starts_with(prefix).then(|| ObjectInfo {
-                    name,
-                    size: m.size,
-                    last_modified: u64::try_from(m.last_modified.timestamp_millis())
-                        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
-                        .unwrap_or(SystemTime::UNIX_EPOCH),
-                })
-            })
-            .collect())
+        let mut objects = self.list_all(prefix)?;
+        objects.retain(|o| !o.name.starts_with(STAGING_PREFIX));
+        Ok(objects)
+    }
+
+    fn sweep_incomplete(&self, min_age: Duration) -> Result<usize> {
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for o in self.list_all(STAGING_PREFIX)? {
+            let age = now.duration_since(o.last_modified).unwrap_or_default();
+            if age >= min_age {
+                self.delete(&o.name)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     fn delete(&self, name: &str) -> Result<()> {
@@ -694,9 +750,21 @@ mod tests {
         let d = s.put_file("shared/a.sst", &src).unwrap();
         assert_eq!(d.size, 2500);
         assert_eq!(d.crc32, crc32fast::hash(&data));
+        // A multipart put of a taken name: the same bytes count (a retry after an ambiguous
+        // failure), other bytes are refused and the object stays as it was.
+        assert_eq!(s.put_file("shared/a.sst", &src).unwrap(), d);
+        let other = dir.path().join("other");
+        std::fs::write(&other, vec![1u8; 2500]).unwrap();
         assert!(matches!(
-            s.put_file("shared/a.sst", &src),
+            s.put_file("shared/a.sst", &other),
             Err(Error::ObjectExists { .. })
+        ));
+        assert!(s.get_bytes("shared/a.sst").unwrap() == data);
+        // No staging object is left behind, and staging names are reserved.
+        assert!(s.list_all(STAGING_PREFIX).unwrap().is_empty());
+        assert!(matches!(
+            s.put_bytes(".uploads/x", b""),
+            Err(Error::InvalidObjectName(_))
         ));
         let dst = dir.path().join("dst");
         assert_eq!(s.get_file("shared/a.sst", &dst).unwrap(), d);
