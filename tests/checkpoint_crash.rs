@@ -12,6 +12,12 @@
 //! The trials chain: each child restores what the previous one left, so restores of restored
 //! backends, claims and cross-generation GC are exercised too. `ROCKSTATE_CRASH_TRIALS`
 //! overrides the number of trials (default 50).
+//!
+//! The same test runs against the S3 test server (`s3::crash_at_random_moments`): the parent
+//! starts the server and a bucket and passes endpoint and URL to every child in
+//! `ROCKSTATE_CRASH_S3`; the server lives as long as the parent. The server is slow, so
+//! there are fewer trials (default 10, `ROCKSTATE_CRASH_TRIALS_S3`) and the kill lands within
+//! 1.2 s instead of 0.4 s of the child being ready.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -25,9 +31,13 @@ use std::time::Duration;
 
 use common::*;
 use rand::Rng;
-use rockstate::{CheckpointOptions, CheckpointStorage, KeyedBackend, LocalStorage, RestoreFrom};
+use rockstate::{
+    CheckpointOptions, CheckpointStorage, KeyedBackend, LocalStorage, ObjectStorage, RestoreFrom,
+};
 
 const CHILD_ENV: &str = "ROCKSTATE_CRASH_CHILD";
+/// `<endpoint> <s3 url>` of the S3 storage the child uses; unset for local storage.
+const S3_ENV: &str = "ROCKSTATE_CRASH_S3";
 const READY: &str = "ROCKSTATE-CHILD-READY";
 
 fn model_path(work: &Path, id: u64) -> PathBuf {
@@ -81,13 +91,21 @@ fn newest_committed(storage: &dyn CheckpointStorage) -> Option<u64> {
         .max()
 }
 
-fn storage_at(work: &Path) -> Arc<LocalStorage> {
-    Arc::new(LocalStorage::new(work.join("storage")).unwrap())
+/// The trials' storage: `work/storage`, or the S3 storage `s3` names (`<endpoint> <url>`).
+fn storage_at(work: &Path, s3: Option<&str>) -> Arc<dyn CheckpointStorage> {
+    match s3 {
+        None => Arc::new(LocalStorage::new(work.join("storage")).unwrap()),
+        Some(spec) => {
+            let (endpoint, url) = spec.split_once(' ').unwrap();
+            let options = common::s3::options_for(endpoint);
+            Arc::new(ObjectStorage::open(url, &options).unwrap())
+        }
+    }
 }
 
 /// The child: runs until killed.
-fn child_loop(work: &Path, seed: u64) -> ! {
-    let storage = storage_at(work);
+fn child_loop(work: &Path, seed: u64, s3: Option<&str>) -> ! {
+    let storage = storage_at(work, s3);
     let mut r = rng(seed);
     let opts = CheckpointOptions {
         retained: 1 + (seed % 2) as usize,
@@ -141,16 +159,34 @@ fn child_loop(work: &Path, seed: u64) -> ! {
 fn crash_child() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
         let (work, seed) = spec.rsplit_once('|').unwrap();
-        child_loop(Path::new(work), seed.parse().unwrap());
+        let s3 = std::env::var(S3_ENV).ok();
+        child_loop(Path::new(work), seed.parse().unwrap(), s3.as_deref());
     }
 }
 
-#[test]
-fn crash_at_random_moments() {
-    let trials: u64 = std::env::var("ROCKSTATE_CRASH_TRIALS")
+mod local {
+    #[test]
+    fn crash_at_random_moments() {
+        super::crash_at_random_moments(None, "ROCKSTATE_CRASH_TRIALS", 50, 400);
+    }
+}
+
+mod s3 {
+    #[test]
+    fn crash_at_random_moments() {
+        let server = super::common::s3::server();
+        let spec = format!("{} {}", server.endpoint, server.bucket_url("crash"));
+        super::crash_at_random_moments(Some(&spec), "ROCKSTATE_CRASH_TRIALS_S3", 10, 1200);
+    }
+}
+
+/// `trials` (or the number in env var `trials_env`) children on the storage `s3` names (see
+/// [`storage_at`]), each killed within `max_delay_ms` of being ready.
+fn crash_at_random_moments(s3: Option<&str>, trials_env: &str, trials: u64, max_delay_ms: u64) {
+    let trials: u64 = std::env::var(trials_env)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
+        .unwrap_or(trials);
     let work_dir = tempfile::tempdir().unwrap();
     let work = work_dir.path();
     let exe = std::env::current_exe().unwrap();
@@ -158,7 +194,11 @@ fn crash_at_random_moments() {
     let mut restores = 0;
     for trial in 0..trials {
         let stderr_path = work.join(format!("child-{trial}.stderr"));
-        let mut child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        if let Some(spec) = s3 {
+            command.env(S3_ENV, spec);
+        }
+        let mut child = command
             .args([
                 "--exact",
                 "crash_child",
@@ -179,7 +219,7 @@ fn crash_at_random_moments() {
             fs::read_to_string(&stderr_path).unwrap_or_default()
         );
         // The kill lands anywhere in the checkpoint loop.
-        std::thread::sleep(Duration::from_millis(r.random_range(0..400)));
+        std::thread::sleep(Duration::from_millis(r.random_range(0..max_delay_ms)));
         child.kill().unwrap();
         let status = child.wait().unwrap();
         assert!(
@@ -189,7 +229,7 @@ fn crash_at_random_moments() {
         );
         drop(lines);
 
-        let storage = storage_at(work);
+        let storage = storage_at(work, s3);
         // Invariant 1 for every committed manifest.
         assert_verified(storage.as_ref());
         let Some(newest) = newest_committed(storage.as_ref()) else {

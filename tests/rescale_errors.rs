@@ -1,23 +1,36 @@
 //! Rescaling refuses bad input with typed errors and leaves the target empty: data outside
 //! the key groups a manifest claims (plain restore and rescale), merged checkpoints whose
-//! state metadata disagree, and manifests that do not cover the requested range.
+//! state metadata disagree, and manifests that do not cover the requested range. Local
+//! storage and the S3 test server.
+
+mod rescale_common;
 
 use std::sync::Arc;
 
+use rescale_common::Store;
 use rockstate::checkpoint::layout;
-use rockstate::{CheckpointStorage, Error, KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom};
+use rockstate::{CheckpointStorage, Error, KeyGroupRange, KeyedBackend, RestoreFrom};
 
 struct Fx {
     dir: tempfile::TempDir,
     storage: Arc<dyn CheckpointStorage>,
 }
 
-fn fx() -> Fx {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
-    Fx { dir, storage }
+impl From<Store> for Fx {
+    fn from(store: Store) -> Fx {
+        Fx {
+            dir: store.dir,
+            storage: store.storage,
+        }
+    }
 }
+
+on_every_storage!(
+    data_outside_the_claimed_range_is_a_typed_error,
+    merged_state_metadata_must_agree,
+    a_state_only_one_side_has_is_merged_in,
+    manifests_must_cover_the_target,
+);
 
 impl Fx {
     fn open(&self, name: &str, range: KeyGroupRange) -> KeyedBackend {
@@ -60,9 +73,8 @@ fn fill(b: &KeyedBackend, n: u32) {
     }
 }
 
-#[test]
-fn data_outside_the_claimed_range_is_a_typed_error() {
-    let fx = fx();
+fn data_outside_the_claimed_range_is_a_typed_error(store: Store) {
+    let fx = Fx::from(store);
     let all = fx.open("all", range(0, 127));
     fill(&all, 2000);
     all.checkpoint(1).unwrap();
@@ -153,9 +165,8 @@ fn group(k: u32) -> u16 {
     rockstate::keygroup::key_group_of(&bytes, 128)
 }
 
-#[test]
-fn merged_state_metadata_must_agree() {
-    let fx = fx();
+fn merged_state_metadata_must_agree(store: Store) {
+    let fx = Fx::from(store);
     let low = fx.open("low", range(0, 63));
     let high = fx.open("high", range(64, 127));
     let v = low.value_state::<u32, (), u32>("v").unwrap();
@@ -173,9 +184,8 @@ fn merged_state_metadata_must_agree() {
     fx.assert_target_gone("one");
 }
 
-#[test]
-fn a_state_only_one_side_has_is_merged_in() {
-    let fx = fx();
+fn a_state_only_one_side_has_is_merged_in(store: Store) {
+    let fx = Fx::from(store);
     let low = fx.open("low", range(0, 63));
     let high = fx.open("high", range(64, 127));
     fill(&low, 1000);
@@ -201,9 +211,8 @@ fn a_state_only_one_side_has_is_merged_in() {
     assert_eq!(l.get(&k, &()).unwrap(), vec![k + 1, 0]);
 }
 
-#[test]
-fn manifests_must_cover_the_target() {
-    let fx = fx();
+fn manifests_must_cover_the_target(store: Store) {
+    let fx = Fx::from(store);
     let low = fx.open("low", range(0, 63));
     fill(&low, 500);
     low.checkpoint(1).unwrap();

@@ -2,7 +2,8 @@
 //! `retained = 1`. Two backends restored from one checkpoint share its shared files; the
 //! first to subsume it must not delete what the other still needs (its claim keeps the
 //! manifest, storage references keep the files); the last claimer deletes it. Then 2 → 1,
-//! an orphan sweep, and restores at parallelism 1 and 3 compared with the model.
+//! an orphan sweep, and restores at parallelism 1 and 3 compared with the model. Local
+//! storage and the S3 test server.
 
 mod rescale_common;
 
@@ -13,9 +14,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rescale_common::*;
 use rockstate::checkpoint::layout;
-use rockstate::{
-    CheckpointOptions, CheckpointStorage, KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom,
-};
+use rockstate::{CheckpointOptions, CheckpointStorage, KeyGroupRange, KeyedBackend, RestoreFrom};
 
 fn shared_of(storage: &dyn CheckpointStorage, id: u64, backend: &str) -> BTreeSet<String> {
     let bytes = storage
@@ -43,11 +42,10 @@ fn assert_clean(storage: &dyn CheckpointStorage) {
     );
 }
 
-#[test]
-fn one_to_two_to_one_with_gc() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+on_every_storage!(one_to_two_to_one_with_gc, no_leftovers_after_rescales);
+
+fn one_to_two_to_one_with_gc(store: Store) {
+    let (dir, storage) = (&store.dir, store.storage.clone());
     let opts = CheckpointOptions::default(); // retained = 1
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let mut model = Model::default();
@@ -212,11 +210,8 @@ fn one_to_two_to_one_with_gc() {
 
 /// With every backend completing its checkpoints, nothing is left behind: after 1 → 2 → 1
 /// the storage holds exactly the last checkpoint's files.
-#[test]
-fn no_leftovers_after_rescales() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+fn no_leftovers_after_rescales(store: Store) {
+    let (dir, storage) = (&store.dir, store.storage.clone());
     let opts = CheckpointOptions::default();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(8);
     let mut model = Model::default();

@@ -7,8 +7,11 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::s3;
+use futures::TryStreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
 use rockstate::{open_storage, CheckpointStorage, Error, ObjectStorage, ObjectStorageOptions};
 
 fn data(len: usize, seed: u8) -> Vec<u8> {
@@ -78,14 +81,78 @@ fn s3_multipart_upload_round_trips() {
         (d.size, d.crc32),
         (bytes.len() as u64, crc32fast::hash(&bytes))
     );
-    assert!(matches!(
-        s.put_file("shared/big.sst", &local),
-        Err(Error::ObjectExists { .. })
-    ));
+    // The same bytes again count as stored (a retry after an ambiguous failure).
+    assert_eq!(s.put_file("shared/big.sst", &local).unwrap(), d);
     let got = dir.path().join("got");
     assert_eq!(s.get_file("shared/big.sst", &got).unwrap(), d);
     assert!(std::fs::read(&got).unwrap() == bytes);
     assert_eq!(s.list("shared/").unwrap()[0].size, bytes.len() as u64);
+}
+
+/// Create-if-absent for multipart puts rests on the conditional completion alone (there is no
+/// `HEAD` check): an existing object of the name, small or large, is never replaced, the put
+/// is `ObjectExists`, and no staging object is left. A staging object of a crashed put is
+/// invisible to `list` and removed by `sweep_incomplete`.
+#[test]
+fn s3_multipart_put_never_overwrites() {
+    let server = s3::server();
+    let options = ObjectStorageOptions {
+        multipart_threshold: 6 << 20,
+        part_size: 5 << 20,
+        ..server.options()
+    };
+    let s = server.storage_with("mp", options);
+    let dir = tempfile::tempdir().unwrap();
+    let big = data(11 << 20, 9);
+    let local = dir.path().join("big");
+    std::fs::write(&local, &big).unwrap();
+    s.put_bytes("shared/small-first.sst", b"first").unwrap();
+    let other = data(7 << 20, 3);
+    let other_local = dir.path().join("other");
+    std::fs::write(&other_local, &other).unwrap();
+    s.put_file("shared/big-first.sst", &other_local).unwrap();
+    for (name, before) in [
+        ("shared/small-first.sst", b"first".to_vec()),
+        ("shared/big-first.sst", other),
+    ] {
+        assert!(
+            matches!(s.put_file(name, &local), Err(Error::ObjectExists { .. })),
+            "{name}"
+        );
+        assert!(
+            s.get_bytes(name).unwrap() == before,
+            "{name} was overwritten"
+        );
+    }
+    let store = s.store();
+    let raw_list = |prefix: &str| -> Vec<String> {
+        let path = s.object_path(prefix).unwrap();
+        let store = store.clone();
+        s.run(async move {
+            store
+                .list(Some(&path))
+                .map_ok(|m| m.location.to_string())
+                .try_collect::<Vec<_>>()
+                .await
+        })
+        .unwrap()
+        .unwrap()
+    };
+    assert!(raw_list(".uploads").is_empty());
+    // A leftover staging object (a put that crashed after its upload completed).
+    let path = s.object_path(".uploads/0123").unwrap();
+    let store2 = store.clone();
+    s.run(async move { store2.put(&path, PutPayload::from_static(b"x")).await })
+        .unwrap()
+        .unwrap();
+    assert!(s
+        .list("")
+        .unwrap()
+        .iter()
+        .all(|o| !o.name.starts_with(".uploads")));
+    assert_eq!(s.sweep_incomplete(Duration::from_secs(3600)).unwrap(), 0);
+    assert_eq!(s.sweep_incomplete(Duration::ZERO).unwrap(), 1);
+    assert!(raw_list(".uploads").is_empty());
 }
 
 #[test]

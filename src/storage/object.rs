@@ -10,9 +10,18 @@
 //! * **Create-if-absent.** Single-request puts use `PutMode::Create` (S3 `If-None-Match: *`,
 //!   supported by AWS S3 since 2024 and by moto; `InMemory` supports it natively). Files of
 //!   at least [`ObjectStorageOptions::multipart_threshold`] bytes go through a multipart
-//!   upload; `object_store` 0.14 offers no conditional completion for those, so the name is
-//!   checked with a `HEAD` first. Only SSTs are that large and they get fresh random 128-bit
-//!   names (`checkpoint::layout`), so no second writer of the same name can exist.
+//!   upload. `object_store` 0.14's `MultipartUpload::complete` completes unconditionally
+//!   (`PutMultipartOptions` has no mode), but it sends the client's default headers. So on S3
+//!   multipart uploads go through a second client of the same configuration whose default
+//!   headers carry `If-None-Match: *`: the `CompleteMultipartUpload` is conditional (AWS S3
+//!   and moto honour it; a refusal is resolved like a taken name below). The header also goes
+//!   on `CreateMultipartUpload`, `UploadPart` and the abort, where S3 documents no conditional
+//!   semantics; moto ignores it there (tested), real S3 is assumed to as well. Other stores
+//!   (`memory://`, stores passed to [`ObjectStorage::new`]) upload to a fresh staging object
+//!   `.uploads/<random>` and copy it to the name with `copy_if_not_exists`, then delete it;
+//!   staging objects are hidden from [`CheckpointStorage::list`], and those of crashed
+//!   processes are deleted by [`CheckpointStorage::sweep_incomplete`]. See
+//!   docs/checkpoint-format.md §9.
 //! * **Ambiguous failures.** A put can store the object and still report failure (a timeout
 //!   or a 5xx after the write). The retry then finds the name taken; if the stored object
 //!   has exactly our size and CRC-32 the put counts as done, otherwise it is
@@ -26,8 +35,9 @@
 //!   sending them; gets compute them over the bytes received, as [`super::LocalStorage`]
 //!   does.
 //! * **Leftovers.** `object_store` cannot list unfinished multipart uploads, so
-//!   [`CheckpointStorage::sweep_incomplete`] removes nothing here; on S3 add a bucket
-//!   lifecycle rule `AbortIncompleteMultipartUpload` for uploads of crashed processes.
+//!   [`CheckpointStorage::sweep_incomplete`] removes only staging objects (uploads that
+//!   completed but were never copied to their name); on S3 add a bucket lifecycle rule
+//!   `AbortIncompleteMultipartUpload` for the unfinished uploads of crashed processes.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -40,12 +50,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
+use object_store::aws::{
+    AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut, S3CopyIfNotExists,
+};
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjectPath;
 use object_store::{
     BackoffConfig, MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutPayload, RetryConfig,
 };
+use object_store::{ClientOptions, HeaderMap, HeaderValue};
 use tokio::runtime::Runtime;
 
 use super::{validate_object_name, CheckpointStorage, ObjectDigest, ObjectInfo};
@@ -121,6 +134,9 @@ impl ObjectStorageOptions {
     }
 }
 
+/// Name prefix (under the root) of multipart staging objects; see the module docs.
+const STAGING_PREFIX: &str = ".uploads/";
+
 /// Chunks of one download buffered between the runtime and the writing thread.
 const GET_CHUNKS_IN_FLIGHT: usize = 64;
 
@@ -131,6 +147,10 @@ const WRITE_BUFFER: usize = 1 << 20;
 /// for how create-if-absent, retries and digests work.
 pub struct ObjectStorage {
     store: Arc<dyn ObjectStore>,
+    /// For S3: the same client sending `If-None-Match: *` on every request, used for
+    /// multipart uploads straight to their name (conditional completion). `None`: multipart
+    /// uploads go through a staging object and `copy_if_not_exists`.
+    conditional_multipart: Option<Arc<dyn ObjectStore>>,
     /// Name prefix of every object, without a trailing `/`; may be empty.
     root: String,
     /// What this storage was opened from (for messages).
@@ -156,6 +176,61 @@ impl Drop for ObjectStorage {
             rt.shutdown_background();
         }
     }
+}
+
+/// An S3 client for `bucket`: settings from the `AWS_*` environment variables, then from
+/// `options.s3`; `default_headers` go on every request.
+fn s3_store(
+    url: &str,
+    bucket: &str,
+    options: &ObjectStorageOptions,
+    default_headers: Option<HeaderMap>,
+) -> Result<AmazonS3> {
+    let mut builder = AmazonS3Builder::new();
+    if let Some(headers) = default_headers {
+        builder = builder.with_client_options(ClientOptions::new().with_default_headers(headers));
+    }
+    // As `AmazonS3Builder::from_env`, on top of the client options above.
+    for (key, value) in std::env::vars() {
+        if key.starts_with("AWS_") {
+            if let Ok(key) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+                builder = builder.with_config(key, value);
+            }
+        }
+    }
+    builder = builder.with_bucket_name(bucket);
+    for (key, value) in &options.s3 {
+        let key: AmazonS3ConfigKey = key
+            .parse()
+            .map_err(|e| url_error(url, format!("option `{key}`: {e}")))?;
+        builder = builder.with_config(key, value);
+    }
+    let plain_http = builder
+        .get_config_value(&AmazonS3ConfigKey::Endpoint)
+        .is_some_and(|e| e.starts_with("http://"));
+    if plain_http {
+        builder = builder.with_allow_http(true);
+    }
+    if builder
+        .get_config_value(&AmazonS3ConfigKey::Region)
+        .is_none()
+    {
+        builder = builder.with_region("us-east-1");
+    }
+    builder
+        .with_conditional_put(S3ConditionalPut::ETagMatch)
+        .with_copy_if_not_exists(S3CopyIfNotExists::Multipart)
+        .with_retry(RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: options.initial_backoff,
+                max_backoff: Duration::from_secs(10),
+                base: 2.0,
+            },
+            max_retries: options.request_retries,
+            retry_timeout: Duration::from_secs(120),
+        })
+        .build()
+        .map_err(|e| url_error(url, e))
 }
 
 fn url_error(url: &str, detail: impl std::fmt::Display) -> Error {
@@ -189,39 +264,15 @@ impl ObjectStorage {
         if bucket.is_empty() {
             return Err(url_error(url, "no bucket"));
         }
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        for (key, value) in &options.s3 {
-            let key: AmazonS3ConfigKey = key
-                .parse()
-                .map_err(|e| url_error(url, format!("option `{key}`: {e}")))?;
-            builder = builder.with_config(key, value);
-        }
-        let plain_http = builder
-            .get_config_value(&AmazonS3ConfigKey::Endpoint)
-            .is_some_and(|e| e.starts_with("http://"));
-        if plain_http {
-            builder = builder.with_allow_http(true);
-        }
-        if builder
-            .get_config_value(&AmazonS3ConfigKey::Region)
-            .is_none()
-        {
-            builder = builder.with_region("us-east-1");
-        }
-        let store = builder
-            .with_conditional_put(S3ConditionalPut::ETagMatch)
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig {
-                    init_backoff: options.initial_backoff,
-                    max_backoff: Duration::from_secs(10),
-                    base: 2.0,
-                },
-                max_retries: options.request_retries,
-                retry_timeout: Duration::from_secs(120),
-            })
-            .build()
-            .map_err(|e| url_error(url, e))?;
-        Self::new(Arc::new(store), prefix, url, options.clone())
+        let store = s3_store(url, bucket, options, None)?;
+        // The same client configuration, sending `If-None-Match: *` on every request: used
+        // only for multipart uploads, to make their completion conditional.
+        let mut if_absent = HeaderMap::new();
+        if_absent.insert("if-none-match", HeaderValue::from_static("*"));
+        let multipart_store = s3_store(url, bucket, options, Some(if_absent))?;
+        let mut storage = Self::new(Arc::new(store), prefix, url, options.clone())?;
+        storage.conditional_multipart = Some(Arc::new(multipart_store));
+        Ok(storage)
     }
 
     /// Storage on an `object_store` store the caller built (any backend: GCS, Azure, a
@@ -246,6 +297,7 @@ impl ObjectStorage {
             .map_err(|e| Error::io("<tokio runtime>", e))?;
         Ok(ObjectStorage {
             store,
+            conditional_multipart: None,
             root,
             url: describe.to_string(),
             options,
@@ -351,51 +403,83 @@ impl ObjectStorage {
         }
     }
 
-    /// Multipart upload of the local file `local` (create-if-absent checked by `HEAD`).
+    /// Multipart upload of the local file `local` as `name`, create-if-absent (see the module
+    /// docs): on S3 straight to the name with a conditional completion; on other stores to a
+    /// staging object, then a conditional copy to `name`, the staging object deleted in every
+    /// case but a crash.
     fn put_multipart(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
         let path = self.object_path(name)?;
-        let store = self.store();
-        let head = {
-            let (store, path) = (Arc::clone(&store), path.clone());
-            self.with_retries(|_| {
-                let (store, path) = (Arc::clone(&store), path.clone());
-                match self.run(async move { store.head(&path).await })? {
-                    Ok(_) => Ok(true),
-                    Err(object_store::Error::NotFound { .. }) => Ok(false),
-                    Err(e) => Err(map_error("head", name, e)),
-                }
-            })?
-        };
-        if head {
-            return Err(Error::ObjectExists {
-                name: name.to_string(),
-            });
+        if let Some(store) = &self.conditional_multipart {
+            return self.with_retries(|_| self.multipart_attempt(store, name, &path, local));
         }
-        self.with_retries(|_| self.multipart_attempt(name, &path, local))
+        let staging_name = format!("{STAGING_PREFIX}{:032x}", rand::random::<u128>());
+        let staging = self.object_path(&staging_name)?;
+        let result = self
+            .with_retries(|_| self.multipart_attempt(&self.store, name, &staging, local))
+            .and_then(|digest| self.copy_if_absent(name, &staging, &path, digest));
+        let cleanup = self.delete(&staging_name);
+        let digest = result?;
+        cleanup?;
+        Ok(digest)
     }
 
+    /// Copies the staging object to `path` unless `name` exists; a taken name is resolved as
+    /// for single puts ([`Self::resolve_exists`]).
+    fn copy_if_absent(
+        &self,
+        name: &str,
+        staging: &ObjectPath,
+        path: &ObjectPath,
+        digest: ObjectDigest,
+    ) -> Result<ObjectDigest> {
+        let store = self.store();
+        self.with_retries(|_| {
+            let (store, from, to) = (Arc::clone(&store), staging.clone(), path.clone());
+            match self.run(async move { store.copy_if_not_exists(&from, &to).await })? {
+                Ok(()) => Ok(digest),
+                Err(object_store::Error::AlreadyExists { .. }) => self.resolve_exists(name, digest),
+                Err(e) => Err(map_error("put", name, e)),
+            }
+        })
+    }
+
+    /// One multipart upload of `local` to `path` on `store`. A completion refused because the
+    /// name exists (`If-None-Match: *` of [`Self::conditional_multipart`]) is resolved as for
+    /// single puts ([`Self::resolve_exists`]).
     fn multipart_attempt(
         &self,
+        store: &Arc<dyn ObjectStore>,
         name: &str,
         path: &ObjectPath,
         local: &Path,
     ) -> Result<ObjectDigest> {
-        let store = self.store();
+        let store = Arc::clone(store);
         let path2 = path.clone();
         let mut upload: Box<dyn MultipartUpload> = self
             .run(async move { store.put_multipart(&path2).await })?
             .map_err(|e| map_error("put", name, e))?;
         let result = self.send_parts(name, &mut upload, local);
+        let mut taken = None;
         let (upload_back, result) = match result {
             Ok(digest) => {
                 let (upload, done) = self.run(async move {
                     let r = upload.complete().await;
                     (upload, r)
                 })?;
-                (
-                    upload,
-                    done.map(|_| digest).map_err(|e| map_error("put", name, e)),
-                )
+                let done = match done {
+                    Ok(_) => Ok(digest),
+                    Err(
+                        object_store::Error::Precondition { .. }
+                        | object_store::Error::AlreadyExists { .. },
+                    ) => {
+                        taken = Some(digest);
+                        Err(Error::ObjectExists {
+                            name: name.to_string(),
+                        })
+                    }
+                    Err(e) => Err(map_error("put", name, e)),
+                };
+                (upload, done)
             }
             Err(e) => (upload, Err(e)),
         };
@@ -403,7 +487,10 @@ impl ObjectStorage {
             let mut upload = upload_back;
             let _ = self.run(async move { upload.abort().await });
         }
-        result
+        match taken {
+            Some(digest) => self.resolve_exists(name, digest),
+            None => result,
+        }
     }
 
     /// Reads `local` part by part on this thread (computing the digest) and uploads up to
@@ -508,6 +595,53 @@ impl ObjectStorage {
             crc32: hasher.finalize(),
         })
     }
+
+    /// Every object whose name starts with `prefix`, staging objects included.
+    fn list_all(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        // Stores list by whole path segments: list the directory part, filter by the rest.
+        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        let full = match (self.root.is_empty(), dir.is_empty()) {
+            (true, _) => dir.to_string(),
+            (false, true) => self.root.clone(),
+            (false, false) => format!("{}/{dir}", self.root),
+        };
+        let list_path = if full.is_empty() {
+            None
+        } else {
+            Some(
+                ObjectPath::parse(&full)
+                    .map_err(|_| Error::InvalidObjectName(prefix.to_string()))?,
+            )
+        };
+        let store = self.store();
+        let metas = self.with_retries(|_| {
+            let (store, list_path) = (Arc::clone(&store), list_path.clone());
+            self.run(async move { store.list(list_path.as_ref()).try_collect::<Vec<_>>().await })?
+                .map_err(|e| map_error("list", prefix, e))
+        })?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let name = self.name_of(&m.location)?;
+                name.starts_with(prefix).then(|| ObjectInfo {
+                    name,
+                    size: m.size,
+                    last_modified: u64::try_from(m.last_modified.timestamp_millis())
+                        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+                        .unwrap_or(SystemTime::UNIX_EPOCH),
+                })
+            })
+            .collect())
+    }
+}
+
+/// A valid object name outside the staging prefix (reserved for multipart staging).
+fn check_name(name: &str) -> Result<()> {
+    validate_object_name(name)?;
+    if name.starts_with(STAGING_PREFIX) {
+        return Err(Error::InvalidObjectName(name.to_string()));
+    }
+    Ok(())
 }
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
@@ -571,7 +705,7 @@ fn map_error(operation: &'static str, name: &str, e: object_store::Error) -> Err
 
 impl CheckpointStorage for ObjectStorage {
     fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
-        validate_object_name(name)?;
+        check_name(name)?;
         let size = std::fs::metadata(local)
             .map_err(|e| Error::io(local, e))?
             .len();
@@ -587,7 +721,7 @@ impl CheckpointStorage for ObjectStorage {
     }
 
     fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        validate_object_name(name)?;
+        check_name(name)?;
         let digest = ObjectDigest {
             size: bytes.len() as u64,
             crc32: crc32fast::hash(bytes),
@@ -622,40 +756,22 @@ impl CheckpointStorage for ObjectStorage {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        // Stores list by whole path segments: list the directory part, filter by the rest.
-        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
-        let full = match (self.root.is_empty(), dir.is_empty()) {
-            (true, _) => dir.to_string(),
-            (false, true) => self.root.clone(),
-            (false, false) => format!("{}/{dir}", self.root),
-        };
-        let list_path = if full.is_empty() {
-            None
-        } else {
-            Some(
-                ObjectPath::parse(&full)
-                    .map_err(|_| Error::InvalidObjectName(prefix.to_string()))?,
-            )
-        };
-        let store = self.store();
-        let metas = self.with_retries(|_| {
-            let (store, list_path) = (Arc::clone(&store), list_path.clone());
-            self.run(async move { store.list(list_path.as_ref()).try_collect::<Vec<_>>().await })?
-                .map_err(|e| map_error("list", prefix, e))
-        })?;
-        Ok(metas
-            .into_iter()
-            .filter_map(|m| {
-                let name = self.name_of(&m.location)?;
-                name.starts_with(prefix).then(|| ObjectInfo {
-                    name,
-                    size: m.size,
-                    last_modified: u64::try_from(m.last_modified.timestamp_millis())
-                        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
-                        .unwrap_or(SystemTime::UNIX_EPOCH),
-                })
-            })
-            .collect())
+        let mut objects = self.list_all(prefix)?;
+        objects.retain(|o| !o.name.starts_with(STAGING_PREFIX));
+        Ok(objects)
+    }
+
+    fn sweep_incomplete(&self, min_age: Duration) -> Result<usize> {
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for o in self.list_all(STAGING_PREFIX)? {
+            let age = now.duration_since(o.last_modified).unwrap_or_default();
+            if age >= min_age {
+                self.delete(&o.name)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     fn delete(&self, name: &str) -> Result<()> {
@@ -694,9 +810,21 @@ mod tests {
         let d = s.put_file("shared/a.sst", &src).unwrap();
         assert_eq!(d.size, 2500);
         assert_eq!(d.crc32, crc32fast::hash(&data));
+        // A multipart put of a taken name: the same bytes count (a retry after an ambiguous
+        // failure), other bytes are refused and the object stays as it was.
+        assert_eq!(s.put_file("shared/a.sst", &src).unwrap(), d);
+        let other = dir.path().join("other");
+        std::fs::write(&other, vec![1u8; 2500]).unwrap();
         assert!(matches!(
-            s.put_file("shared/a.sst", &src),
+            s.put_file("shared/a.sst", &other),
             Err(Error::ObjectExists { .. })
+        ));
+        assert!(s.get_bytes("shared/a.sst").unwrap() == data);
+        // No staging object is left behind, and staging names are reserved.
+        assert!(s.list_all(STAGING_PREFIX).unwrap().is_empty());
+        assert!(matches!(
+            s.put_bytes(".uploads/x", b""),
+            Err(Error::InvalidObjectName(_))
         ));
         let dst = dir.path().join("dst");
         assert_eq!(s.get_file("shared/a.sst", &dst).unwrap(), d);

@@ -13,8 +13,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rockstate::checkpoint::layout;
 use rockstate::{
-    CheckpointOptions, CheckpointStorage, DbOptions, KeyedBackend, LocalStorage, RestoreFrom,
-    ValueState,
+    CheckpointOptions, CheckpointStorage, DbOptions, KeyedBackend, LocalStorage, ObjectStorage,
+    RestoreFrom, ValueState,
 };
 use sst_format::CheckpointManifest;
 
@@ -40,6 +40,8 @@ pub struct Fixture {
     pub storage: Arc<dyn CheckpointStorage>,
     /// The local storage, when the fixture uses one.
     pub local: Option<Arc<LocalStorage>>,
+    /// The S3 storage, when the fixture uses the S3 test server.
+    pub s3: Option<Arc<ObjectStorage>>,
 }
 
 impl Fixture {
@@ -51,12 +53,17 @@ impl Fixture {
             dir,
             storage: local.clone(),
             local: Some(local),
+            s3: None,
         }
     }
 
     /// A fresh bucket on the S3 test server.
     pub fn s3() -> Fixture {
-        Fixture::with_storage(s3::server().storage())
+        let s3 = s3::server().storage();
+        Fixture {
+            s3: Some(s3.clone()),
+            ..Fixture::with_storage(s3)
+        }
     }
 
     /// Any storage.
@@ -65,6 +72,7 @@ impl Fixture {
             dir: tempfile::tempdir().unwrap(),
             storage,
             local: None,
+            s3: None,
         }
     }
 
@@ -230,17 +238,6 @@ impl OverwriteWatch {
 #[macro_export]
 macro_rules! on_every_storage {
     ($($name:ident),* $(,)?) => {
-        mod local {
-            $(#[test]
-            fn $name() {
-                super::$name(super::common::Fixture::new())
-            })*
-        }
-        mod s3 {
-            $(#[test]
-            fn $name() {
-                super::$name(super::common::Fixture::s3())
-            })*
-        }
+        $crate::on_local_and_s3!(common::Fixture, new, s3; $($name),*);
     };
 }

@@ -129,19 +129,11 @@ impl S3Server {
 
     /// Options pointing at this server.
     pub fn options(&self) -> ObjectStorageOptions {
-        ObjectStorageOptions {
-            s3: vec![
-                ("aws_endpoint".into(), self.endpoint.clone()),
-                ("aws_access_key_id".into(), "testing".into()),
-                ("aws_secret_access_key".into(), "testing".into()),
-                ("aws_region".into(), "us-east-1".into()),
-            ],
-            ..ObjectStorageOptions::default()
-        }
+        options_for(&self.endpoint)
     }
 
-    /// A fresh bucket and storage on it under `prefix`.
-    pub fn storage_with(&self, prefix: &str, options: ObjectStorageOptions) -> Arc<ObjectStorage> {
+    /// A fresh bucket; returns `s3://<bucket>/<prefix>`.
+    pub fn bucket_url(&self, prefix: &str) -> String {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let bucket = format!(
             "rockstate-{}-{}",
@@ -149,7 +141,12 @@ impl S3Server {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         self.create_bucket(&bucket);
-        let url = format!("s3://{bucket}/{prefix}");
+        format!("s3://{bucket}/{prefix}")
+    }
+
+    /// A fresh bucket and storage on it under `prefix`.
+    pub fn storage_with(&self, prefix: &str, options: ObjectStorageOptions) -> Arc<ObjectStorage> {
+        let url = self.bucket_url(prefix);
         Arc::new(ObjectStorage::open(&url, &options).expect("opening S3 storage"))
     }
 
@@ -159,8 +156,43 @@ impl S3Server {
     }
 }
 
+/// Options pointing at the test server at `endpoint` (also usable in a child process that
+/// got the endpoint from its parent).
+pub fn options_for(endpoint: &str) -> ObjectStorageOptions {
+    ObjectStorageOptions {
+        s3: vec![
+            ("aws_endpoint".into(), endpoint.to_string()),
+            ("aws_access_key_id".into(), "testing".into()),
+            ("aws_secret_access_key".into(), "testing".into()),
+            ("aws_region".into(), "us-east-1".into()),
+        ],
+        ..ObjectStorageOptions::default()
+    }
+}
+
 /// The server of this test binary, started on first use.
 pub fn server() -> &'static S3Server {
     static SERVER: OnceLock<S3Server> = OnceLock::new();
     SERVER.get_or_init(S3Server::start)
+}
+
+/// Runs each test body `fn name(fixture)` (defined next to the invocation) twice: as
+/// `local::name` with `$module::$fixture::$local()` and as `s3::name` with
+/// `$module::$fixture::$s3()`, where `$module` is a module at the test crate's root.
+#[macro_export]
+macro_rules! on_local_and_s3 {
+    ($module:ident :: $fixture:ident, $local:ident, $s3:ident; $($name:ident),* $(,)?) => {
+        mod local {
+            $(#[test]
+            fn $name() {
+                super::$name($crate::$module::$fixture::$local())
+            })*
+        }
+        mod s3 {
+            $(#[test]
+            fn $name() {
+                super::$name($crate::$module::$fixture::$s3())
+            })*
+        }
+    };
 }

@@ -1,8 +1,13 @@
 //! Helpers shared by the `rescale_*` tests: a model of five states (value, list, map,
 //! reducing, aggregating; two namespaces each), random operations applied to backends and
 //! model alike, a full comparison of a backend with the model restricted to its key groups,
-//! and opening/restoring a set of operator instances at some parallelism.
+//! and opening/restoring a set of operator instances at some parallelism. Tests run on local
+//! storage and on the S3 test server ([`s3`], shared with the `checkpoint_*` tests);
+//! [`on_every_storage!`] runs a test body on both.
 #![allow(dead_code)]
+
+#[path = "../checkpoint_common/s3.rs"]
+pub mod s3;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,8 +17,53 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use rockstate::{
     AggregateFunction, CheckpointOptions, CheckpointStorage, DbOptions, KeyGroupRange,
-    KeyedBackend, RestoreFrom,
+    KeyedBackend, LocalStorage, RestoreFrom,
 };
+
+/// A temporary directory for backend directories and the checkpoint storage: a directory
+/// inside it, or a fresh bucket on the S3 test server.
+pub struct Store {
+    pub dir: tempfile::TempDir,
+    pub storage: Arc<dyn CheckpointStorage>,
+    /// Whether the storage is the S3 test server (tests keep their CPU small there).
+    pub is_s3: bool,
+}
+
+impl Store {
+    /// Local storage in the temporary directory.
+    pub fn local() -> Store {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+        Store {
+            dir,
+            storage,
+            is_s3: false,
+        }
+    }
+
+    /// A fresh bucket on the S3 test server.
+    pub fn s3() -> Store {
+        Store {
+            dir: tempfile::tempdir().unwrap(),
+            storage: s3::server().storage(),
+            is_s3: true,
+        }
+    }
+
+    /// Where backend directories go.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Runs each test body `fn name(store: Store)` twice: as `local::name` on local storage and
+/// as `s3::name` on a fresh bucket of the S3 test server.
+#[macro_export]
+macro_rules! on_every_storage {
+    ($($name:ident),* $(,)?) => {
+        $crate::on_local_and_s3!(rescale_common::Store, local, s3; $($name),*);
+    };
+}
 
 /// Max parallelism of every job in these tests.
 pub const M: u32 = 128;

@@ -36,9 +36,14 @@ pub struct S3Args {
     /// Parallel transfers (both sides).
     #[arg(long, default_value_t = 4)]
     threads: usize,
-    /// Multipart threshold of our storage in MiB (default: ObjectStorageOptions's).
+    /// Multipart threshold of our storage in MiB (default: ObjectStorageOptions's). When the
+    /// files reach it, the raw baseline also uploads in parts (same part size and parts in
+    /// flight), and a second ratio against raw single puts is printed.
     #[arg(long)]
     multipart_mib: Option<u64>,
+    /// Part size of multipart uploads in MiB, ours and raw (default: ObjectStorageOptions's).
+    #[arg(long)]
+    part_mib: Option<usize>,
     /// Rounds (median reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -131,6 +136,54 @@ impl Raw {
         })
     }
 
+    /// Uploads each file as a multipart upload of `part_size` parts, `part_concurrency` parts
+    /// of a file in flight, `threads` files at once: what our storage sends, minus the
+    /// create-if-absent staging copy.
+    fn upload_multipart(
+        &self,
+        storage: &ObjectStorage,
+        names: &[String],
+        files: &[PathBuf],
+        part_size: usize,
+        part_concurrency: usize,
+    ) -> rockstate::Result<()> {
+        let mut jobs = Vec::new();
+        for (name, file) in names.iter().zip(files) {
+            let bytes = Bytes::from(std::fs::read(file).map_err(io(file))?);
+            jobs.push((storage.object_path(name)?, bytes));
+        }
+        let store = Arc::clone(&self.store);
+        let threads = self.threads;
+        self.rt.block_on(async move {
+            futures::stream::iter(jobs)
+                .map(|(path, bytes)| {
+                    let store = Arc::clone(&store);
+                    async move {
+                        let mut upload = store.put_multipart(&path).await?;
+                        let parts: Vec<_> = (0..bytes.len().div_ceil(part_size).max(1))
+                            .map(|i| {
+                                let end = ((i + 1) * part_size).min(bytes.len());
+                                upload.put_part(PutPayload::from(bytes.slice(i * part_size..end)))
+                            })
+                            .collect();
+                        futures::stream::iter(parts)
+                            .buffer_unordered(part_concurrency)
+                            .collect::<Vec<_>>()
+                            .await
+                            .into_iter()
+                            .collect::<object_store::Result<Vec<()>>>()?;
+                        upload.complete().await.map(|_| ())
+                    }
+                })
+                .buffer_unordered(threads)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .try_for_each(|r| r)
+                .map_err(raw_error)
+        })
+    }
+
     fn download(
         &self,
         storage: &ObjectStorage,
@@ -173,6 +226,10 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
     if let Some(mib) = args.multipart_mib {
         options.multipart_threshold = mib << 20;
     }
+    if let Some(mib) = args.part_mib {
+        options.part_size = mib << 20;
+    }
+    let multipart = (args.file_mib as u64) << 20 >= options.multipart_threshold;
     let storage = ObjectStorage::open(&args.storage, &options)?;
     let tmp = std::env::temp_dir();
     let dir = tempfile::tempdir_in(&tmp).map_err(io(&tmp))?;
@@ -203,15 +260,21 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
         .int("threads", args.threads as u64)
         .int("rounds", args.rounds as u64)
         .int("multipart_threshold_mib", options.multipart_threshold >> 20)
+        .int("part_mib", (options.part_size >> 20) as u64)
+        .int("part_concurrency", options.part_concurrency as u64)
         .print();
     let run_id = format!("{:016x}", rand::random::<u64>());
     let (mut ours_up, mut raw_up, mut ours_down, mut raw_down) = (vec![], vec![], vec![], vec![]);
+    let mut raw_single_up = vec![];
     for round in 0..args.rounds {
         let ours_names: Vec<String> = (0..args.files)
             .map(|i| format!("bench-{run_id}/r{round}/ours-{i}"))
             .collect();
         let raw_names: Vec<String> = (0..args.files)
             .map(|i| format!("bench-{run_id}/r{round}/raw-{i}"))
+            .collect();
+        let single_names: Vec<String> = (0..args.files)
+            .map(|i| format!("bench-{run_id}/r{round}/single-{i}"))
             .collect();
         // Alternate which side goes first, so neither always meets a warmer server.
         let ours_first = round % 2 == 0;
@@ -224,6 +287,18 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
                     storage.put_file(&ours_names[i], &files[i]).map(|_| ())
                 })?;
                 ours_up.push(t.elapsed());
+            } else if multipart {
+                raw.upload_multipart(
+                    &storage,
+                    &raw_names,
+                    &files,
+                    options.part_size,
+                    options.part_concurrency,
+                )?;
+                raw_up.push(t.elapsed());
+                let t = Instant::now();
+                raw.upload(&storage, &single_names, &files)?;
+                raw_single_up.push(t.elapsed());
             } else {
                 raw.upload(&storage, &raw_names, &files)?;
                 raw_up.push(t.elapsed());
@@ -248,6 +323,11 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
         for name in ours_names.iter().chain(&raw_names) {
             storage.delete(name)?;
         }
+        if multipart {
+            for name in &single_names {
+                storage.delete(name)?;
+            }
+        }
     }
     let mbs = |d: Duration| total / d.as_secs_f64() / (1 << 20) as f64;
     let (ou, ru, od, rd) = (
@@ -256,7 +336,20 @@ pub fn run(args: &S3Args) -> rockstate::Result<()> {
         median(ours_down),
         median(raw_down),
     );
-    for (what, ours, raw) in [("s3 upload:", ou, ru), ("s3 download:", od, rd)] {
+    let up_label = if multipart {
+        "s3 upload (multipart, raw multipart):"
+    } else {
+        "s3 upload:"
+    };
+    let mut lines = vec![(up_label, ou, ru), ("s3 download:", od, rd)];
+    if multipart {
+        lines.push((
+            "s3 upload (multipart, raw single put):",
+            ou,
+            median(raw_single_up),
+        ));
+    }
+    for (what, ours, raw) in lines {
         Line::header()
             .label(what)
             .num("rockstate_mib_s", mbs(ours), 1)
