@@ -124,7 +124,10 @@ impl DbOptions {
         if !(1..=64).contains(&self.level0_file_num_compaction_trigger) {
             return bad(
                 "level0_file_num_compaction_trigger",
-                format!("{} is not in 1..=64", self.level0_file_num_compaction_trigger),
+                format!(
+                    "{} is not in 1..=64",
+                    self.level0_file_num_compaction_trigger
+                ),
             );
         }
         if self.max_write_buffer_number < 2 || self.max_background_jobs < 1 {
