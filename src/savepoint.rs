@@ -13,14 +13,18 @@
 //! writing (docs/heap-backend.md). State therefore moves between the heap and RocksDB backends,
 //! both ways and at any parallelism, through a savepoint.
 
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use parking_lot::{Condvar, Mutex};
 use sst_format::{
-    BlockBuilder, EncodedBlock, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats,
-    SavepointWriter,
+    BlockBuilder, BlockCompressor, EncodedBlock, SavepointEntry, SavepointHeader, SavepointReader,
+    SavepointStats, SavepointWriter,
 };
 
 use crate::backend::{BackendKind, KeyedBackend};
@@ -261,16 +265,48 @@ impl FullSnapshot {
         self.taken_in
     }
 
-    /// Every entry of `key_group` in every state, as one savepoint block (`None` if empty).
-    fn encode_key_group(&self, key_group: u16, states: u32) -> Result<Option<EncodedBlock>> {
-        let mut block = BlockBuilder::new(key_group, states);
+    /// The blocks of the consecutive key groups `groups` (empty ones left out), in key-group
+    /// order: one sequential scan per state over the whole run of groups, entries spread into
+    /// one builder per group (`builders` is reused from run to run, so buffers are allocated
+    /// once per thread). Blocks are encoded into buffers from `spare` when it has any.
+    fn encode_key_groups(
+        &self,
+        groups: &[u16],
+        states: u32,
+        compressor: &mut BlockCompressor,
+        builders: &mut Vec<BlockBuilder>,
+        spare: &Mutex<Vec<Vec<u8>>>,
+    ) -> Result<Vec<EncodedBlock>> {
+        let (Some(&first), Some(&last)) = (groups.first(), groups.last()) else {
+            return Ok(Vec::new());
+        };
+        if builders.len() < groups.len() {
+            builders.resize_with(groups.len(), || BlockBuilder::new(first, states));
+        }
+        let builders = &mut builders[..groups.len()];
+        for (b, &g) in builders.iter_mut().zip(groups) {
+            b.reset(g);
+        }
         for (index, s) in self.states.iter().enumerate() {
-            state::scan_key_group(&s.table, self.max_parallelism, key_group, |e| {
+            state::scan_key_groups(&s.table, self.max_parallelism, first, last, |e| {
                 if let Some((ttl_ms, now)) = s.expiry {
                     if ttl::stored_is_expired(e.value, ttl_ms, now) {
                         return Ok(true);
                     }
                 }
+                // The scan's bounds keep every entry in `first..=last`; a stored key whose
+                // prefix says otherwise is corrupt data, reported rather than misfiled.
+                let block = e
+                    .key_group
+                    .checked_sub(first)
+                    .and_then(|i| builders.get_mut(usize::from(i)))
+                    .ok_or_else(|| Error::Decode {
+                        what: "savepoint",
+                        detail: format!(
+                            "entry of key group {} in a scan of key groups {first}..={last}",
+                            e.key_group
+                        ),
+                    })?;
                 block.add(SavepointEntry {
                     state: index as u32,
                     key: e.key,
@@ -281,12 +317,23 @@ impl FullSnapshot {
                 Ok(true)
             })?;
         }
-        Ok(block.finish(SAVEPOINT_ZSTD_LEVEL)?)
+        let mut blocks = Vec::with_capacity(groups.len());
+        for b in builders.iter().filter(|b| !b.is_empty()) {
+            let buffer = spare.lock().pop().unwrap_or_default();
+            blocks.extend(b.encode_into(compressor, buffer)?);
+        }
+        Ok(blocks)
     }
 
     /// Writes the view into a canonical savepoint at `path` (created; an existing file is an
     /// error), with `operator_state` in its header. Expired TTL entries are dropped when the
     /// state's `Cleanup::full_snapshot` is on, judged at the time the view was taken.
+    ///
+    /// Runs of consecutive key groups are scanned, encoded and compressed on up to 4 worker
+    /// threads, each taking the next run as it finishes one; this thread writes the blocks in
+    /// key-group order as they come and syncs the file every [`SYNC_EVERY_BYTES`], so the
+    /// disk writes back while the workers compress instead of all at the end. Workers run at
+    /// most [`RUNS_AHEAD_PER_THREAD`] runs per thread ahead of the writer, which bounds memory.
     pub fn write_savepoint(
         &self,
         path: &Path,
@@ -306,56 +353,190 @@ impl FullSnapshot {
             .open(path)
             .map_err(|e| Error::io(path, e))?;
         let mut writer = SavepointWriter::new(
-            BufWriter::with_capacity(1 << 20, file),
+            BufWriter::with_capacity(1 << 20, SyncingFile::new(file)),
             &header,
             SAVEPOINT_ZSTD_LEVEL,
         )?;
-        // Key groups are encoded and compressed on several threads, a window at a time, and
-        // written in order by this one: memory stays bounded by the window, and the
-        // compression (most of the cost) runs in parallel with the table scans.
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
             .clamp(1, 4);
         let groups: Vec<u16> = self.key_groups.iter().collect();
+        // Runs small enough that every thread gets many (load balance) and few key groups
+        // are in memory at once, large enough that a run's scans are long ones.
+        let run_len = (groups.len() / (threads * RUNS_PER_THREAD)).max(1);
+        let runs: Vec<&[u16]> = groups.chunks(run_len).collect();
         let states = writer.states();
-        for window in groups.chunks(threads * 4) {
-            let per_thread = window.len().div_ceil(threads);
-            let blocks = std::thread::scope(|scope| {
-                let workers: Vec<_> = window
-                    .chunks(per_thread)
-                    .map(|part| {
-                        scope.spawn(move || {
-                            part.iter()
-                                .map(|&g| self.encode_key_group(g, states))
-                                .collect::<Vec<_>>()
-                        })
+        let gate = Gate::new(threads * RUNS_AHEAD_PER_THREAD);
+        let next = AtomicUsize::new(0);
+        // Buffers of written blocks, handed back to the encoders.
+        let spare = Mutex::new(Vec::new());
+        let (sender, receiver) = mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads.min(runs.len()))
+                .map(|_| {
+                    let sender = sender.clone();
+                    let (gate, next, runs, spare) = (&gate, &next, &runs, &spare);
+                    scope.spawn(move || {
+                        // Wakes the writer and the other workers if this thread panics.
+                        let _abort_on_panic = AbortOnPanic(gate);
+                        let mut compressor = match BlockCompressor::new(SAVEPOINT_ZSTD_LEVEL) {
+                            Ok(c) => c,
+                            Err(e) => {
+                                let _ = sender.send((next.load(Ordering::SeqCst), Err(e.into())));
+                                gate.abort();
+                                return;
+                            }
+                        };
+                        let mut builders = Vec::new();
+                        loop {
+                            let run = next.fetch_add(1, Ordering::SeqCst);
+                            if run >= runs.len() || !gate.wait_turn(run) {
+                                return;
+                            }
+                            let blocks = self.encode_key_groups(
+                                runs[run],
+                                states,
+                                &mut compressor,
+                                &mut builders,
+                                spare,
+                            );
+                            let failed = blocks.is_err();
+                            if sender.send((run, blocks)).is_err() || failed {
+                                return;
+                            }
+                        }
                     })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|w| {
-                        w.join().unwrap_or_else(|_| {
-                            vec![Err(Error::Decode {
-                                what: "savepoint",
-                                detail: "a block encoder thread panicked".into(),
-                            })]
-                        })
-                    })
-                    .collect::<Vec<_>>()
-            });
-            for block in blocks.into_iter().flatten() {
-                if let Some(block) = block? {
-                    writer.write_block(block)?;
+                })
+                .collect();
+            drop(sender);
+            let mut written = (|| -> Result<()> {
+                let mut early: BTreeMap<usize, Vec<EncodedBlock>> = BTreeMap::new();
+                for run in 0..runs.len() {
+                    let blocks = loop {
+                        if let Some(blocks) = early.remove(&run) {
+                            break blocks;
+                        }
+                        let (i, blocks) = receiver.recv().map_err(|_| encoder_died())?;
+                        // An error ends the write whichever run it belongs to.
+                        early.insert(i, blocks?);
+                    };
+                    for block in blocks {
+                        writer.write_encoded(&block)?;
+                        spare.lock().push(block.into_buffer());
+                    }
+                    gate.advance(run + 1);
+                }
+                Ok(())
+            })();
+            if written.is_err() {
+                gate.abort();
+            }
+            for w in workers {
+                if w.join().is_err() && written.is_ok() {
+                    written = Err(encoder_died());
                 }
             }
-        }
+            written
+        })?;
         let (out, stats) = writer.finish()?;
         let file = out
             .into_inner()
             .map_err(|e| Error::io(path, e.into_error()))?;
-        file.sync_all().map_err(|e| Error::io(path, e))?;
+        file.file.sync_all().map_err(|e| Error::io(path, e))?;
         Ok(stats)
+    }
+}
+
+/// Key-group runs per encoder thread (see [`FullSnapshot::write_savepoint`]).
+const RUNS_PER_THREAD: usize = 16;
+/// How many runs per thread the encoders may finish before the writer has written them.
+const RUNS_AHEAD_PER_THREAD: usize = 2;
+/// A savepoint file is synced (`fdatasync`) each time this many more bytes were written.
+pub const SYNC_EVERY_BYTES: u64 = 8 << 20;
+
+fn encoder_died() -> Error {
+    Error::Decode {
+        what: "savepoint",
+        detail: "a block encoder thread panicked".into(),
+    }
+}
+
+/// A file that syncs its data every [`SYNC_EVERY_BYTES`] written, so the page cache does not
+/// accumulate the whole savepoint for one long `fsync` at the end.
+struct SyncingFile {
+    file: File,
+    unsynced: u64,
+}
+
+impl SyncingFile {
+    fn new(file: File) -> Self {
+        SyncingFile { file, unsynced: 0 }
+    }
+}
+
+impl Write for SyncingFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.unsynced += n as u64;
+        if self.unsynced >= SYNC_EVERY_BYTES {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Lets encoder threads start run `i` only once the writer has written run
+/// `i - ahead`; `abort` releases every waiting thread for good.
+struct Gate {
+    ahead: usize,
+    /// (runs written, aborted)
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+impl Gate {
+    fn new(ahead: usize) -> Self {
+        Gate {
+            ahead: ahead.max(1),
+            state: Mutex::new((0, false)),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Waits until run `run` may start; `false` when the write was aborted.
+    fn wait_turn(&self, run: usize) -> bool {
+        let mut s = self.state.lock();
+        while !s.1 && run >= s.0 + self.ahead {
+            self.changed.wait(&mut s);
+        }
+        !s.1
+    }
+
+    fn advance(&self, written: usize) {
+        self.state.lock().0 = written;
+        self.changed.notify_all();
+    }
+
+    fn abort(&self) {
+        self.state.lock().1 = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Aborts the [`Gate`] when dropped during a panic.
+struct AbortOnPanic<'a>(&'a Gate);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort();
+        }
     }
 }
 
