@@ -168,55 +168,87 @@ impl KeyedBackend {
             }
         }
         let mut stats = SavepointStats::default();
-        for (_, reader) in &mut readers {
-            let cores = reader
-                .header()
-                .states
-                .iter()
-                .map(|m| self.core_for(m))
-                .collect::<Result<Vec<_>>>()?;
-            let index = reader.index().to_vec();
-            for block in index.iter().filter(|b| range.contains(b.key_group)) {
-                let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
-                let mut failure: Option<Error> = None;
-                let read = reader.for_each_entry(block, |e| {
-                    let core = &cores[e.state as usize];
-                    let mut key = KeyBuf::new();
-                    codec::write_key_prefix(
-                        &mut key,
-                        block.key_group,
-                        max_parallelism,
-                        e.key,
-                        e.namespace,
-                    );
-                    match core.meta.kind {
-                        StateKind::List => match core.list_seq.next() {
-                            Ok(seq) => key.extend_from_slice(&seq.to_be_bytes()),
-                            Err(err) => {
-                                failure = Some(err);
-                                return Err(sst_format::Error::Corrupt {
-                                    what: "restore aborted".into(),
-                                });
-                            }
-                        },
-                        _ => key.extend_from_slice(e.suffix),
+        // RocksDB: each state's entries of one file are written into one SST (a pass over the
+        // file's blocks per state; entries come sorted by stored key, and list elements' fresh
+        // sequence numbers ascend in that order), all ingested at the end, so the entries never
+        // pass through the memtable and a failure leaves the backend's data untouched. The
+        // SSTs are staged next to the database (same file system: ingestion moves them) in a
+        // directory removed on drop, success or not.
+        let staging = match self.kind() {
+            BackendKind::Heap => None,
+            BackendKind::RocksDb => {
+                let parent = self.path().parent().unwrap_or(self.path());
+                let dir = tempfile::Builder::new()
+                    .prefix(".savepoint-restore-")
+                    .tempdir_in(parent)
+                    .map_err(|e| Error::io(parent, e))?;
+                Some(dir)
+            }
+        };
+        let mut ingest: Vec<(crate::db::Cf, std::path::PathBuf)> = Vec::new();
+        let result = (|| -> Result<()> {
+            for (file_no, (_, reader)) in readers.iter_mut().enumerate() {
+                let cores = reader
+                    .header()
+                    .states
+                    .iter()
+                    .map(|m| self.core_for(m))
+                    .collect::<Result<Vec<_>>>()?;
+                let blocks: Vec<_> = reader
+                    .index()
+                    .iter()
+                    .filter(|b| range.contains(b.key_group))
+                    .copied()
+                    .collect();
+                stats.blocks += blocks.len() as u64;
+                for (state, core) in cores.iter().enumerate() {
+                    let (cf, path) = match (&core.table, &staging) {
+                        (Table::Rocks(cf), Some(dir)) => {
+                            (cf, dir.path().join(format!("{file_no}-{state}.sst")))
+                        }
+                        _ => continue,
+                    };
+                    let written = cf.db().write_sst(&path, |sink| {
+                        restore_entries(
+                            reader,
+                            &blocks,
+                            max_parallelism,
+                            &cores,
+                            Some(state as u32),
+                            &mut stats,
+                            |_, k, v| sink.put(k, v),
+                        )
+                    })?;
+                    if written > 0 {
+                        ingest.push((cf.clone(), path));
                     }
-                    batches[e.state as usize].put(&key, e.value);
-                    stats.entries += 1;
-                    stats.raw_bytes +=
-                        (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
-                    Ok(())
-                });
-                if let Some(err) = failure {
-                    return Err(err);
                 }
-                read?;
-                stats.blocks += 1;
-                for batch in batches {
-                    batch.commit()?;
+                if cores.iter().any(|c| matches!(c.table, Table::Heap(_))) {
+                    let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
+                    restore_entries(
+                        reader,
+                        &blocks,
+                        max_parallelism,
+                        &cores,
+                        None,
+                        &mut stats,
+                        |state, k, v| {
+                            batches[state as usize].put(k, v);
+                            Ok(())
+                        },
+                    )?;
+                    for batch in batches {
+                        batch.commit()?;
+                    }
                 }
             }
-        }
+            for (cf, path) in &ingest {
+                cf.ingest(std::slice::from_ref(path))?;
+            }
+            Ok(())
+        })();
+        drop(staging);
+        result?;
         for path in paths {
             stats.file_bytes += std::fs::metadata(path)
                 .map_err(|e| Error::io(path, e))?
@@ -224,6 +256,64 @@ impl KeyedBackend {
         }
         Ok(stats)
     }
+}
+
+/// Calls `put(state, stored key, value)` for every entry of `blocks` (verified before) whose
+/// state is `only` (every state when `None`), rebuilding the stored key: list elements get
+/// fresh sequence numbers in savepoint order. Counts the entries and raw bytes into `stats`.
+fn restore_entries<R: std::io::Read + std::io::Seek>(
+    reader: &mut SavepointReader<R>,
+    blocks: &[sst_format::IndexEntry],
+    max_parallelism: u32,
+    cores: &[std::sync::Arc<state::StateCore>],
+    only: Option<u32>,
+    stats: &mut SavepointStats,
+    mut put: impl FnMut(u32, &[u8], &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut key = KeyBuf::new();
+    for block in blocks {
+        let mut failure: Option<Error> = None;
+        let read = reader.for_each_entry(block, |e| {
+            if only.is_some_and(|s| s != e.state) {
+                return Ok(());
+            }
+            let core = &cores[e.state as usize];
+            key.clear();
+            codec::write_key_prefix(
+                &mut key,
+                block.key_group,
+                max_parallelism,
+                e.key,
+                e.namespace,
+            );
+            let done = match core.meta.kind {
+                StateKind::List => core
+                    .list_seq
+                    .next()
+                    .map(|seq| key.extend_from_slice(&seq.to_be_bytes())),
+                _ => {
+                    key.extend_from_slice(e.suffix);
+                    Ok(())
+                }
+            }
+            .and_then(|()| put(e.state, &key, e.value));
+            if let Err(err) = done {
+                failure = Some(err);
+                return Err(sst_format::Error::Corrupt {
+                    what: "restore aborted".into(),
+                });
+            }
+            stats.entries += 1;
+            stats.raw_bytes +=
+                (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
+            Ok(())
+        });
+        if let Some(err) = failure {
+            return Err(err);
+        }
+        read?;
+    }
+    Ok(())
 }
 
 /// The operator state stored in the savepoint at `path` (verified like the rest of the header).
