@@ -2,11 +2,13 @@
 //! format of `sst_format::savepoint`, and restoring one into an empty backend at any
 //! parallelism (entries of key groups outside the backend's range are skipped).
 //!
-//! Writing walks the backend's key groups in order and, per group, every state; expired TTL
-//! entries are dropped while writing when the state's `Cleanup::full_snapshot` is on (only
+//! Writing scans runs of consecutive key groups, every state once per run, on a pool of
+//! encoder threads, and writes the blocks in key-group order (see
+//! [`FullSnapshot::write_savepoint`] and docs/design-notes.md); expired TTL entries are dropped while writing when the state's `Cleanup::full_snapshot` is on (only
 //! states registered with their TTL settings in this session are filtered: the TTL duration is
 //! not persisted). List elements are written with their position; restore gives them fresh
-//! sequence numbers in the same order.
+//! sequence numbers in the same order. Restore into RocksDB ingests sorted SSTs built from the
+//! verified blocks; into the heap it applies write batches.
 //!
 //! The heap backend writes the same format from a [`FullSnapshot`]: a copy-on-write view taken
 //! in O(number of states) on the task thread and serialized on any thread while the task keeps
