@@ -425,7 +425,7 @@ impl FullSnapshot {
     /// threads, each taking the next run as it finishes one; this thread writes the blocks in
     /// key-group order as they come and syncs the file every [`SYNC_EVERY_BYTES`], so the
     /// disk writes back while the workers compress instead of all at the end. Workers run at
-    /// most [`RUNS_AHEAD_PER_THREAD`] runs per thread ahead of the writer, which bounds memory.
+    /// most 2 runs per thread ahead of the writer, which bounds memory.
     pub fn write_savepoint(
         &self,
         path: &Path,
