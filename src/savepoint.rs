@@ -2,25 +2,31 @@
 //! format of `sst_format::savepoint`, and restoring one into an empty backend at any
 //! parallelism (entries of key groups outside the backend's range are skipped).
 //!
-//! Writing walks the backend's key groups in order and, per group, every state; expired TTL
-//! entries are dropped while writing when the state's `Cleanup::full_snapshot` is on (only
+//! Writing scans runs of consecutive key groups, every state once per run, on a pool of
+//! encoder threads, and writes the blocks in key-group order (see
+//! [`FullSnapshot::write_savepoint`] and docs/design-notes.md); expired TTL entries are dropped while writing when the state's `Cleanup::full_snapshot` is on (only
 //! states registered with their TTL settings in this session are filtered: the TTL duration is
 //! not persisted). List elements are written with their position; restore gives them fresh
-//! sequence numbers in the same order.
+//! sequence numbers in the same order. Restore into RocksDB ingests sorted SSTs built from the
+//! verified blocks; into the heap it applies write batches.
 //!
 //! The heap backend writes the same format from a [`FullSnapshot`]: a copy-on-write view taken
 //! in O(number of states) on the task thread and serialized on any thread while the task keeps
 //! writing (docs/heap-backend.md). State therefore moves between the heap and RocksDB backends,
 //! both ways and at any parallelism, through a savepoint.
 
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use parking_lot::{Condvar, Mutex};
 use sst_format::{
-    BlockBuilder, EncodedBlock, SavepointEntry, SavepointHeader, SavepointReader, SavepointStats,
-    SavepointWriter,
+    BlockBuilder, BlockCompressor, EncodedBlock, SavepointEntry, SavepointHeader, SavepointReader,
+    SavepointStats, SavepointWriter,
 };
 
 use crate::backend::{BackendKind, KeyedBackend};
@@ -164,55 +170,87 @@ impl KeyedBackend {
             }
         }
         let mut stats = SavepointStats::default();
-        for (_, reader) in &mut readers {
-            let cores = reader
-                .header()
-                .states
-                .iter()
-                .map(|m| self.core_for(m))
-                .collect::<Result<Vec<_>>>()?;
-            let index = reader.index().to_vec();
-            for block in index.iter().filter(|b| range.contains(b.key_group)) {
-                let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
-                let mut failure: Option<Error> = None;
-                let read = reader.for_each_entry(block, |e| {
-                    let core = &cores[e.state as usize];
-                    let mut key = KeyBuf::new();
-                    codec::write_key_prefix(
-                        &mut key,
-                        block.key_group,
-                        max_parallelism,
-                        e.key,
-                        e.namespace,
-                    );
-                    match core.meta.kind {
-                        StateKind::List => match core.list_seq.next() {
-                            Ok(seq) => key.extend_from_slice(&seq.to_be_bytes()),
-                            Err(err) => {
-                                failure = Some(err);
-                                return Err(sst_format::Error::Corrupt {
-                                    what: "restore aborted".into(),
-                                });
-                            }
-                        },
-                        _ => key.extend_from_slice(e.suffix),
+        // RocksDB: each state's entries of one file are written into one SST (a pass over the
+        // file's blocks per state; entries come sorted by stored key, and list elements' fresh
+        // sequence numbers ascend in that order), all ingested at the end, so the entries never
+        // pass through the memtable and a failure leaves the backend's data untouched. The
+        // SSTs are staged next to the database (same file system: ingestion moves them) in a
+        // directory removed on drop, success or not.
+        let staging = match self.kind() {
+            BackendKind::Heap => None,
+            BackendKind::RocksDb => {
+                let parent = self.path().parent().unwrap_or(self.path());
+                let dir = tempfile::Builder::new()
+                    .prefix(".savepoint-restore-")
+                    .tempdir_in(parent)
+                    .map_err(|e| Error::io(parent, e))?;
+                Some(dir)
+            }
+        };
+        let mut ingest: Vec<(crate::db::Cf, std::path::PathBuf)> = Vec::new();
+        let result = (|| -> Result<()> {
+            for (file_no, (_, reader)) in readers.iter_mut().enumerate() {
+                let cores = reader
+                    .header()
+                    .states
+                    .iter()
+                    .map(|m| self.core_for(m))
+                    .collect::<Result<Vec<_>>>()?;
+                let blocks: Vec<_> = reader
+                    .index()
+                    .iter()
+                    .filter(|b| range.contains(b.key_group))
+                    .copied()
+                    .collect();
+                stats.blocks += blocks.len() as u64;
+                for (state, core) in cores.iter().enumerate() {
+                    let (cf, path) = match (&core.table, &staging) {
+                        (Table::Rocks(cf), Some(dir)) => {
+                            (cf, dir.path().join(format!("{file_no}-{state}.sst")))
+                        }
+                        _ => continue,
+                    };
+                    let written = cf.db().write_sst(&path, |sink| {
+                        restore_entries(
+                            reader,
+                            &blocks,
+                            max_parallelism,
+                            &cores,
+                            Some(state as u32),
+                            &mut stats,
+                            |_, k, v| sink.put(k, v),
+                        )
+                    })?;
+                    if written.is_some() {
+                        ingest.push((cf.clone(), path));
                     }
-                    batches[e.state as usize].put(&key, e.value);
-                    stats.entries += 1;
-                    stats.raw_bytes +=
-                        (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
-                    Ok(())
-                });
-                if let Some(err) = failure {
-                    return Err(err);
                 }
-                read?;
-                stats.blocks += 1;
-                for batch in batches {
-                    batch.commit()?;
+                if cores.iter().any(|c| matches!(c.table, Table::Heap(_))) {
+                    let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
+                    restore_entries(
+                        reader,
+                        &blocks,
+                        max_parallelism,
+                        &cores,
+                        None,
+                        &mut stats,
+                        |state, k, v| {
+                            batches[state as usize].put(k, v);
+                            Ok(())
+                        },
+                    )?;
+                    for batch in batches {
+                        batch.commit()?;
+                    }
                 }
             }
-        }
+            for (cf, path) in &ingest {
+                cf.ingest(std::slice::from_ref(path))?;
+            }
+            Ok(())
+        })();
+        drop(staging);
+        result?;
         for path in paths {
             stats.file_bytes += std::fs::metadata(path)
                 .map_err(|e| Error::io(path, e))?
@@ -220,6 +258,64 @@ impl KeyedBackend {
         }
         Ok(stats)
     }
+}
+
+/// Calls `put(state, stored key, value)` for every entry of `blocks` (verified before) whose
+/// state is `only` (every state when `None`), rebuilding the stored key: list elements get
+/// fresh sequence numbers in savepoint order. Counts the entries and raw bytes into `stats`.
+fn restore_entries<R: std::io::Read + std::io::Seek>(
+    reader: &mut SavepointReader<R>,
+    blocks: &[sst_format::IndexEntry],
+    max_parallelism: u32,
+    cores: &[std::sync::Arc<state::StateCore>],
+    only: Option<u32>,
+    stats: &mut SavepointStats,
+    mut put: impl FnMut(u32, &[u8], &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut key = KeyBuf::new();
+    for block in blocks {
+        let mut failure: Option<Error> = None;
+        let read = reader.for_each_entry(block, |e| {
+            if only.is_some_and(|s| s != e.state) {
+                return Ok(());
+            }
+            let core = &cores[e.state as usize];
+            key.clear();
+            codec::write_key_prefix(
+                &mut key,
+                block.key_group,
+                max_parallelism,
+                e.key,
+                e.namespace,
+            );
+            let done = match core.meta.kind {
+                StateKind::List => core
+                    .list_seq
+                    .next()
+                    .map(|seq| key.extend_from_slice(&seq.to_be_bytes())),
+                _ => {
+                    key.extend_from_slice(e.suffix);
+                    Ok(())
+                }
+            }
+            .and_then(|()| put(e.state, &key, e.value));
+            if let Err(err) = done {
+                failure = Some(err);
+                return Err(sst_format::Error::Corrupt {
+                    what: "restore aborted".into(),
+                });
+            }
+            stats.entries += 1;
+            stats.raw_bytes +=
+                (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
+            Ok(())
+        });
+        if let Some(err) = failure {
+            return Err(err);
+        }
+        read?;
+    }
+    Ok(())
 }
 
 /// The operator state stored in the savepoint at `path` (verified like the rest of the header).
@@ -261,16 +357,48 @@ impl FullSnapshot {
         self.taken_in
     }
 
-    /// Every entry of `key_group` in every state, as one savepoint block (`None` if empty).
-    fn encode_key_group(&self, key_group: u16, states: u32) -> Result<Option<EncodedBlock>> {
-        let mut block = BlockBuilder::new(key_group, states);
+    /// The blocks of the consecutive key groups `groups` (empty ones left out), in key-group
+    /// order: one sequential scan per state over the whole run of groups, entries spread into
+    /// one builder per group (`builders` is reused from run to run, so buffers are allocated
+    /// once per thread). Blocks are encoded into buffers from `spare` when it has any.
+    fn encode_key_groups(
+        &self,
+        groups: &[u16],
+        states: u32,
+        compressor: &mut BlockCompressor,
+        builders: &mut Vec<BlockBuilder>,
+        spare: &Mutex<Vec<Vec<u8>>>,
+    ) -> Result<Vec<EncodedBlock>> {
+        let (Some(&first), Some(&last)) = (groups.first(), groups.last()) else {
+            return Ok(Vec::new());
+        };
+        if builders.len() < groups.len() {
+            builders.resize_with(groups.len(), || BlockBuilder::new(first, states));
+        }
+        let builders = &mut builders[..groups.len()];
+        for (b, &g) in builders.iter_mut().zip(groups) {
+            b.reset(g);
+        }
         for (index, s) in self.states.iter().enumerate() {
-            state::scan_key_group(&s.table, self.max_parallelism, key_group, |e| {
+            state::scan_key_groups(&s.table, self.max_parallelism, first, last, |e| {
                 if let Some((ttl_ms, now)) = s.expiry {
                     if ttl::stored_is_expired(e.value, ttl_ms, now) {
                         return Ok(true);
                     }
                 }
+                // The scan's bounds keep every entry in `first..=last`; a stored key whose
+                // prefix says otherwise is corrupt data, reported rather than misfiled.
+                let block = e
+                    .key_group
+                    .checked_sub(first)
+                    .and_then(|i| builders.get_mut(usize::from(i)))
+                    .ok_or_else(|| Error::Decode {
+                        what: "savepoint",
+                        detail: format!(
+                            "entry of key group {} in a scan of key groups {first}..={last}",
+                            e.key_group
+                        ),
+                    })?;
                 block.add(SavepointEntry {
                     state: index as u32,
                     key: e.key,
@@ -281,12 +409,23 @@ impl FullSnapshot {
                 Ok(true)
             })?;
         }
-        Ok(block.finish(SAVEPOINT_ZSTD_LEVEL)?)
+        let mut blocks = Vec::with_capacity(groups.len());
+        for b in builders.iter().filter(|b| !b.is_empty()) {
+            let buffer = spare.lock().pop().unwrap_or_default();
+            blocks.extend(b.encode_into(compressor, buffer)?);
+        }
+        Ok(blocks)
     }
 
     /// Writes the view into a canonical savepoint at `path` (created; an existing file is an
     /// error), with `operator_state` in its header. Expired TTL entries are dropped when the
     /// state's `Cleanup::full_snapshot` is on, judged at the time the view was taken.
+    ///
+    /// Runs of consecutive key groups are scanned, encoded and compressed on up to 4 worker
+    /// threads, each taking the next run as it finishes one; this thread writes the blocks in
+    /// key-group order as they come and syncs the file every [`SYNC_EVERY_BYTES`], so the
+    /// disk writes back while the workers compress instead of all at the end. Workers run at
+    /// most 2 runs per thread ahead of the writer, which bounds memory.
     pub fn write_savepoint(
         &self,
         path: &Path,
@@ -306,56 +445,190 @@ impl FullSnapshot {
             .open(path)
             .map_err(|e| Error::io(path, e))?;
         let mut writer = SavepointWriter::new(
-            BufWriter::with_capacity(1 << 20, file),
+            BufWriter::with_capacity(1 << 20, SyncingFile::new(file)),
             &header,
             SAVEPOINT_ZSTD_LEVEL,
         )?;
-        // Key groups are encoded and compressed on several threads, a window at a time, and
-        // written in order by this one: memory stays bounded by the window, and the
-        // compression (most of the cost) runs in parallel with the table scans.
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
             .clamp(1, 4);
         let groups: Vec<u16> = self.key_groups.iter().collect();
+        // Runs small enough that every thread gets many (load balance) and few key groups
+        // are in memory at once, large enough that a run's scans are long ones.
+        let run_len = (groups.len() / (threads * RUNS_PER_THREAD)).max(1);
+        let runs: Vec<&[u16]> = groups.chunks(run_len).collect();
         let states = writer.states();
-        for window in groups.chunks(threads * 4) {
-            let per_thread = window.len().div_ceil(threads);
-            let blocks = std::thread::scope(|scope| {
-                let workers: Vec<_> = window
-                    .chunks(per_thread)
-                    .map(|part| {
-                        scope.spawn(move || {
-                            part.iter()
-                                .map(|&g| self.encode_key_group(g, states))
-                                .collect::<Vec<_>>()
-                        })
+        let gate = Gate::new(threads * RUNS_AHEAD_PER_THREAD);
+        let next = AtomicUsize::new(0);
+        // Buffers of written blocks, handed back to the encoders.
+        let spare = Mutex::new(Vec::new());
+        let (sender, receiver) = mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads.min(runs.len()))
+                .map(|_| {
+                    let sender = sender.clone();
+                    let (gate, next, runs, spare) = (&gate, &next, &runs, &spare);
+                    scope.spawn(move || {
+                        // Wakes the writer and the other workers if this thread panics.
+                        let _abort_on_panic = AbortOnPanic(gate);
+                        let mut compressor = match BlockCompressor::new(SAVEPOINT_ZSTD_LEVEL) {
+                            Ok(c) => c,
+                            Err(e) => {
+                                let _ = sender.send((next.load(Ordering::SeqCst), Err(e.into())));
+                                gate.abort();
+                                return;
+                            }
+                        };
+                        let mut builders = Vec::new();
+                        loop {
+                            let run = next.fetch_add(1, Ordering::SeqCst);
+                            if run >= runs.len() || !gate.wait_turn(run) {
+                                return;
+                            }
+                            let blocks = self.encode_key_groups(
+                                runs[run],
+                                states,
+                                &mut compressor,
+                                &mut builders,
+                                spare,
+                            );
+                            let failed = blocks.is_err();
+                            if sender.send((run, blocks)).is_err() || failed {
+                                return;
+                            }
+                        }
                     })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|w| {
-                        w.join().unwrap_or_else(|_| {
-                            vec![Err(Error::Decode {
-                                what: "savepoint",
-                                detail: "a block encoder thread panicked".into(),
-                            })]
-                        })
-                    })
-                    .collect::<Vec<_>>()
-            });
-            for block in blocks.into_iter().flatten() {
-                if let Some(block) = block? {
-                    writer.write_block(block)?;
+                })
+                .collect();
+            drop(sender);
+            let mut written = (|| -> Result<()> {
+                let mut early: BTreeMap<usize, Vec<EncodedBlock>> = BTreeMap::new();
+                for run in 0..runs.len() {
+                    let blocks = loop {
+                        if let Some(blocks) = early.remove(&run) {
+                            break blocks;
+                        }
+                        let (i, blocks) = receiver.recv().map_err(|_| encoder_died())?;
+                        // An error ends the write whichever run it belongs to.
+                        early.insert(i, blocks?);
+                    };
+                    for block in blocks {
+                        writer.write_encoded(&block)?;
+                        spare.lock().push(block.into_buffer());
+                    }
+                    gate.advance(run + 1);
+                }
+                Ok(())
+            })();
+            if written.is_err() {
+                gate.abort();
+            }
+            for w in workers {
+                if w.join().is_err() && written.is_ok() {
+                    written = Err(encoder_died());
                 }
             }
-        }
+            written
+        })?;
         let (out, stats) = writer.finish()?;
         let file = out
             .into_inner()
             .map_err(|e| Error::io(path, e.into_error()))?;
-        file.sync_all().map_err(|e| Error::io(path, e))?;
+        file.file.sync_all().map_err(|e| Error::io(path, e))?;
         Ok(stats)
+    }
+}
+
+/// Key-group runs per encoder thread (see [`FullSnapshot::write_savepoint`]).
+const RUNS_PER_THREAD: usize = 16;
+/// How many runs per thread the encoders may finish before the writer has written them.
+const RUNS_AHEAD_PER_THREAD: usize = 2;
+/// A savepoint file is synced (`fdatasync`) each time this many more bytes were written.
+pub const SYNC_EVERY_BYTES: u64 = 8 << 20;
+
+fn encoder_died() -> Error {
+    Error::Decode {
+        what: "savepoint",
+        detail: "a block encoder thread panicked".into(),
+    }
+}
+
+/// A file that syncs its data every [`SYNC_EVERY_BYTES`] written, so the page cache does not
+/// accumulate the whole savepoint for one long `fsync` at the end.
+struct SyncingFile {
+    file: File,
+    unsynced: u64,
+}
+
+impl SyncingFile {
+    fn new(file: File) -> Self {
+        SyncingFile { file, unsynced: 0 }
+    }
+}
+
+impl Write for SyncingFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.unsynced += n as u64;
+        if self.unsynced >= SYNC_EVERY_BYTES {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Lets encoder threads start run `i` only once the writer has written run
+/// `i - ahead`; `abort` releases every waiting thread for good.
+struct Gate {
+    ahead: usize,
+    /// (runs written, aborted)
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+impl Gate {
+    fn new(ahead: usize) -> Self {
+        Gate {
+            ahead: ahead.max(1),
+            state: Mutex::new((0, false)),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Waits until run `run` may start; `false` when the write was aborted.
+    fn wait_turn(&self, run: usize) -> bool {
+        let mut s = self.state.lock();
+        while !s.1 && run >= s.0 + self.ahead {
+            self.changed.wait(&mut s);
+        }
+        !s.1
+    }
+
+    fn advance(&self, written: usize) {
+        self.state.lock().0 = written;
+        self.changed.notify_all();
+    }
+
+    fn abort(&self) {
+        self.state.lock().1 = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Aborts the [`Gate`] when dropped during a panic.
+struct AbortOnPanic<'a>(&'a Gate);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort();
+        }
     }
 }
 

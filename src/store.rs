@@ -109,6 +109,19 @@ impl Table {
         }
     }
 
+    /// [`Table::scan`] for one long sequential pass (RocksDB: no block-cache fill, readahead).
+    pub(crate) fn scan_bulk(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        match self {
+            Table::Rocks(cf) => cf.scan_bulk(lower, upper, f),
+            Table::Heap(t) => t.scan(lower, upper, f),
+        }
+    }
+
     /// This table as of now: for the heap an O(1) copy-on-write clone that later writes do not
     /// change; for RocksDB the live column family (no isolation).
     pub(crate) fn frozen(&self) -> Table {

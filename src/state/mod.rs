@@ -400,12 +400,26 @@ pub(crate) fn scan_key_group(
     table: &Table,
     max_parallelism: u32,
     key_group: u16,
+    f: impl FnMut(RawEntry<'_>) -> Result<bool>,
+) -> Result<()> {
+    scan_key_groups(table, max_parallelism, key_group, key_group, f)
+}
+
+/// Visits every stored entry of the key groups `first..=last` in `table` in key order (so
+/// ascending key group), with one sequential scan (see [`Table::scan_bulk`]).
+pub(crate) fn scan_key_groups(
+    table: &Table,
+    max_parallelism: u32,
+    first: u16,
+    last: u16,
     mut f: impl FnMut(RawEntry<'_>) -> Result<bool>,
 ) -> Result<()> {
     let mut lower = Vec::new();
-    keygroup::write_prefix(&mut lower, key_group, max_parallelism);
-    let upper = codec::prefix_end(&lower);
-    table.scan(&lower, upper.as_deref(), |k, v| {
+    keygroup::write_prefix(&mut lower, first, max_parallelism);
+    let mut last_prefix = Vec::new();
+    keygroup::write_prefix(&mut last_prefix, last, max_parallelism);
+    let upper = codec::prefix_end(&last_prefix);
+    table.scan_bulk(&lower, upper.as_deref(), |k, v| {
         let StoredKey {
             key_group,
             key,
