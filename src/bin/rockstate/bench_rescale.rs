@@ -9,7 +9,7 @@
 //!   into one backend of the same range (the same bytes, no clipping).
 //! - the two halves write checkpoint 2 (the first after the rescale) → its uploaded bytes vs
 //!   a full checkpoint of the same state.
-//! - `rescale=2->1`: one backend restored from both manifests of checkpoint 2 (base + SST
+//! - `rescale=2->1-right-after-1->2`: one backend restored from both manifests of checkpoint 2 (base + SST
 //!   ingestion of the other); baseline: the same two manifests restored plainly, one after
 //!   the other, on one thread (the same bytes, no merging). Then the merged backend's first
 //!   checkpoint (3) and how many of the other half's SSTs were linked or rewritten. Both
@@ -20,7 +20,7 @@
 //!   raw entry bytes (key + namespace + suffix + value lengths, uncompressed, summed over every
 //!   entry) / 10^6 / wall seconds of `write_savepoint` (including its final fsync) or of
 //!   `restore_savepoint` into a fresh empty backend.
-//! - `rescale=2->1-own-sst`: the same for two halves loaded separately, as a job that ran at
+//! - `rescale=2->1`: the same for two halves loaded separately, as a job that ran at
 //!   parallelism 2 has them (no shared SSTs; Flink's rescale benchmarks build their state this
 //!   way): the other half's SSTs are linked as they are.
 //!
@@ -306,14 +306,14 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     drop(halves);
 
     // 2 -> 1.
-    let from = two_to_one(&env, "2->1", 2, &ids, state_bytes)?;
+    let from = two_to_one(&env, "2->1-right-after-1->2", 2, &ids, state_bytes)?;
 
     // How 2 -> 1 moved the other half's data, and the first checkpoint after it.
     let (merged, report) = env.builder("merged", all).restore_with_report(from)?;
     let after = merged.checkpoint(3)?;
     merged.notify_checkpoint_complete(3)?;
     Line::new()
-        .label("first_checkpoint_after_rescale=2->1")
+        .label("first_checkpoint_after_rescale=2->1-right-after-1->2")
         .int("uploaded_bytes", after.bytes_uploaded)
         .int("reused_files", after.files_reused as u64)
         .int("state_bytes", after.state_bytes)
@@ -361,11 +361,11 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     }
     let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
     drop(halves);
-    let from = two_to_one(&env, "2->1-own-sst", 10, &ids, own_bytes)?;
+    let from = two_to_one(&env, "2->1", 10, &ids, own_bytes)?;
     let (merged, report) = env.builder("merged-own", all).restore_with_report(from)?;
     let after = merged.checkpoint(11)?;
     Line::new()
-        .label("first_checkpoint_after_rescale=2->1-own-sst")
+        .label("first_checkpoint_after_rescale=2->1")
         .int("uploaded_bytes", after.bytes_uploaded)
         .int("reused_files", after.files_reused as u64)
         .int("state_bytes", after.state_bytes)
