@@ -119,13 +119,24 @@ impl LocalStorage {
                 .open(&tmp)
                 .map_err(|e| Error::io(&tmp, e))?;
             let digest = fill(&mut file)?;
-            if self.sync {
+            if self.sync && !defer {
+                // Both are journal commits: issued together, the filesystem serves them with
+                // one (the pending set is only ever filled when syncing).
+                let (data, dirs) = std::thread::scope(|s| {
+                    let dirs = s.spawn(|| self.sync_pending_dirs());
+                    (file.sync_data(), dirs.join())
+                });
+                data.map_err(|e| Error::io(&tmp, e))?;
+                dirs.unwrap_or_else(|_| {
+                    Err(Error::io(
+                        &self.root,
+                        std::io::Error::other("directory sync thread panicked"),
+                    ))
+                })?;
+            } else if self.sync {
                 file.sync_data().map_err(|e| Error::io(&tmp, e))?;
             }
             drop(file);
-            if !defer {
-                self.sync_pending_dirs()?;
-            }
             self.link_new(&tmp, &target, name, defer)?;
             Ok(digest)
         })();
