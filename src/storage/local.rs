@@ -150,18 +150,34 @@ impl LocalStorage {
     /// concurrent `put_bytes` cannot link its object before they are durable.
     fn sync_pending_dirs(&self) -> Result<()> {
         let mut pending = self.pending_dirs.lock();
-        while let Some(dir) = pending.pop_last() {
-            match File::open(&dir).and_then(|d| d.sync_all()) {
-                Ok(()) => {}
-                // Emptied and removed by a delete since (an aborted checkpoint's directory).
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => {
-                    pending.insert(dir.clone());
-                    return Err(Error::io(&dir, e));
-                }
+        // One thread per directory: fsyncs issued together share one journal commit.
+        let failed: Vec<(PathBuf, std::io::Error)> = std::thread::scope(|s| {
+            let syncs: Vec<_> = pending
+                .iter()
+                .map(|dir| s.spawn(move || (dir, File::open(dir).and_then(|d| d.sync_all()))))
+                .collect();
+            syncs
+                .into_iter()
+                .filter_map(|h| match h.join() {
+                    Ok((_, Ok(()))) => None,
+                    // Emptied and removed by a delete since (an aborted checkpoint's directory).
+                    Ok((_, Err(e))) if e.kind() == ErrorKind::NotFound => None,
+                    Ok((dir, Err(e))) => Some((dir.clone(), e)),
+                    Err(_) => Some((
+                        self.root.clone(),
+                        std::io::Error::other("directory sync thread panicked"),
+                    )),
+                })
+                .collect()
+        });
+        match failed.into_iter().next() {
+            None => {
+                pending.clear();
+                Ok(())
             }
+            // Everything stays pending for the next attempt.
+            Some((dir, e)) => Err(Error::io(&dir, e)),
         }
-        Ok(())
     }
 
     /// `link(tmp, target)`, creating parent directories; retried if a concurrent delete
@@ -301,16 +317,14 @@ impl CheckpointStorage for LocalStorage {
     fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
         if self.link_puts {
             let target = self.path_of(name)?;
+            // The content is durable already (the `put_file` contract: RocksDB syncs every
+            // file of a checkpoint); syncing it again would still cost a device cache flush
+            // per file. The new directory entry is synced with the next `put_bytes`.
+            let mut file = File::open(local).map_err(|e| Error::io(local, e))?;
             match self.link_new(local, &target, name, true) {
                 Ok(()) => {
-                    let mut file = File::open(&target).map_err(|e| Error::io(&target, e))?;
-                    let digest = copy_with_crc(&mut file, &mut std::io::sink(), local, &target)?;
-                    if self.sync {
-                        // The content (a no-op for files RocksDB already synced); the link
-                        // count and times are metadata the object does not need.
-                        file.sync_data().map_err(|e| Error::io(&target, e))?;
-                    }
-                    return Ok(digest);
+                    // The same inode: these are the object's bytes.
+                    return copy_with_crc(&mut file, &mut std::io::sink(), local, &target);
                 }
                 Err(Error::ObjectExists { name }) => return Err(Error::ObjectExists { name }),
                 Err(Error::Io { .. }) if local.exists() => {

@@ -56,8 +56,9 @@ pub struct ObjectDigest {
 /// transfer threads. See the module docs for the contract.
 pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
     /// Stores the local file `local` as object `name`, create-if-absent and atomically. The
-    /// caller must never write `local` again (it may only unlink it): a storage on the same
-    /// filesystem may share its inode ([`LocalStorage`] hard-links it). The object may become
+    /// caller must have made `local`'s content durable (fsynced; RocksDB does so for every
+    /// file of a checkpoint) and must never write it again (it may only unlink it): a storage
+    /// on the same filesystem may share its inode ([`LocalStorage`] hard-links it). The object may become
     /// durable against power loss only when a later [`CheckpointStorage::put_bytes`] on the
     /// same storage returns (a checkpoint's manifest always follows its files).
     fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest>;
