@@ -27,10 +27,10 @@ pub struct DbOptions {
     /// Bloom filter bits per key; 0 disables filters. Default 10 (≈1% false positives), which makes
     /// reads of missing keys nearly free.
     pub bloom_bits_per_key: f64,
-    /// Memtable size per column family in bytes. Default 32 MiB: smaller skip lists make
+    /// Memtable size per column family in bytes. Default 16 MiB: smaller skip lists make
     /// random writes and reads after writes cheaper, and a checkpoint's sync phase flushes at
-    /// most this much (measured against 64 MiB with `bench ops` / `bench checkpoint`, 1M × 100 B:
-    /// update 259k vs 178k ops/s, cp1 sync 286 vs 496 ms).
+    /// most this much (docs/design-notes.md: 64 → 32 → 16 MiB, each step measured with
+    /// `bench ops` / `bench checkpoint`, 1M × 100 B).
     pub write_buffer_size: usize,
     /// Memtables per column family before writes stall. Default 4.
     pub max_write_buffer_number: i32,
@@ -62,7 +62,7 @@ pub struct DbOptions {
     /// Largest stored value (value, list element, map entry, accumulator) in bytes. Default 64 MiB.
     pub max_value_bytes: usize,
     /// Size of a whole-key bloom filter in each memtable, as a fraction of `write_buffer_size`;
-    /// 0 disables it. Default 0.02 (about 0.7 MB per 32 MiB memtable, ≈20 bits per 100-byte
+    /// 0 disables it. Default 0.02 (about 0.34 MB per 16 MiB memtable, ≈20 bits per 100-byte
     /// entry): a point read of a key that is not in the memtable skips the skip-list search,
     /// which is the costliest part of reads right after writes (read-modify-write).
     pub memtable_bloom_ratio: f64,
@@ -78,7 +78,7 @@ impl Default for DbOptions {
         DbOptions {
             block_size: 16 * 1024,
             bloom_bits_per_key: 10.0,
-            write_buffer_size: 32 << 20,
+            write_buffer_size: 16 << 20,
             max_write_buffer_number: 4,
             compression: Compression::Lz4,
             sst_format_version: 6,
