@@ -250,6 +250,23 @@ pub fn model_pairs(model: &Model) -> usize {
     keys.len()
 }
 
+/// The builder of operator instance `i` of `p` under `dir/name-i`.
+fn instance(
+    dir: &Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    name: &str,
+    p: u32,
+    i: u32,
+    opts: &CheckpointOptions,
+) -> rockstate::BackendBuilder {
+    KeyedBackend::builder(dir.join(format!("{name}-{i}")))
+        .options(small_options())
+        .max_parallelism(M)
+        .key_groups(KeyGroupRange::for_operator(M, p, i).unwrap())
+        .checkpoint_storage(Arc::clone(storage))
+        .checkpoint_options(opts.clone())
+}
+
 /// Opens `p` fresh operator instances under `dir/name-i`.
 pub fn open_fresh(
     dir: &Path,
@@ -259,16 +276,7 @@ pub fn open_fresh(
     opts: &CheckpointOptions,
 ) -> Vec<KeyedBackend> {
     (0..p)
-        .map(|i| {
-            KeyedBackend::builder(dir.join(format!("{name}-{i}")))
-                .options(small_options())
-                .max_parallelism(M)
-                .key_groups(KeyGroupRange::for_operator(M, p, i).unwrap())
-                .checkpoint_storage(Arc::clone(storage))
-                .checkpoint_options(opts.clone())
-                .open()
-                .unwrap()
-        })
+        .map(|i| instance(dir, storage, name, p, i, opts).open().unwrap())
         .collect()
 }
 
@@ -283,12 +291,7 @@ pub fn restore_all(
 ) -> Vec<KeyedBackend> {
     (0..p)
         .map(|i| {
-            KeyedBackend::builder(dir.join(format!("{name}-{i}")))
-                .options(small_options())
-                .max_parallelism(M)
-                .key_groups(KeyGroupRange::for_operator(M, p, i).unwrap())
-                .checkpoint_storage(Arc::clone(storage))
-                .checkpoint_options(opts.clone())
+            instance(dir, storage, name, p, i, opts)
                 .restore(from.clone())
                 .unwrap_or_else(|e| panic!("restore {name}-{i}: {e}"))
         })

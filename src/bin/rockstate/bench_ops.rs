@@ -77,15 +77,21 @@ struct Raw {
     same_layout: bool,
 }
 
+/// A baseline's stored key: the raw key, or with `same_layout` rockstate's layout
+/// (`[key group][len][key][len][namespace]`, max parallelism 128, empty namespace).
+fn baseline_key(key: &[u8], same_layout: bool) -> Vec<u8> {
+    if !same_layout {
+        return key.to_vec();
+    }
+    let mut k = Vec::with_capacity(key.len() + 4);
+    let group = rockstate::keygroup::key_group_of(key, 128);
+    rockstate::codec::write_key_prefix(&mut k, group, 128, key, &[]);
+    k
+}
+
 impl Raw {
     fn key(&self, key: &[u8]) -> Vec<u8> {
-        if !self.same_layout {
-            return key.to_vec();
-        }
-        let mut k = Vec::with_capacity(key.len() + 4);
-        let group = rockstate::keygroup::key_group_of(key, 128);
-        rockstate::codec::write_key_prefix(&mut k, group, 128, key, &[]);
-        k
+        baseline_key(key, self.same_layout)
     }
     fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>> {
         self.db
@@ -348,13 +354,7 @@ impl RawHeap {
         }
     }
     fn key(&self, key: &[u8]) -> Vec<u8> {
-        if !self.same_layout {
-            return key.to_vec();
-        }
-        let mut k = Vec::with_capacity(key.len() + 4);
-        let group = rockstate::keygroup::key_group_of(key, 128);
-        rockstate::codec::write_key_prefix(&mut k, group, 128, key, &[]);
-        k
+        baseline_key(key, self.same_layout)
     }
 }
 

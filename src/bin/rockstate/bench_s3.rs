@@ -107,6 +107,22 @@ struct Raw {
     threads: usize,
 }
 
+/// Each file's object path and bytes, read before the timed transfers start.
+fn read_files(
+    storage: &ObjectStorage,
+    names: &[String],
+    files: &[PathBuf],
+) -> rockstate::Result<Vec<(object_store::path::Path, Bytes)>> {
+    names
+        .iter()
+        .zip(files)
+        .map(|(name, file)| {
+            let bytes = Bytes::from(std::fs::read(file).map_err(io(file))?);
+            Ok((storage.object_path(name)?, bytes))
+        })
+        .collect()
+}
+
 impl Raw {
     fn upload(
         &self,
@@ -114,11 +130,7 @@ impl Raw {
         names: &[String],
         files: &[PathBuf],
     ) -> rockstate::Result<()> {
-        let mut jobs = Vec::new();
-        for (name, file) in names.iter().zip(files) {
-            let bytes = Bytes::from(std::fs::read(file).map_err(io(file))?);
-            jobs.push((storage.object_path(name)?, bytes));
-        }
+        let jobs = read_files(storage, names, files)?;
         let store = Arc::clone(&self.store);
         let threads = self.threads;
         self.rt.block_on(async move {
@@ -138,7 +150,7 @@ impl Raw {
 
     /// Uploads each file as a multipart upload of `part_size` parts, `part_concurrency` parts
     /// of a file in flight, `threads` files at once: what our storage sends, minus the
-    /// create-if-absent staging copy.
+    /// `If-None-Match` condition on the completion.
     fn upload_multipart(
         &self,
         storage: &ObjectStorage,
@@ -147,11 +159,7 @@ impl Raw {
         part_size: usize,
         part_concurrency: usize,
     ) -> rockstate::Result<()> {
-        let mut jobs = Vec::new();
-        for (name, file) in names.iter().zip(files) {
-            let bytes = Bytes::from(std::fs::read(file).map_err(io(file))?);
-            jobs.push((storage.object_path(name)?, bytes));
-        }
+        let jobs = read_files(storage, names, files)?;
         let store = Arc::clone(&self.store);
         let threads = self.threads;
         self.rt.block_on(async move {
