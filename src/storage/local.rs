@@ -97,8 +97,8 @@ impl LocalStorage {
     }
 
     /// Writes a temporary file with `fill`, then links it to `name` create-if-absent. Unless
-    /// `defer`, first fsyncs every directory earlier deferred puts changed, and then the new
-    /// entry's directory.
+    /// `defer`, the directories earlier deferred puts changed are fsynced together with the
+    /// file's data before the link, and the new entry's directory after it.
     fn put_with(
         &self,
         name: &str,
@@ -120,19 +120,7 @@ impl LocalStorage {
                 .map_err(|e| Error::io(&tmp, e))?;
             let digest = fill(&mut file)?;
             if self.sync && !defer {
-                // Both are journal commits: issued together, the filesystem serves them with
-                // one (the pending set is only ever filled when syncing).
-                let (data, dirs) = std::thread::scope(|s| {
-                    let dirs = s.spawn(|| self.sync_pending_dirs());
-                    (file.sync_data(), dirs.join())
-                });
-                data.map_err(|e| Error::io(&tmp, e))?;
-                dirs.unwrap_or_else(|_| {
-                    Err(Error::io(
-                        &self.root,
-                        std::io::Error::other("directory sync thread panicked"),
-                    ))
-                })?;
+                self.sync_with_pending_dirs(&file, &tmp)?;
             } else if self.sync {
                 file.sync_data().map_err(|e| Error::io(&tmp, e))?;
             }
@@ -146,17 +134,18 @@ impl LocalStorage {
         result
     }
 
-    /// Fsyncs the directories deferred puts changed. The lock is held while syncing, so a
-    /// concurrent `put_bytes` cannot link its object before they are durable.
-    fn sync_pending_dirs(&self) -> Result<()> {
+    /// Syncs `file`'s data (at `path`) and fsyncs the directories deferred puts changed, all
+    /// at once: fsyncs issued together share one journal commit. The lock is held while
+    /// syncing, so a concurrent `put_bytes` cannot link its object before they are durable.
+    fn sync_with_pending_dirs(&self, file: &File, path: &Path) -> Result<()> {
         let mut pending = self.pending_dirs.lock();
-        // One thread per directory: fsyncs issued together share one journal commit.
-        let failed: Vec<(PathBuf, std::io::Error)> = std::thread::scope(|s| {
+        let (data, failed): (_, Vec<(PathBuf, std::io::Error)>) = std::thread::scope(|s| {
             let syncs: Vec<_> = pending
                 .iter()
                 .map(|dir| s.spawn(move || (dir, File::open(dir).and_then(|d| d.sync_all()))))
                 .collect();
-            syncs
+            let data = file.sync_data();
+            let failed = syncs
                 .into_iter()
                 .filter_map(|h| match h.join() {
                     Ok((_, Ok(()))) => None,
@@ -168,8 +157,10 @@ impl LocalStorage {
                         std::io::Error::other("directory sync thread panicked"),
                     )),
                 })
-                .collect()
+                .collect();
+            (data, failed)
         });
+        data.map_err(|e| Error::io(path, e))?;
         match failed.into_iter().next() {
             None => {
                 pending.clear();
