@@ -155,6 +155,7 @@ pub(crate) fn restore_with_report(
             report.sst_files_linked = stats.files_linked;
             report.sst_files_rewritten = stats.files_rewritten;
             report.entries_rewritten = stats.entries_rewritten;
+            report.sst_ingestions_refused = stats.refused;
         }
         drop(scratch);
         let backend = builder.open_inner(Some(RestoredBase {

@@ -187,7 +187,10 @@ impl KeyedBackend {
                 Some(dir)
             }
         };
-        let mut ingest: Vec<(crate::db::Cf, std::path::PathBuf)> = Vec::new();
+        // Per state (by name): its column family and its SSTs, one per file. Files cover
+        // disjoint key groups, so one state's SSTs never overlap and go in one ingestion.
+        let mut ingest: BTreeMap<String, (crate::db::Cf, Vec<std::path::PathBuf>)> =
+            BTreeMap::new();
         let result = (|| -> Result<()> {
             for (file_no, (_, reader)) in readers.iter_mut().enumerate() {
                 let cores = reader
@@ -222,7 +225,12 @@ impl KeyedBackend {
                         )
                     })?;
                     if written.is_some() {
-                        ingest.push((cf.clone(), path));
+                        let name = reader.header().states[state].name.clone();
+                        ingest
+                            .entry(name)
+                            .or_insert_with(|| (cf.clone(), Vec::new()))
+                            .1
+                            .push(path);
                     }
                 }
                 if cores.iter().any(|c| matches!(c.table, Table::Heap(_))) {
@@ -244,8 +252,8 @@ impl KeyedBackend {
                     }
                 }
             }
-            for (cf, path) in &ingest {
-                cf.ingest(std::slice::from_ref(path))?;
+            for (cf, paths) in ingest.values() {
+                cf.ingest(paths)?;
             }
             Ok(())
         })();

@@ -73,6 +73,7 @@ fn clean_sources_are_linked_not_rewritten() {
     let (merged, report) = restore_one(dir.path(), &storage, "merged", 1);
     assert!(report.sst_files_linked > 0, "{report:?}");
     assert_eq!(report.sst_files_rewritten, 0, "{report:?}");
+    assert_eq!(report.sst_ingestions_refused, 0, "{report:?}");
     assert_eq!(report.entries_rewritten, 0, "{report:?}");
     check_all(std::slice::from_ref(&merged), &model);
 

@@ -45,6 +45,9 @@ pub struct RestoreReport {
     pub sst_files_rewritten: usize,
     /// Rescaling: entries the fallback copied into those files.
     pub entries_rewritten: u64,
+    /// Rescaling: ingestions of another source's SST files (one per state) that RocksDB
+    /// refused, so that state took the fallback.
+    pub sst_ingestions_refused: usize,
 }
 
 /// Keeps the staging directory `staging` of checkpoint `id`, just uploaded, as its local
