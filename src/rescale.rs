@@ -39,7 +39,7 @@
 //!
 //!    The whole state takes the fallback if the source's memtables are not empty (a replayed
 //!    WAL is in no file) or RocksDB refuses the ingestion (logged, counted in
-//!    [`RescaleStats::refused`]). States must agree ([`Error::MergedStateMismatch`]); a state
+//!    `RestoreReport::sst_ingestions_refused`). States must agree ([`Error::MergedStateMismatch`]); a state
 //!    only the other source has is created in the base. No key-by-key write batch is used.
 //! 4. **Clip the base**, after every ingestion: `delete_range` the parts of the base's
 //!    claimed range outside the target (a narrower tombstone overlaps fewer files of a later
@@ -276,23 +276,39 @@ pub(crate) fn rescale(
             // Hides what the base holds in the slice (see `plan_state`); not this file's own
             // entries.
             sink.delete_range(&from, &to)?;
-            src.scan(&from, Some(&to), |k, v| {
+            src.scan_bulk(&from, Some(&to), |k, v| {
                 sink.put(k, v)?;
                 Ok(true)
             })
         })
     })?;
     let mut by_plan: BTreeMap<usize, Vec<PathBuf>> = BTreeMap::new();
-    for ((p, _, _, file), n) in jobs.iter().zip(counts) {
-        if let Some(n) = n {
-            by_plan.entry(*p).or_default().push(file.clone());
-            stats.entries_rewritten += n;
-            stats.files_rewritten += 1;
+    // Slices the source has no entries in: their SST would hold only the range tombstone,
+    // which RocksDB marks for compaction (see step 4), so the tombstone goes through the
+    // memtable after the ingestions instead (still newer than every linked file).
+    let mut empty: Vec<(usize, KeyGroupRange)> = Vec::new();
+    for ((p, _, slice, file), n) in jobs.iter().zip(counts) {
+        match n {
+            Some(0) => {
+                let _ = std::fs::remove_file(file);
+                empty.push((*p, *slice));
+            }
+            Some(n) => {
+                by_plan.entry(*p).or_default().push(file.clone());
+                stats.entries_rewritten += n;
+                stats.files_rewritten += 1;
+            }
+            None => {}
         }
     }
     for (p, files) in &by_plan {
         let dst = state_cf(&db, base, &plans[*p].name)?;
         dst.ingest(files)?;
+    }
+    for (p, slice) in &empty {
+        let dst = state_cf(&db, base, &plans[*p].name)?;
+        let to = prefix(u32::from(slice.end) + 1, m);
+        dst.delete_range(&prefix(u32::from(slice.start), m), &to)?;
     }
     drop(jobs);
     drop(opened);
@@ -332,12 +348,16 @@ pub(crate) fn rescale(
     Ok(stats)
 }
 
-/// The live files of a column family with their SST unique ids (`None` if unreadable, which
-/// only makes a file count as not shared).
-fn with_ids(cf: &Cf) -> Result<Vec<(LiveSst, Option<SstUniqueId>)>> {
+/// The live files of a column family that pass `keep`, with their SST unique ids (`None` if
+/// unreadable, which only makes a file count as not shared).
+fn with_ids(
+    cf: &Cf,
+    keep: impl Fn(&LiveSst) -> bool,
+) -> Result<Vec<(LiveSst, Option<SstUniqueId>)>> {
     Ok(cf
         .live_files()?
         .into_iter()
+        .filter(|f| keep(f))
         .map(|f| {
             let id = sst_format::read_sst_meta(&f.path).ok().map(|m| m.unique_id);
             (f, id)
@@ -375,11 +395,9 @@ fn plan_state(
     // only be a range tombstone's exclusive end (stored keys are longer than their prefix).
     let touches_copy = |f: &LiveSst| f.largest > lo && f.smallest < hi;
     let overlap = |a: &LiveSst, b: &LiveSst| a.smallest <= b.largest && b.smallest <= a.largest;
-    let files = with_ids(src)?;
-    let existing: Vec<(LiveSst, Option<SstUniqueId>)> = with_ids(dst)?
-        .into_iter()
-        .filter(|(f, _)| touches_copy(f))
-        .collect();
+    // Only files touching `copy` matter (a file both hold has one key range in both).
+    let files = with_ids(src, touches_copy)?;
+    let existing = with_ids(dst, touches_copy)?;
     let held = |id: &Option<SstUniqueId>, set: &[(LiveSst, Option<SstUniqueId>)]| {
         id.as_ref()
             .is_some_and(|id| set.iter().any(|(_, other)| other.as_ref() == Some(id)))
@@ -387,7 +405,7 @@ fn plan_state(
     let mut link = Vec::new();
     let mut marked: Vec<&LiveSst> = Vec::new();
     for (f, id) in &files {
-        if !touches_copy(f) || held(id, &existing) {
+        if held(id, &existing) {
             continue;
         }
         let inside = f.smallest >= lo && f.largest < hi;
