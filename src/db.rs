@@ -12,7 +12,7 @@ use parking_lot::RwLock;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
-    BlockBasedOptions, BoundColumnFamily, Cache, DBCompressionType, DBWithThreadMode,
+    BlockBasedOptions, BlockBasedTablePinningTier, BoundColumnFamily, Cache, DBCompressionType, DBWithThreadMode,
     DataBlockIndexType, MultiThreaded, Options, ReadOptions, WriteBatch, WriteBufferManager,
     WriteOptions,
 };
@@ -104,11 +104,14 @@ fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
         table.set_bloom_filter(o.bloom_bits_per_key, false);
         table.set_whole_key_filtering(true);
     }
-    // Index and filter blocks are charged to the budget like data blocks; L0's stay pinned
-    // and high-priority so point reads do not miss on them.
+    // Index and filter blocks are charged to the budget like data blocks, at high priority,
+    // and stay pinned while their file is open, so point reads take no cache lookup for them.
     table.set_cache_index_and_filter_blocks(o.cache_index_and_filter_blocks);
     table.set_cache_index_and_filter_blocks_with_high_priority(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    if o.pin_index_and_filter_blocks {
+        table.set_unpartitioned_pinning_tier(BlockBasedTablePinningTier::All);
+    }
     table.set_format_version(o.sst_format_version as i32);
     table.set_data_block_index_type(DataBlockIndexType::BinaryAndHash);
     table.set_data_block_hash_ratio(0.75);

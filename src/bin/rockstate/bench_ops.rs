@@ -43,6 +43,12 @@ pub struct OpsArgs {
     /// the process, as a Flink task has) for absolute figures.
     #[arg(long)]
     no_solo: bool,
+    /// Skip the reference pass (raw rust-rocksdb in the issue's reference configuration).
+    #[arg(long)]
+    no_reference: bool,
+    /// Skip the interleaved comparison pass (ratios); run the solo pass only.
+    #[arg(long, conflicts_with = "no_solo")]
+    solo_only: bool,
 }
 
 /// The backend `bench ops` measures.
@@ -267,6 +273,10 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     })?;
     let options: DbOptions = parse_override("--options", args.options.as_deref())?;
     let budget_config: MemoryBudgetConfig = parse_override("--budget", args.budget.as_deref())?;
+    let values = random_values(args);
+    if args.solo_only {
+        return run_solo(args, dir.path(), options, budget_config, &values);
+    }
 
     let backend = KeyedBackend::builder(dir.path().join("rockstate"))
         .options(options.clone())
@@ -291,7 +301,6 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     let raw = open_raw("raw", false)?;
     let raw_same = open_raw("raw-same-layout", true)?;
 
-    let values = random_values(args);
     Line::header()
         .label("bench ops:")
         .int("keys", args.keys)
@@ -314,7 +323,17 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     if args.no_solo {
         return Ok(());
     }
+    run_solo(args, dir.path(), options, budget_config, &values)
+}
 
+/// The workload through rockstate alone, one line per phase.
+fn run_solo(
+    args: &OpsArgs,
+    dir: &std::path::Path,
+    options: DbOptions,
+    budget_config: MemoryBudgetConfig,
+    values: &[Vec<u8>],
+) -> rockstate::Result<()> {
     // The interleaved pass runs three databases whose flushes and compactions compete for the
     // same cores; a stream task has one. Absolute figures come from this second pass.
     Line::header()
@@ -324,20 +343,79 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
              closed), for absolute figures",
         )
         .print();
-    let backend = KeyedBackend::builder(dir.path().join("rockstate-solo"))
+    let backend = KeyedBackend::builder(dir.join("rockstate-solo"))
         .options(options)
         .memory_budget(MemoryBudget::new(budget_config)?)
         .open()?;
     let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    let mut solo = Vec::new();
     for phase in Phase::ALL {
         backend.wait_for_compactions()?;
-        let ops = run_phase(&[&ours], phase, args, &values)?;
+        // Reads probe every file whose key range holds the key, so the shape of the tree
+        // before a phase (which varies with flush timing) explains much of its spread.
+        let lsm = backend
+            .metrics()?
+            .rocksdb
+            .levels
+            .iter()
+            .map(|l| format!("L{}:{}", l.level, l.sst_files))
+            .collect::<Vec<_>>()
+            .join(",");
+        let ops = run_phase(&[&ours], phase, args, values)?;
+        solo.push(ops[0]);
         Line::new()
             .text("solo_phase", phase.name())
             .num("rockstate_ops_s", ops[0], 0)
+            .text("files_before", &lsm)
+            .print();
+    }
+    drop((ours, backend));
+    if args.no_reference {
+        return Ok(());
+    }
+
+    // The issue's figures for Flink came with raw rust-rocksdb "with bloom filters and a 256 MB
+    // block cache" measured in the same conditions. Running that configuration here tells how
+    // fast this machine is today next to those conditions.
+    Line::header()
+        .label("bench ops reference:")
+        .note(
+            "raw rust-rocksdb alone with RocksDB's default options plus a 10-bit bloom filter, a \
+             256 MiB LRU block cache, LZ4 and the WAL off (the issue's reference configuration), \
+             8-byte keys as they are; vs_reference = rockstate solo / reference",
+        )
+        .print();
+    let reference = open_reference(&dir.join("reference"))?;
+    for (phase, ours) in Phase::ALL.into_iter().zip(solo) {
+        reference.settle()?;
+        let ops = run_phase(&[&reference], phase, args, values)?;
+        Line::new()
+            .text("reference_phase", phase.name())
+            .num("reference_ops_s", ops[0], 0)
+            .num("vs_reference", ours / ops[0], 3)
             .print();
     }
     Ok(())
+}
+
+/// Raw rust-rocksdb in the issue's reference configuration (see the reference pass).
+fn open_reference(path: &std::path::Path) -> rockstate::Result<Raw> {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_bloom_filter(10.0, false);
+    table.set_block_cache(&rocksdb::Cache::new_lru_cache(256 << 20));
+    opts.set_block_based_table_factory(&table);
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let db = rocksdb::DB::open(&opts, path).map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
+    let mut write = rocksdb::WriteOptions::default();
+    write.disable_wal(true);
+    Ok(Raw {
+        db,
+        write,
+        read: rocksdb::ReadOptions::default(),
+        same_layout: false,
+    })
 }
 
 /// The heap baseline: a plain ordered map, keys raw or in rockstate's layout.
