@@ -698,7 +698,7 @@ impl KeyedBackend {
     }
 }
 
-fn mismatch_error(existing: &StateMeta, requested: &StateMeta) -> Error {
+pub(crate) fn mismatch_error(existing: &StateMeta, requested: &StateMeta) -> Error {
     Error::StateMismatch {
         name: requested.name.clone(),
         existing: crate::state::describe(existing),
@@ -795,6 +795,11 @@ impl KeyedBackend {
     /// This backend's id: random, persisted in the database, new for a restored backend.
     pub fn backend_id(&self) -> &str {
         &self.inner.backend_id
+    }
+
+    /// The backend-wide allocator of list element sequence numbers.
+    pub(crate) fn list_sequence(&self) -> &SequenceAllocator {
+        &self.inner.list_seq
     }
 
     pub(crate) fn checkpointer(&self) -> Option<&Arc<Checkpointer>> {

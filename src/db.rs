@@ -12,9 +12,9 @@ use parking_lot::RwLock;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
-    BlockBasedOptions, BlockBasedTablePinningTier, BoundColumnFamily, Cache, DBCompressionType, DBWithThreadMode,
-    DataBlockIndexType, MultiThreaded, Options, ReadOptions, WriteBatch, WriteBufferManager,
-    WriteOptions,
+    BlockBasedOptions, BlockBasedTablePinningTier, BoundColumnFamily, Cache, DBCompressionType,
+    DBWithThreadMode, DataBlockIndexType, MultiThreaded, Options, ReadOptions, WriteBatch,
+    WriteBufferManager, WriteOptions,
 };
 
 use crate::error::{Error, Result};
@@ -878,23 +878,52 @@ impl Db {
         path: &Path,
         fill: impl FnOnce(&mut SstSink<'_, '_>) -> Result<()>,
     ) -> Result<Option<u64>> {
+        // One path, so exactly one sink.
+        let written = self.write_ssts(&[path], |sinks| match sinks.first_mut() {
+            Some(sink) => fill(sink),
+            None => Ok(()),
+        })?;
+        Ok(written.into_iter().next().flatten())
+    }
+
+    /// Writes one SST file per path at once, filled by `fill` through one sink per path (in
+    /// the same order); returns per path what [`Db::write_sst`] returns.
+    pub(crate) fn write_ssts(
+        &self,
+        paths: &[&Path],
+        fill: impl FnOnce(&mut [SstSink<'_, '_>]) -> Result<()>,
+    ) -> Result<Vec<Option<u64>>> {
         let opts = cf_options(&self.options, &self.budget)?;
-        let mut writer = rocksdb::SstFileWriter::create(&opts);
-        writer.open(path)?;
-        let mut sink = SstSink {
-            writer: &mut writer,
-            entries: 0,
-            tombstones: 0,
-        };
-        fill(&mut sink)?;
-        let entries = sink.entries;
-        if entries == 0 && sink.tombstones == 0 {
-            drop(writer);
-            let _ = std::fs::remove_file(path);
-            return Ok(None);
+        let mut writers = Vec::with_capacity(paths.len());
+        for path in paths {
+            let writer = rocksdb::SstFileWriter::create(&opts);
+            writer.open(path)?;
+            writers.push(writer);
         }
-        writer.finish()?;
-        Ok(Some(entries))
+        let mut sinks: Vec<SstSink<'_, '_>> = writers
+            .iter_mut()
+            .map(|writer| SstSink {
+                writer,
+                entries: 0,
+                tombstones: 0,
+            })
+            .collect();
+        fill(&mut sinks)?;
+        let counts: Vec<(u64, u64)> = sinks.iter().map(|s| (s.entries, s.tombstones)).collect();
+        drop(sinks);
+        let mut out = Vec::with_capacity(paths.len());
+        for ((writer, path), (entries, tombstones)) in writers.into_iter().zip(paths).zip(counts) {
+            if entries == 0 && tombstones == 0 {
+                drop(writer);
+                let _ = std::fs::remove_file(path);
+                out.push(None);
+            } else {
+                let mut writer = writer;
+                writer.finish()?;
+                out.push(Some(entries));
+            }
+        }
+        Ok(out)
     }
 
     /// The names of every column family of the database.

@@ -151,114 +151,22 @@ impl KeyedBackend {
             }
             readers.push((groups, reader));
         }
-        // Verify every block (checksum, decompression, entry structure, key groups) of every
-        // file before writing anything, so a corrupt savepoint leaves the backend untouched.
-        for (_, reader) in &mut readers {
-            let index = reader.index().to_vec();
-            for block in index.iter().filter(|b| range.contains(b.key_group)) {
-                reader.for_each_entry(block, |e| {
-                    if crate::keygroup::key_group_of(e.key, max_parallelism) != block.key_group {
-                        return Err(sst_format::Error::Corrupt {
-                            what: format!(
-                                "savepoint entry stored under key group {} hashes elsewhere",
-                                block.key_group
-                            ),
-                        });
+        // The files' state metadata must agree, name by name.
+        let mut metas: BTreeMap<&str, &StateMeta> = BTreeMap::new();
+        for (_, reader) in &readers {
+            for meta in &reader.header().states {
+                if let Some(seen) = metas.insert(&meta.name, meta) {
+                    if seen != meta {
+                        return Err(crate::backend::mismatch_error(seen, meta));
                     }
-                    Ok(())
-                })?;
+                }
             }
         }
         let mut stats = SavepointStats::default();
-        // RocksDB: each state's entries of one file are written into one SST (a pass over the
-        // file's blocks per state; entries come sorted by stored key, and list elements' fresh
-        // sequence numbers ascend in that order), all ingested at the end, so the entries never
-        // pass through the memtable and a failure leaves the backend's data untouched. The
-        // SSTs are staged next to the database (same file system: ingestion moves them) in a
-        // directory removed on drop, success or not.
-        let staging = match self.kind() {
-            BackendKind::Heap => None,
-            BackendKind::RocksDb => {
-                let parent = self.path().parent().unwrap_or(self.path());
-                let dir = tempfile::Builder::new()
-                    .prefix(".savepoint-restore-")
-                    .tempdir_in(parent)
-                    .map_err(|e| Error::io(parent, e))?;
-                Some(dir)
-            }
-        };
-        // Per state (by name): its column family and its SSTs, one per file. Files cover
-        // disjoint key groups, so one state's SSTs never overlap and go in one ingestion.
-        let mut ingest: BTreeMap<String, (crate::db::Cf, Vec<std::path::PathBuf>)> =
-            BTreeMap::new();
-        let result = (|| -> Result<()> {
-            for (file_no, (_, reader)) in readers.iter_mut().enumerate() {
-                let cores = reader
-                    .header()
-                    .states
-                    .iter()
-                    .map(|m| self.core_for(m))
-                    .collect::<Result<Vec<_>>>()?;
-                let blocks: Vec<_> = reader
-                    .index()
-                    .iter()
-                    .filter(|b| range.contains(b.key_group))
-                    .copied()
-                    .collect();
-                stats.blocks += blocks.len() as u64;
-                for (state, core) in cores.iter().enumerate() {
-                    let (cf, path) = match (&core.table, &staging) {
-                        (Table::Rocks(cf), Some(dir)) => {
-                            (cf, dir.path().join(format!("{file_no}-{state}.sst")))
-                        }
-                        _ => continue,
-                    };
-                    let written = cf.db().write_sst(&path, |sink| {
-                        restore_entries(
-                            reader,
-                            &blocks,
-                            max_parallelism,
-                            &cores,
-                            Some(state as u32),
-                            &mut stats,
-                            |_, k, v| sink.put(k, v),
-                        )
-                    })?;
-                    if written.is_some() {
-                        let name = reader.header().states[state].name.clone();
-                        ingest
-                            .entry(name)
-                            .or_insert_with(|| (cf.clone(), Vec::new()))
-                            .1
-                            .push(path);
-                    }
-                }
-                if cores.iter().any(|c| matches!(c.table, Table::Heap(_))) {
-                    let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
-                    restore_entries(
-                        reader,
-                        &blocks,
-                        max_parallelism,
-                        &cores,
-                        None,
-                        &mut stats,
-                        |state, k, v| {
-                            batches[state as usize].put(k, v);
-                            Ok(())
-                        },
-                    )?;
-                    for batch in batches {
-                        batch.commit()?;
-                    }
-                }
-            }
-            for (cf, paths) in ingest.values() {
-                cf.ingest(paths)?;
-            }
-            Ok(())
-        })();
-        drop(staging);
-        result?;
+        match self.kind() {
+            BackendKind::RocksDb => self.restore_into_rocksdb(&mut readers, range, &mut stats)?,
+            BackendKind::Heap => self.restore_into_heap(&mut readers, range, &mut stats)?,
+        }
         for path in paths {
             stats.file_bytes += std::fs::metadata(path)
                 .map_err(|e| Error::io(path, e))?
@@ -266,17 +174,169 @@ impl KeyedBackend {
         }
         Ok(stats)
     }
+
+    /// One pass over each file decompresses and verifies every block (checksum, decompression,
+    /// entry structure, key groups) while writing its entries into one SST per state and file
+    /// (entries come sorted by stored key, and list elements' fresh sequence numbers ascend in
+    /// that order). Only when every file has passed are the states registered and the SSTs
+    /// ingested, so a corrupt file leaves the backend without states, and the entries never
+    /// pass through the memtable. The SSTs are staged next to the database (same file system:
+    /// ingestion moves them) in a directory removed on drop, success or not.
+    fn restore_into_rocksdb(
+        &self,
+        readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
+        range: KeyGroupRange,
+        stats: &mut SavepointStats,
+    ) -> Result<()> {
+        let db = self.database()?;
+        let parent = self.path().parent().unwrap_or(self.path());
+        let staging = tempfile::Builder::new()
+            .prefix(".savepoint-restore-")
+            .tempdir_in(parent)
+            .map_err(|e| Error::io(parent, e))?;
+        let max_parallelism = self.max_parallelism();
+        // Per state (by name): its metadata and its SSTs, one per file. Files cover disjoint
+        // key groups, so one state's SSTs never overlap and go in one ingestion.
+        let mut ingest: BTreeMap<String, (StateMeta, Vec<std::path::PathBuf>)> = BTreeMap::new();
+        for (file_no, (_, reader)) in readers.iter_mut().enumerate() {
+            let states = reader.header().states.clone();
+            let kinds: Vec<StateKind> = states.iter().map(|m| m.kind).collect();
+            let blocks = blocks_in(reader, range);
+            stats.blocks += blocks.len() as u64;
+            let paths: Vec<std::path::PathBuf> = (0..states.len())
+                .map(|state| staging.path().join(format!("{file_no}-{state}.sst")))
+                .collect();
+            let path_refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+            let seq = self.list_sequence();
+            let written = db.write_ssts(&path_refs, |sinks| {
+                restore_entries(
+                    reader,
+                    &blocks,
+                    max_parallelism,
+                    &kinds,
+                    Some(seq),
+                    stats,
+                    {
+                        |state, k, v| match sinks.get_mut(state as usize) {
+                            Some(sink) => sink.put(k, v),
+                            None => {
+                                Err(Error::decode("savepoint entry", "state index out of range"))
+                            }
+                        }
+                    },
+                )
+            })?;
+            for ((meta, path), written) in states.into_iter().zip(paths).zip(written) {
+                if written.is_some() {
+                    ingest
+                        .entry(meta.name.clone())
+                        .or_insert_with(|| (meta, Vec::new()))
+                        .1
+                        .push(path);
+                }
+            }
+        }
+        // Every state of every file is registered, also those without entries here.
+        for (_, reader) in readers.iter() {
+            for meta in &reader.header().states {
+                self.core_for(meta)?;
+            }
+        }
+        for (meta, paths) in ingest.values() {
+            match &self.core_for(meta)?.table {
+                Table::Rocks(cf) => cf.ingest(paths)?,
+                Table::Heap(_) => {
+                    return Err(Error::Unsupported(
+                        "a RocksDB backend holding a heap state".into(),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Verifies every block of every file first (a dry run), then registers the states and
+    /// commits one batch per state and file.
+    fn restore_into_heap(
+        &self,
+        readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
+        range: KeyGroupRange,
+        stats: &mut SavepointStats,
+    ) -> Result<()> {
+        let max_parallelism = self.max_parallelism();
+        for (_, reader) in readers.iter_mut() {
+            let blocks = blocks_in(reader, range);
+            let kinds: Vec<StateKind> = reader.header().states.iter().map(|m| m.kind).collect();
+            restore_entries(
+                reader,
+                &blocks,
+                max_parallelism,
+                &kinds,
+                None,
+                stats,
+                |_, _, _| Ok(()),
+            )?;
+        }
+        for (_, reader) in readers.iter_mut() {
+            let states = reader.header().states.clone();
+            let kinds: Vec<StateKind> = states.iter().map(|m| m.kind).collect();
+            let cores = states
+                .iter()
+                .map(|m| self.core_for(m))
+                .collect::<Result<Vec<_>>>()?;
+            let blocks = blocks_in(reader, range);
+            stats.blocks += blocks.len() as u64;
+            let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
+            let seq = self.list_sequence();
+            restore_entries(
+                reader,
+                &blocks,
+                max_parallelism,
+                &kinds,
+                Some(seq),
+                stats,
+                {
+                    |state, k, v| match batches.get_mut(state as usize) {
+                        Some(batch) => {
+                            batch.put(k, v);
+                            Ok(())
+                        }
+                        None => Err(Error::decode("savepoint entry", "state index out of range")),
+                    }
+                },
+            )?;
+            for batch in batches {
+                batch.commit()?;
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Calls `put(state, stored key, value)` for every entry of `blocks` (verified before) whose
-/// state is `only` (every state when `None`), rebuilding the stored key: list elements get
-/// fresh sequence numbers in savepoint order. Counts the entries and raw bytes into `stats`.
+/// The index entries of `reader`'s blocks of key groups in `range`.
+fn blocks_in<R: std::io::Read + std::io::Seek>(
+    reader: &SavepointReader<R>,
+    range: KeyGroupRange,
+) -> Vec<sst_format::IndexEntry> {
+    reader
+        .index()
+        .iter()
+        .filter(|b| range.contains(b.key_group))
+        .copied()
+        .collect()
+}
+
+/// Verifies every entry of `blocks` (its block's checksum and structure, and that its key
+/// hashes to the block's key group) and, given `list_seq`, calls `put(state, stored key,
+/// value)` for it, rebuilding the stored key (list elements get fresh sequence numbers from
+/// `list_seq` in savepoint order) and counting the entries and raw bytes into `stats`.
+/// Without `list_seq` it only verifies.
 fn restore_entries<R: std::io::Read + std::io::Seek>(
     reader: &mut SavepointReader<R>,
     blocks: &[sst_format::IndexEntry],
     max_parallelism: u32,
-    cores: &[std::sync::Arc<state::StateCore>],
-    only: Option<u32>,
+    kinds: &[StateKind],
+    list_seq: Option<&crate::backend::SequenceAllocator>,
     stats: &mut SavepointStats,
     mut put: impl FnMut(u32, &[u8], &[u8]) -> Result<()>,
 ) -> Result<()> {
@@ -284,10 +344,22 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
     for block in blocks {
         let mut failure: Option<Error> = None;
         let read = reader.for_each_entry(block, |e| {
-            if only.is_some_and(|s| s != e.state) {
-                return Ok(());
+            if crate::keygroup::key_group_of(e.key, max_parallelism) != block.key_group {
+                return Err(sst_format::Error::Corrupt {
+                    what: format!(
+                        "savepoint entry stored under key group {} hashes elsewhere",
+                        block.key_group
+                    ),
+                });
             }
-            let core = &cores[e.state as usize];
+            let Some(seq) = list_seq else {
+                return Ok(()); // verifying only
+            };
+            let Some(kind) = kinds.get(e.state as usize) else {
+                return Err(sst_format::Error::Corrupt {
+                    what: format!("savepoint entry of unknown state {}", e.state),
+                });
+            };
             key.clear();
             codec::write_key_prefix(
                 &mut key,
@@ -296,11 +368,8 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                 e.key,
                 e.namespace,
             );
-            let done = match core.meta.kind {
-                StateKind::List => core
-                    .list_seq
-                    .next()
-                    .map(|seq| key.extend_from_slice(&seq.to_be_bytes())),
+            let done = match kind {
+                StateKind::List => seq.next().map(|n| key.extend_from_slice(&n.to_be_bytes())),
                 _ => {
                     key.extend_from_slice(e.suffix);
                     Ok(())

@@ -210,6 +210,56 @@ fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
 }
 
 #[test]
+fn a_corrupt_second_file_leaves_the_backend_empty() {
+    // Rescaling 2 → 1 through savepoints: the first half is sound and is read (and, on
+    // RocksDB, staged as SSTs) before the second half's corruption shows up.
+    let dir = tempfile::tempdir().unwrap();
+    let src = KeyedBackend::builder(dir.path().join("src"))
+        .open()
+        .unwrap();
+    fill(&src, &data());
+    let whole = dir.path().join("whole");
+    src.write_savepoint(&whole).unwrap();
+    let mut halves = Vec::new();
+    for i in 0..2 {
+        let half = KeyedBackend::builder(dir.path().join(format!("half-{i}")))
+            .key_groups(KeyGroupRange::for_operator(128, 2, i).unwrap())
+            .open()
+            .unwrap();
+        half.restore_savepoint(&whole).unwrap();
+        let sp = dir.path().join(format!("sp-half-{i}"));
+        half.write_savepoint(&sp).unwrap();
+        halves.push(sp);
+    }
+    // Both halves together restore fine before the corruption.
+    let sound = KeyedBackend::builder(dir.path().join("sound"))
+        .open()
+        .unwrap();
+    let paths: Vec<&std::path::Path> = halves.iter().map(|p| p.as_path()).collect();
+    sound.restore_savepoints(&paths).unwrap();
+    assert_eq!(check(&sound, &data()), data().values.len());
+    let mut bytes = std::fs::read(&halves[1]).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    std::fs::write(&halves[1], &bytes).unwrap();
+    for heap in [false, true] {
+        let b = if heap {
+            KeyedBackend::heap_builder().open().unwrap()
+        } else {
+            KeyedBackend::builder(dir.path().join("target"))
+                .open()
+                .unwrap()
+        };
+        let err = b.restore_savepoints(&paths).unwrap_err();
+        assert!(
+            matches!(err, Error::Format(_) | Error::Decode { .. }),
+            "heap={heap}: {err}"
+        );
+        assert!(b.states().unwrap().is_empty(), "heap={heap}: states left");
+    }
+}
+
+#[test]
 fn full_snapshot_cleanup_drops_expired_entries_while_writing() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_000);

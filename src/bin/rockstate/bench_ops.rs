@@ -407,7 +407,8 @@ fn open_reference(path: &std::path::Path) -> rockstate::Result<Raw> {
     table.set_block_cache(&rocksdb::Cache::new_lru_cache(256 << 20));
     opts.set_block_based_table_factory(&table);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    let db = rocksdb::DB::open(&opts, path).map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
+    let db =
+        rocksdb::DB::open(&opts, path).map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
     let mut write = rocksdb::WriteOptions::default();
     write.disable_wal(true);
     Ok(Raw {
