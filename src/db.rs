@@ -472,6 +472,10 @@ impl Db {
                 .db
                 .property_int_value("rocksdb.block-cache-usage")?
                 .unwrap_or(0),
+            block_cache_pinned_bytes: self
+                .db
+                .property_int_value("rocksdb.block-cache-pinned-usage")?
+                .unwrap_or(0),
             estimated_keys: sum("rocksdb.estimate-num-keys")?,
             pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
             levels: Vec::new(),

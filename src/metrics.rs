@@ -25,6 +25,11 @@ pub struct RocksDbMetrics {
     /// Bytes in the block cache (`rocksdb.block-cache-usage`; the cache is shared by every
     /// backend on the same memory budget).
     pub block_cache_bytes: u64,
+    /// Bytes of the block cache held pinned (`rocksdb.block-cache-pinned-usage`): the
+    /// memtables' charge, index and filter blocks of open SSTs with
+    /// `DbOptions::pin_index_and_filter_blocks`, and blocks readers hold. Pinned blocks cannot be evicted, so once they outgrow the cache the
+    /// process uses more memory than its budget (the same cache, shared by every backend).
+    pub block_cache_pinned_bytes: u64,
     /// Estimated number of keys, all column families (`rocksdb.estimate-num-keys`).
     pub estimated_keys: u64,
     /// Bytes compaction still has to rewrite (`rocksdb.estimate-pending-compaction-bytes`).

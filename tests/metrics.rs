@@ -64,3 +64,33 @@ fn rocksdb_and_checkpoint_figures() {
     );
     assert!(c.last_bytes_uploaded < st1.bytes_uploaded);
 }
+
+#[test]
+fn pinned_index_and_filter_blocks_show_in_the_metrics() {
+    use rockstate::{DbOptions, MemoryBudget, MemoryBudgetConfig};
+    let pinned = |pin: bool| -> u64 {
+        let dir = tempfile::tempdir().unwrap();
+        // A budget of its own: the process-wide one is shared with the other tests.
+        let b = KeyedBackend::builder(dir.path().join("op"))
+            .options(DbOptions {
+                pin_index_and_filter_blocks: pin,
+                ..DbOptions::default()
+            })
+            .memory_budget(MemoryBudget::new(MemoryBudgetConfig::default()).unwrap())
+            .open()
+            .unwrap();
+        let s = b.value_state::<u64, (), Vec<u8>>("v").unwrap();
+        for k in 0..20_000u64 {
+            s.put(&k, &(), &vec![(k % 251) as u8; 100]).unwrap();
+        }
+        b.flush().unwrap();
+        b.compact_state("v").unwrap();
+        let m = b.metrics().unwrap().rocksdb;
+        assert!(m.levels.iter().any(|l| l.level > 0), "{m:?}");
+        m.block_cache_pinned_bytes
+    };
+    let (on, off) = (pinned(true), pinned(false));
+    // 20,000 keys × 10 bloom bits alone are 25,000 bytes of filter, pinned only when on (the
+    // compacted file is not in L0, whose blocks are pinned either way).
+    assert!(on >= off + 20_000, "pinned on {on}, off {off}");
+}

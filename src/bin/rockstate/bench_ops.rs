@@ -353,9 +353,8 @@ fn run_solo(
         backend.wait_for_compactions()?;
         // Reads probe every file whose key range holds the key, so the shape of the tree
         // before a phase (which varies with flush timing) explains much of its spread.
-        let lsm = backend
-            .metrics()?
-            .rocksdb
+        let before = backend.metrics()?.rocksdb;
+        let lsm = before
             .levels
             .iter()
             .map(|l| format!("L{}:{}", l.level, l.sst_files))
@@ -367,6 +366,7 @@ fn run_solo(
             .text("solo_phase", phase.name())
             .num("rockstate_ops_s", ops[0], 0)
             .text("files_before", &lsm)
+            .int("cache_pinned_bytes_before", before.block_cache_pinned_bytes)
             .print();
     }
     drop((ours, backend));
