@@ -392,9 +392,7 @@ impl KeyedBackend {
     /// and returns the state's table (column family or heap table).
     fn persist_state(&self, requested: &StateMeta) -> Result<Table> {
         let name = requested.name.as_str();
-        if name.is_empty() || name.len() > MAX_STATE_NAME {
-            return Err(Error::InvalidStateName(name.to_string()));
-        }
+        check_state_name(name)?;
         let meta_key = format!("{META_STATE_PREFIX}{name}");
         match read_meta::<StateMeta>(&self.inner.meta, meta_key.as_bytes(), "state metadata")? {
             Some(existing) if &existing != requested => {
@@ -696,6 +694,14 @@ impl KeyedBackend {
     pub fn close(self) -> Result<()> {
         self.flush()
     }
+}
+
+/// A state name must be non-empty and at most `MAX_STATE_NAME` bytes.
+pub(crate) fn check_state_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_STATE_NAME {
+        return Err(Error::InvalidStateName(name.to_string()));
+    }
+    Ok(())
 }
 
 pub(crate) fn mismatch_error(existing: &StateMeta, requested: &StateMeta) -> Error {

@@ -104,8 +104,9 @@ fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
         table.set_bloom_filter(o.bloom_bits_per_key, false);
         table.set_whole_key_filtering(true);
     }
-    // Index and filter blocks are charged to the budget like data blocks, at high priority,
-    // and stay pinned while their file is open, so point reads take no cache lookup for them.
+    // Index and filter blocks are charged to the budget like data blocks, at high priority.
+    // L0's stay pinned while their file is open, and with `pin_index_and_filter_blocks` every
+    // level's do, so point reads take no cache lookup for them.
     table.set_cache_index_and_filter_blocks(o.cache_index_and_filter_blocks);
     table.set_cache_index_and_filter_blocks_with_high_priority(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
@@ -891,7 +892,9 @@ impl Db {
     }
 
     /// Writes one SST file per path at once, filled by `fill` through one sink per path (in
-    /// the same order); returns per path what [`Db::write_sst`] returns.
+    /// the same order); returns per path what [`Db::write_sst`] returns. Every writer is open
+    /// until `fill` returns: one file descriptor each, and each holds its filter's key hashes
+    /// (about 8 bytes per key) until it finishes.
     pub(crate) fn write_ssts(
         &self,
         paths: &[&Path],

@@ -79,7 +79,8 @@ pub struct DbOptions {
     /// key, more with smaller entries), memory grows past the budget with the state.
     /// `RocksDbMetrics::block_cache_pinned_bytes` shows how close that is; turn this off for
     /// state much larger than the budget (Flink's bound: only L0's blocks pinned, the rest
-    /// evictable).
+    /// evictable). Only takes effect with `cache_index_and_filter_blocks` (otherwise every
+    /// open SST holds its blocks outside the cache anyway).
     pub pin_index_and_filter_blocks: bool,
 }
 

@@ -151,10 +151,12 @@ impl KeyedBackend {
             }
             readers.push((groups, reader));
         }
-        // The files' state metadata must agree, name by name.
+        // The files' state metadata must agree, name by name, and every name be one the
+        // backend accepts (registration after the pass must not fail halfway on a name).
         let mut metas: BTreeMap<&str, &StateMeta> = BTreeMap::new();
         for (_, reader) in &readers {
             for meta in &reader.header().states {
+                crate::backend::check_state_name(&meta.name)?;
                 if let Some(seen) = metas.insert(&meta.name, meta) {
                     if seen != meta {
                         return Err(crate::backend::mismatch_error(seen, meta));
@@ -180,7 +182,8 @@ impl KeyedBackend {
     /// (entries come sorted by stored key, and list elements' fresh sequence numbers ascend in
     /// that order). Only when every file has passed are the states registered and the SSTs
     /// ingested, so a corrupt file leaves the backend without states, and the entries never
-    /// pass through the memtable. The SSTs are staged next to the database (same file system:
+    /// pass through the memtable. (An I/O error while creating a column family or ingesting
+    /// after that point can still leave some states registered: discard such a backend.) The SSTs are staged next to the database (same file system:
     /// ingestion moves them) in a directory removed on drop, success or not.
     fn restore_into_rocksdb(
         &self,
@@ -255,8 +258,8 @@ impl KeyedBackend {
         Ok(())
     }
 
-    /// Verifies every block of every file first (a dry run), then registers the states and
-    /// commits one batch per state and file.
+    /// Verifies every block of every file first (a dry run), then registers the states,
+    /// builds one batch per state and file, and commits them all at the end.
     fn restore_into_heap(
         &self,
         readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
@@ -277,6 +280,7 @@ impl KeyedBackend {
                 |_, _, _| Ok(()),
             )?;
         }
+        let mut all_batches = Vec::new();
         for (_, reader) in readers.iter_mut() {
             let states = reader.header().states.clone();
             let kinds: Vec<StateKind> = states.iter().map(|m| m.kind).collect();
@@ -305,9 +309,12 @@ impl KeyedBackend {
                     }
                 },
             )?;
-            for batch in batches {
-                batch.commit()?;
-            }
+            all_batches.extend(batches);
+        }
+        // Nothing is applied before every file's second pass succeeded (the files are read
+        // again, so an I/O error there still leaves the states registered but empty).
+        for batch in all_batches {
+            batch.commit()?;
         }
         Ok(())
     }

@@ -238,24 +238,41 @@ fn a_corrupt_second_file_leaves_the_backend_empty() {
     let paths: Vec<&std::path::Path> = halves.iter().map(|p| p.as_path()).collect();
     sound.restore_savepoints(&paths).unwrap();
     assert_eq!(check(&sound, &data()), data().values.len());
-    let mut bytes = std::fs::read(&halves[1]).unwrap();
-    let at = bytes.len() / 2;
-    bytes[at] ^= 0x10;
-    std::fs::write(&halves[1], &bytes).unwrap();
-    for heap in [false, true] {
-        let b = if heap {
-            KeyedBackend::heap_builder().open().unwrap()
-        } else {
-            KeyedBackend::builder(dir.path().join("target"))
-                .open()
+    let sound_bytes = std::fs::read(&halves[1]).unwrap();
+    let corrupt = dir.path().join("sp-half-1-corrupt");
+    let corrupt_paths = [halves[0].as_path(), corrupt.as_path()];
+    // Flips spread over the blocks (the header and index are small next to them).
+    for (n, at) in [0.3, 0.5, 0.7, 0.9].into_iter().enumerate() {
+        let mut bytes = sound_bytes.clone();
+        let at = (bytes.len() as f64 * at) as usize;
+        bytes[at] ^= 0x10;
+        std::fs::write(&corrupt, &bytes).unwrap();
+        for heap in [false, true] {
+            let b = if heap {
+                KeyedBackend::heap_builder().open().unwrap()
+            } else {
+                KeyedBackend::builder(dir.path().join(format!("target-{n}")))
+                    .open()
+                    .unwrap()
+            };
+            let err = b.restore_savepoints(&corrupt_paths).unwrap_err();
+            assert!(
+                matches!(err, Error::Format(_) | Error::Decode { .. }),
+                "heap={heap}, flip at {at}: {err}"
+            );
+            assert!(b.states().unwrap().is_empty(), "heap={heap}: states left");
+            // The staged SSTs are gone, and the backend takes the sound files afterwards.
+            let staged = std::fs::read_dir(dir.path())
                 .unwrap()
-        };
-        let err = b.restore_savepoints(&paths).unwrap_err();
-        assert!(
-            matches!(err, Error::Format(_) | Error::Decode { .. }),
-            "heap={heap}: {err}"
-        );
-        assert!(b.states().unwrap().is_empty(), "heap={heap}: states left");
+                .filter(|e| {
+                    let name = e.as_ref().unwrap().file_name();
+                    name.to_string_lossy().starts_with(".savepoint-restore-")
+                })
+                .count();
+            assert_eq!(staged, 0, "heap={heap}: staging left behind");
+            b.restore_savepoints(&paths).unwrap();
+            assert_eq!(check(&b, &data()), data().values.len(), "heap={heap}");
+        }
     }
 }
 

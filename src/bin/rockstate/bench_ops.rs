@@ -338,6 +338,8 @@ fn run_solo(
     // same cores; a stream task has one. Absolute figures come from this second pass.
     Line::header()
         .label("bench ops solo:")
+        .int("keys", args.keys)
+        .int("value_bytes", args.value_bytes as u64)
         .note(
             "the same workload through rockstate alone (a fresh database, the other stores \
              closed), for absolute figures",
