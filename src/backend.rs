@@ -83,7 +83,8 @@ impl SequenceAllocator {
     }
 }
 
-/// Options for [`KeyedBackend::open`].
+/// Builds a [`KeyedBackend`]: its path, key groups, options and injected components;
+/// [`BackendBuilder::open`] opens it.
 #[derive(Clone, Debug)]
 pub struct BackendBuilder {
     path: PathBuf,

@@ -2,7 +2,7 @@
 //! key and namespace. Each kind has one raw-bytes implementation (for engines that serialize
 //! themselves) and a typed wrapper over serde that encodes with postcard and calls it.
 //!
-//! [`StateCore`] is what every handle shares: the column family, the owning key-group range and
+//! `StateCore` is what every handle shares: the column family, the owning key-group range and
 //! the limits, and the one place where keys are built and checked.
 
 mod aggregating;
