@@ -40,7 +40,7 @@ pub struct OpsArgs {
     #[arg(long)]
     budget: Option<String>,
     /// Skip the second pass that runs the workload through rockstate alone (one database in
-    /// the process, as a Flink task has) for absolute figures.
+    /// the process, as a Flink task has) for absolute figures, and the reference pass after it.
     #[arg(long)]
     no_solo: bool,
     /// Skip the reference pass (raw rust-rocksdb in the reference configuration).
