@@ -183,8 +183,9 @@ impl KeyedBackend {
     /// that order). Only when every file has passed are the states registered and the SSTs
     /// ingested, so a corrupt file leaves the backend without states, and the entries never
     /// pass through the memtable. (An I/O error while creating a column family or ingesting
-    /// after that point can still leave some states registered: discard such a backend.) The SSTs are staged next to the database (same file system:
-    /// ingestion moves them) in a directory removed on drop, success or not.
+    /// after that point can still leave some states registered: discard such a backend.) The
+    /// SSTs are staged next to the database (same file system: ingestion moves them) in a
+    /// directory removed on drop, success or not.
     fn restore_into_rocksdb(
         &self,
         readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
@@ -203,7 +204,6 @@ impl KeyedBackend {
         let mut ingest: BTreeMap<String, (StateMeta, Vec<std::path::PathBuf>)> = BTreeMap::new();
         for (file_no, (_, reader)) in readers.iter_mut().enumerate() {
             let states = reader.header().states.clone();
-            let kinds: Vec<StateKind> = states.iter().map(|m| m.kind).collect();
             let blocks = blocks_in(reader, range);
             stats.blocks += blocks.len() as u64;
             let paths: Vec<std::path::PathBuf> = (0..states.len())
@@ -211,22 +211,16 @@ impl KeyedBackend {
                 .collect();
             let path_refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
             let seq = self.list_sequence();
+            // One sink per state, and `restore_entries` passes only indices of the header's
+            // states.
             let written = db.write_ssts(&path_refs, |sinks| {
                 restore_entries(
                     reader,
                     &blocks,
                     max_parallelism,
-                    &kinds,
                     Some(seq),
                     stats,
-                    {
-                        |state, k, v| match sinks.get_mut(state as usize) {
-                            Some(sink) => sink.put(k, v),
-                            None => {
-                                Err(Error::decode("savepoint entry", "state index out of range"))
-                            }
-                        }
-                    },
+                    |state, k, v| sinks[state].put(k, v),
                 )
             })?;
             for ((meta, path), written) in states.into_iter().zip(paths).zip(written) {
@@ -269,22 +263,15 @@ impl KeyedBackend {
         let max_parallelism = self.max_parallelism();
         for (_, reader) in readers.iter_mut() {
             let blocks = blocks_in(reader, range);
-            let kinds: Vec<StateKind> = reader.header().states.iter().map(|m| m.kind).collect();
-            restore_entries(
-                reader,
-                &blocks,
-                max_parallelism,
-                &kinds,
-                None,
-                stats,
-                |_, _, _| Ok(()),
-            )?;
+            restore_entries(reader, &blocks, max_parallelism, None, stats, |_, _, _| {
+                Ok(())
+            })?;
         }
         let mut all_batches = Vec::new();
         for (_, reader) in readers.iter_mut() {
-            let states = reader.header().states.clone();
-            let kinds: Vec<StateKind> = states.iter().map(|m| m.kind).collect();
-            let cores = states
+            let cores = reader
+                .header()
+                .states
                 .iter()
                 .map(|m| self.core_for(m))
                 .collect::<Result<Vec<_>>>()?;
@@ -292,21 +279,16 @@ impl KeyedBackend {
             stats.blocks += blocks.len() as u64;
             let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
             let seq = self.list_sequence();
+            // One batch per state (see `restore_into_rocksdb`).
             restore_entries(
                 reader,
                 &blocks,
                 max_parallelism,
-                &kinds,
                 Some(seq),
                 stats,
-                {
-                    |state, k, v| match batches.get_mut(state as usize) {
-                        Some(batch) => {
-                            batch.put(k, v);
-                            Ok(())
-                        }
-                        None => Err(Error::decode("savepoint entry", "state index out of range")),
-                    }
+                |state, k, v| {
+                    batches[state].put(k, v);
+                    Ok(())
                 },
             )?;
             all_batches.extend(batches);
@@ -335,18 +317,18 @@ fn blocks_in<R: std::io::Read + std::io::Seek>(
 
 /// Verifies every entry of `blocks` (its block's checksum and structure, and that its key
 /// hashes to the block's key group) and, given `list_seq`, calls `put(state, stored key,
-/// value)` for it, rebuilding the stored key (list elements get fresh sequence numbers from
+/// value)` for it (`state` always indexes the header's states), rebuilding the stored key (list elements get fresh sequence numbers from
 /// `list_seq` in savepoint order) and counting the entries and raw bytes into `stats`.
 /// Without `list_seq` it only verifies.
 fn restore_entries<R: std::io::Read + std::io::Seek>(
     reader: &mut SavepointReader<R>,
     blocks: &[sst_format::IndexEntry],
     max_parallelism: u32,
-    kinds: &[StateKind],
     list_seq: Option<&crate::backend::SequenceAllocator>,
     stats: &mut SavepointStats,
-    mut put: impl FnMut(u32, &[u8], &[u8]) -> Result<()>,
+    mut put: impl FnMut(usize, &[u8], &[u8]) -> Result<()>,
 ) -> Result<()> {
+    let kinds: Vec<StateKind> = reader.header().states.iter().map(|m| m.kind).collect();
     let mut key = KeyBuf::new();
     for block in blocks {
         let mut failure: Option<Error> = None;
@@ -382,7 +364,7 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                     Ok(())
                 }
             }
-            .and_then(|()| put(e.state, &key, e.value));
+            .and_then(|()| put(e.state as usize, &key, e.value));
             if let Err(err) = done {
                 failure = Some(err);
                 return Err(sst_format::Error::Corrupt {
