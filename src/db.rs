@@ -13,7 +13,7 @@ use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
     BlockBasedOptions, BlockBasedTablePinningTier, BoundColumnFamily, Cache, DBCompressionType,
-    DBWithThreadMode, DataBlockIndexType, MultiThreaded, Options, ReadOptions, WriteBatch,
+    DBWithThreadMode, DataBlockIndexType, Env, MultiThreaded, Options, ReadOptions, WriteBatch,
     WriteBufferManager, WriteOptions,
 };
 
@@ -251,6 +251,15 @@ fn db_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
     opts.set_write_buffer_manager(&budget.write_buffers);
     opts.set_max_background_jobs(o.max_background_jobs);
     opts.set_keep_log_file_num(2);
+    if o.low_priority_compaction {
+        // Every database without an environment of its own (all of ours) runs its compactions
+        // in the default environment's one LOW thread pool, so this lowers them process-wide;
+        // each pool thread applies it before its next job. Flushes (the HIGH pool) keep
+        // normal priority. Dropping `env` releases only the handle, never the default
+        // environment itself.
+        let mut env = Env::new()?;
+        env.lower_thread_pool_cpu_priority();
+    }
     Ok(opts)
 }
 

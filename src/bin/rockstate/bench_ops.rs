@@ -384,7 +384,9 @@ fn run_solo(
         .note(
             "raw rust-rocksdb alone with RocksDB's default options plus a 10-bit bloom filter, a \
              256 MiB LRU block cache, LZ4 and the WAL off (the issue's reference configuration), \
-             8-byte keys as they are; vs_reference = rockstate solo / reference",
+             8-byte keys as they are; its compactions run in the process's one compaction pool, \
+             at low priority if rockstate lowered it (low_priority_compaction); vs_reference = \
+             rockstate solo / reference",
         )
         .print();
     let reference = open_reference(&dir.join("reference"))?;
