@@ -84,14 +84,16 @@ pub struct DbOptions {
     pub pin_index_and_filter_blocks: bool,
     /// Compaction threads run at the lowest CPU priority (`nice` 19), so on a busy machine the
     /// threads that read and write state (the stream task's) get the cores first and
-    /// compaction takes what is left. Default on. Flushes keep normal priority: writers never
-    /// wait longer for a memtable to empty. RocksDB's compaction threads are shared by every
-    /// RocksDB database in the process, so this is process-wide, and RocksDB offers no way to
-    /// raise them back: once any backend opens with it on, it stays on until the process
-    /// exits. Under sustained overload compaction then falls behind and RocksDB slows writers
-    /// at 20 L0 files, as it would with too few compaction threads. Measured with `bench ops
-    /// --solo-only` (1M × 100 B, alternating runs): insert 587k / 543k / 577k ops/s vs 508k /
-    /// 449k / 501k with it off (docs/design-notes.md).
+    /// compaction takes what is left. Default on. Flush threads are left alone (they keep the
+    /// priority of the thread that opened the first database), so flushes are not delayed.
+    /// RocksDB's compaction threads are shared by every RocksDB database in the process, so
+    /// this is process-wide, and RocksDB offers no way to raise them back: once rockstate has
+    /// built the RocksDB options of any database with it on (an open, even one that then
+    /// fails, a rescale's ingestion, `bench ops`'s raw baselines), it stays on until the
+    /// process exits. Under sustained overload compaction then falls behind and RocksDB slows
+    /// writers at 20 L0 files, as it would with too few compaction threads. Measured with
+    /// `bench ops --solo-only` (1M × 100 B, alternating runs): insert 587k / 543k / 577k ops/s
+    /// vs 508k / 449k / 501k with it off (docs/design-notes.md).
     pub low_priority_compaction: bool,
 }
 

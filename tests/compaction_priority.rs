@@ -32,7 +32,8 @@ fn threads() -> Vec<(String, i64)> {
 #[test]
 fn compaction_threads_run_at_the_lowest_priority_and_flush_threads_do_not() {
     assert!(DbOptions::default().low_priority_compaction);
-    // Relative to the priority the test runs at (`nice cargo test` raises every thread's).
+    // Flush threads keep the priority the test runs at (`nice cargo test` raises every
+    // thread's); compaction threads go to nice 19, an absolute value.
     let ours = nice_of(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
     assert!(ours < 19, "run the test below nice 19");
     let dir = tempfile::tempdir().unwrap();
@@ -57,6 +58,7 @@ fn compaction_threads_run_at_the_lowest_priority_and_flush_threads_do_not() {
         .filter(|(name, _)| name == "rocksdb:high")
         .map(|(_, nice)| *nice)
         .collect();
+    // RocksDB names its pool threads on glibc only; this project builds on Debian.
     assert!(!low.is_empty() && !high.is_empty(), "{all:?}");
     // The thread that ran the compaction lowered itself before the job; any other pool thread
     // does so before its first job.
