@@ -928,13 +928,14 @@ impl Db {
         let counts: Vec<(u64, u64)> = sinks.iter().map(|s| (s.entries, s.tombstones)).collect();
         drop(sinks);
         let mut out = Vec::with_capacity(paths.len());
-        for ((writer, path), (entries, tombstones)) in writers.into_iter().zip(paths).zip(counts) {
+        for ((mut writer, path), (entries, tombstones)) in
+            writers.into_iter().zip(paths).zip(counts)
+        {
             if entries == 0 && tombstones == 0 {
                 drop(writer);
                 let _ = std::fs::remove_file(path);
                 out.push(None);
             } else {
-                let mut writer = writer;
                 writer.finish()?;
                 out.push(Some(entries));
             }

@@ -27,8 +27,9 @@ pub struct RocksDbMetrics {
     pub block_cache_bytes: u64,
     /// Bytes of the block cache held pinned (`rocksdb.block-cache-pinned-usage`): the
     /// memtables' charge, index and filter blocks of open SSTs with
-    /// `DbOptions::pin_index_and_filter_blocks`, and blocks readers hold. Pinned blocks cannot be evicted, so once they outgrow the cache the
-    /// process uses more memory than its budget (the same cache, shared by every backend).
+    /// `DbOptions::pin_index_and_filter_blocks`, and blocks readers hold. Pinned blocks
+    /// cannot be evicted, so once they outgrow the cache the process uses more memory than
+    /// its budget (the same cache, shared by every backend).
     pub block_cache_pinned_bytes: u64,
     /// Estimated number of keys, all column families (`rocksdb.estimate-num-keys`).
     pub estimated_keys: u64,

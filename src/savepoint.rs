@@ -317,9 +317,9 @@ fn blocks_in<R: std::io::Read + std::io::Seek>(
 
 /// Verifies every entry of `blocks` (its block's checksum and structure, and that its key
 /// hashes to the block's key group) and, given `list_seq`, calls `put(state, stored key,
-/// value)` for it (`state` always indexes the header's states), rebuilding the stored key (list elements get fresh sequence numbers from
-/// `list_seq` in savepoint order) and counting the entries and raw bytes into `stats`.
-/// Without `list_seq` it only verifies.
+/// value)` for it (`state` always indexes the header's states), rebuilding the stored key
+/// (list elements get fresh sequence numbers from `list_seq` in savepoint order) and
+/// counting the entries and raw bytes into `stats`. Without `list_seq` it only verifies.
 fn restore_entries<R: std::io::Read + std::io::Seek>(
     reader: &mut SavepointReader<R>,
     blocks: &[sst_format::IndexEntry],

@@ -3,6 +3,7 @@
 //! target backend empty.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +58,15 @@ fn fill(b: &KeyedBackend, d: &Data) {
 }
 
 /// Reads back every key the backend owns and checks it against `d`; returns keys seen.
+/// A backend at `dir/src` filled with [`data`], and its savepoint written to `dir/<name>`.
+fn filled_source(dir: &Path, name: &str) -> (KeyedBackend, PathBuf) {
+    let src = KeyedBackend::builder(dir.join("src")).open().unwrap();
+    fill(&src, &data());
+    let sp = dir.join(name);
+    src.write_savepoint(&sp).unwrap();
+    (src, sp)
+}
+
 fn check(b: &KeyedBackend, d: &Data) -> usize {
     let v = b.value_state::<String, u8, u64>("values").unwrap();
     let l = b.list_state::<String, u8, u32>("lists").unwrap();
@@ -146,12 +156,7 @@ fn round_trip_at_other_parallelisms() {
 #[test]
 fn restore_refuses_non_empty_backend_and_other_max_parallelism() {
     let dir = tempfile::tempdir().unwrap();
-    let src = KeyedBackend::builder(dir.path().join("src"))
-        .open()
-        .unwrap();
-    fill(&src, &data());
-    let sp = dir.path().join("sp");
-    src.write_savepoint(&sp).unwrap();
+    let (src, sp) = filled_source(dir.path(), "sp");
     assert!(matches!(
         src.restore_savepoint(&sp),
         Err(Error::InvalidOption { .. })
@@ -169,12 +174,7 @@ fn restore_refuses_non_empty_backend_and_other_max_parallelism() {
 #[test]
 fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
     let dir = tempfile::tempdir().unwrap();
-    let src = KeyedBackend::builder(dir.path().join("src"))
-        .open()
-        .unwrap();
-    fill(&src, &data());
-    let sp = dir.path().join("sp");
-    src.write_savepoint(&sp).unwrap();
+    let (_src, sp) = filled_source(dir.path(), "sp");
     let bytes = std::fs::read(&sp).unwrap();
     // A spread of single-byte flips across the whole file, plus truncations.
     let step = (bytes.len() / 97).max(1);
@@ -214,12 +214,7 @@ fn a_corrupt_second_file_leaves_the_backend_empty() {
     // Rescaling 2 → 1 through savepoints: the first half is sound and is read (and, on
     // RocksDB, staged as SSTs) before the second half's corruption shows up.
     let dir = tempfile::tempdir().unwrap();
-    let src = KeyedBackend::builder(dir.path().join("src"))
-        .open()
-        .unwrap();
-    fill(&src, &data());
-    let whole = dir.path().join("whole");
-    src.write_savepoint(&whole).unwrap();
+    let (_src, whole) = filled_source(dir.path(), "whole");
     let mut halves = Vec::new();
     for i in 0..2 {
         let half = KeyedBackend::builder(dir.path().join(format!("half-{i}")))
