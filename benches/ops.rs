@@ -130,7 +130,8 @@ fn list_layouts(c: &mut Criterion) {
         let list_b = b.raw_list_state("l", CodecId::new("bytes", 1)).unwrap();
         let raw_budget = budget();
         let mut opts =
-            rockstate::rocksdb_options_for_benchmarks(&DbOptions::default(), &raw_budget).unwrap();
+            rockstate::rocksdb_options_for_benchmarks(&DbOptions::default(), &raw_budget, 1)
+                .unwrap();
         opts.set_merge_operator_associative("concat", concat_merge);
         let db_a = rocksdb::DB::open(&opts, dir.path().join("a")).unwrap();
         let mut wo = rocksdb::WriteOptions::default();

@@ -190,7 +190,12 @@ impl BackendBuilder {
                     None => process_budget()?,
                 };
                 std::fs::create_dir_all(&self.path).map_err(|e| Error::io(&self.path, e))?;
-                let db = Db::open(&self.path, &self.options, &budget)?;
+                let db = Db::open(
+                    &self.path,
+                    &self.options,
+                    &budget,
+                    keygroup::file_partition_prefix_len(self.max_parallelism, key_groups),
+                )?;
                 let meta = Table::Rocks(db.default_cf()?);
                 (Engine::Rocks(db), meta)
             }

@@ -227,14 +227,36 @@ impl CompactionFilter for TtlCompactionFilter {
     }
 }
 
+/// Makes compaction cut its output files wherever the first `prefix_len` key bytes change
+/// (0: no cuts beyond size). With `prefix_len` the key-group prefix, every compacted file
+/// holds one key group, so a file's key range is one group's range and a point read of a
+/// key past a group's last key (or before its first) skips the file without a filter probe,
+/// as it would with keys that are not prefixed (`DbOptions::key_group_files`).
+fn partition_files(mut opts: Options, prefix_len: usize) -> Result<Options> {
+    if prefix_len == 0 {
+        return Ok(opts);
+    }
+    // Not in the C API as a setter; as for the insert hint, RocksDB's option-string parser
+    // sets it on a copy of `opts` (which shares the cache, the write-buffer manager and the
+    // table factory with it through C++ shared pointers).
+    Ok(opts.get_options_from_string(format!(
+        "sst_partitioner_factory={{id=SstPartitionerFixedPrefixFactory;length={prefix_len}}}"
+    ))?)
+}
+
+/// A state column family's options: the shared ones, the file partitioning, the TTL filter.
 fn state_cf_options(
     o: &DbOptions,
     budget: &MemoryBudget,
     name: &str,
     registry: &FilterRegistry,
+    partition_prefix: usize,
 ) -> Result<Options> {
     let mut opts = cf_options(o, budget)?;
     if name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
+        if o.key_group_files {
+            opts = partition_files(opts, partition_prefix)?;
+        }
         opts.set_compaction_filter_factory(TtlFilterFactory {
             cf: name.to_string(),
             registry: Arc::clone(registry),
@@ -263,11 +285,22 @@ fn db_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
     Ok(opts)
 }
 
-/// RocksDB options exactly as rockstate builds them, for benchmarks that compare a raw
-/// rust-rocksdb database against rockstate under identical settings.
+/// RocksDB options exactly as rockstate builds them for a state column family, for
+/// benchmarks that compare a raw rust-rocksdb database (its default column family) against
+/// rockstate under identical settings; `partition_prefix` as
+/// [`crate::keygroup::file_partition_prefix_len`] gives it for the compared backend.
 #[doc(hidden)]
-pub fn rocksdb_options_for_benchmarks(o: &DbOptions, budget: &MemoryBudget) -> Result<Options> {
-    db_options(o, budget)
+pub fn rocksdb_options_for_benchmarks(
+    o: &DbOptions,
+    budget: &MemoryBudget,
+    partition_prefix: usize,
+) -> Result<Options> {
+    let opts = db_options(o, budget)?;
+    if o.key_group_files {
+        partition_files(opts, partition_prefix)
+    } else {
+        Ok(opts)
+    }
 }
 
 /// Write options shared by every write of one database.
@@ -290,6 +323,7 @@ fn descriptors(
     options: &DbOptions,
     budget: &MemoryBudget,
     filters: &FilterRegistry,
+    partition_prefix: usize,
 ) -> Result<(Vec<String>, Vec<rocksdb::ColumnFamilyDescriptor>)> {
     let mut existing = if path.join("CURRENT").exists() {
         DBWithThreadMode::<MultiThreaded>::list_cf(opts, path)?
@@ -308,7 +342,7 @@ fn descriptors(
         .map(|name| {
             Ok(rocksdb::ColumnFamilyDescriptor::new(
                 name,
-                state_cf_options(options, budget, name, filters)?,
+                state_cf_options(options, budget, name, filters, partition_prefix)?,
             ))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -325,6 +359,8 @@ pub(crate) struct Db {
     read: SharedReadOptions,
     options: DbOptions,
     budget: MemoryBudget,
+    /// Key bytes at which compaction cuts files of state column families (0: none).
+    partition_prefix: usize,
     path: PathBuf,
 }
 
@@ -341,9 +377,16 @@ pub(crate) struct Cf {
 pub(crate) struct Batch(WriteBatch);
 
 impl Db {
-    /// Opens (or creates) the database at `path` with every column family it already has.
-    pub(crate) fn open(path: &Path, options: &DbOptions, budget: &MemoryBudget) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, false)
+    /// Opens (or creates) the database at `path` with every column family it already has;
+    /// compaction cuts state files at the first `partition_prefix` key bytes (see
+    /// [`crate::keygroup::file_partition_prefix_len`]).
+    pub(crate) fn open(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+        partition_prefix: usize,
+    ) -> Result<Arc<Db>> {
+        Self::open_with(path, options, budget, partition_prefix, false)
     }
 
     /// Opens the existing database at `path` read-only: nothing is written, no compaction
@@ -353,19 +396,21 @@ impl Db {
         options: &DbOptions,
         budget: &MemoryBudget,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, true)
+        Self::open_with(path, options, budget, 0, true)
     }
 
     fn open_with(
         path: &Path,
         options: &DbOptions,
         budget: &MemoryBudget,
+        partition_prefix: usize,
         read_only: bool,
     ) -> Result<Arc<Db>> {
         options.validate()?;
         let opts = db_options(options, budget)?;
         let filters = FilterRegistry::default();
-        let (existing, descriptors) = descriptors(path, &opts, options, budget, &filters)?;
+        let (existing, descriptors) =
+            descriptors(path, &opts, options, budget, &filters, partition_prefix)?;
         let db = if read_only {
             DBWithThreadMode::<MultiThreaded>::open_cf_descriptors_read_only(
                 &opts,
@@ -387,6 +432,7 @@ impl Db {
             read: SharedReadOptions(ReadOptions::default()),
             options: options.clone(),
             budget: budget.clone(),
+            partition_prefix,
             path: path.to_path_buf(),
         }))
     }
@@ -418,7 +464,13 @@ impl Db {
         }
         self.db.create_cf(
             name,
-            &state_cf_options(&self.options, &self.budget, name, &self.filters)?,
+            &state_cf_options(
+                &self.options,
+                &self.budget,
+                name,
+                &self.filters,
+                self.partition_prefix,
+            )?,
         )?;
         self.cf_names.lock().push(name.to_string());
         self.cf(name)
@@ -790,7 +842,10 @@ pub(crate) fn ingest_db_generated(
     use rocksdb::{AsColumnFamilyRef, AsRawPtr};
     options.validate()?;
     let opts = db_options(options, budget)?;
-    let (_, descriptors) = descriptors(path, &opts, options, budget, &FilterRegistry::default())?;
+    // No file partitioning: the database is open only for the ingestion, and file cuts
+    // change where compaction splits files, never what a read sees.
+    let filters = FilterRegistry::default();
+    let (_, descriptors) = descriptors(path, &opts, options, budget, &filters, 0)?;
     let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors)?;
     // SAFETY: creates a fresh options object; null (allocation failure) is checked below.
     let raw =

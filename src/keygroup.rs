@@ -79,6 +79,20 @@ pub fn prefix_len(max_parallelism: u32) -> usize {
     }
 }
 
+/// How many leading key bytes compaction cuts its output files at (RocksDB's fixed-prefix
+/// SST partitioner), for a backend of `max_parallelism` that owns `range`: the whole
+/// key-group prefix, so every compacted file holds one key group, unless that would make
+/// more than 256 files per level (two-byte prefixes, more than 256 owned groups); then the
+/// first byte, so a file holds at most 256 neighbouring groups and a level at most 128
+/// files. See `DbOptions::key_group_files`.
+pub fn file_partition_prefix_len(max_parallelism: u32, range: KeyGroupRange) -> usize {
+    if prefix_len(max_parallelism) == 2 && range.len() > 256 {
+        1
+    } else {
+        prefix_len(max_parallelism)
+    }
+}
+
 /// Writes the big-endian key-group prefix.
 pub fn write_prefix(out: &mut impl Extend<u8>, key_group: u16, max_parallelism: u32) {
     if prefix_len(max_parallelism) == 1 {
@@ -179,6 +193,20 @@ impl fmt::Display for KeyGroupRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_partitions_follow_key_groups_up_to_256_per_level() {
+        let r = |s, e| KeyGroupRange::new(s, e).unwrap();
+        // One-byte prefixes: always the whole prefix (at most 128 groups).
+        assert_eq!(file_partition_prefix_len(128, r(0, 127)), 1);
+        assert_eq!(file_partition_prefix_len(2, r(0, 1)), 1);
+        // Two-byte prefixes: per key group while at most 256 are owned...
+        assert_eq!(file_partition_prefix_len(32768, r(0, 255)), 2);
+        assert_eq!(file_partition_prefix_len(4096, r(1000, 1255)), 2);
+        // ...and per 256 groups above that.
+        assert_eq!(file_partition_prefix_len(32768, r(0, 256)), 1);
+        assert_eq!(file_partition_prefix_len(32768, r(0, 32767)), 1);
+    }
 
     #[test]
     fn operator_ranges_partition_all_groups() {

@@ -137,7 +137,8 @@ pub(crate) fn rescale(
 ) -> Result<RescaleStats> {
     let mut stats = RescaleStats::default();
     let m = target.max_parallelism;
-    let db = Db::open(base.dir, target.options, target.budget)?;
+    let partition = keygroup::file_partition_prefix_len(m, target.key_groups);
+    let db = Db::open(base.dir, target.options, target.budget, partition)?;
     let base_states = check_source(&db, base, m)?;
     let mut list_seq = read_list_seq(&db.default_cf()?)?;
 
@@ -248,7 +249,7 @@ pub(crate) fn rescale(
                 }
             }
         }
-        Db::open(base.dir, target.options, target.budget)?
+        Db::open(base.dir, target.options, target.budget, partition)?
     } else {
         db
     };

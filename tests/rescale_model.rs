@@ -10,7 +10,9 @@ use std::sync::Arc;
 use rand::SeedableRng;
 use rescale_common::*;
 use rockstate::checkpoint::layout;
-use rockstate::{CheckpointOptions, CheckpointStorage, KeyedBackend, RestoreFrom};
+use rockstate::{
+    CheckpointOptions, CheckpointStorage, DbOptions, KeyGroupRange, KeyedBackend, RestoreFrom,
+};
 use sst_format::CheckpointManifest;
 
 fn manifest(storage: &Arc<dyn CheckpointStorage>, id: u64, backend: &str) -> CheckpointManifest {
@@ -169,8 +171,11 @@ fn scale_sequence_1_3_2_4_1_seed_2() {
 }
 
 /// One checkpoint covering the target, clipped with compaction of the clipped ranges: the
-/// data is right and the clipped groups' entries are gone from the files (the value state's
-/// live SST bytes shrink compared with a clip without compaction).
+/// data is right and the clipped groups' entries are gone from the files. Without key-group
+/// files every SST spans all groups, so only the compaction takes them out (the value state's
+/// live SST bytes shrink compared with a clip without compaction); with them (the default)
+/// compacted files hold one group each and the clip drops the given-away groups' files
+/// without any compaction (a half holds well under the whole state's bytes).
 fn clip_with_compaction(store: Store) {
     let (dir, storage) = (&store.dir, store.storage.clone());
     let opts = CheckpointOptions::default();
@@ -181,10 +186,10 @@ fn clip_with_compaction(store: Store) {
     src[0].checkpoint(1).unwrap();
     src[0].notify_checkpoint_complete(1).unwrap();
     drop(src);
-    let open = |name: &str, i: u32, compact: bool| {
+    let open = |name: &str, range: KeyGroupRange, options: DbOptions, compact: bool| {
         let b = KeyedBackend::builder(dir.path().join(name))
-            .options(small_options())
-            .key_groups(rockstate::KeyGroupRange::for_operator(M, 2, i).unwrap())
+            .options(options)
+            .key_groups(range)
             .checkpoint_storage(Arc::clone(&storage))
             .compact_clipped(compact)
             .restore(RestoreFrom::Latest)
@@ -197,12 +202,17 @@ fn clip_with_compaction(store: Store) {
             .unwrap();
         (b, bytes)
     };
-    let (plain, plain_bytes) = open("plain", 0, false);
+    let half = |i| KeyGroupRange::for_operator(M, 2, i).unwrap();
+    let uncut = DbOptions {
+        key_group_files: false,
+        ..small_options()
+    };
+    let (plain, plain_bytes) = open("plain", half(0), uncut.clone(), false);
     check(&plain, &model);
     drop(plain);
     let mut parts = Vec::new();
     for i in 0..2 {
-        let (b, bytes) = open(&format!("c{i}"), i, true);
+        let (b, bytes) = open(&format!("c{i}"), half(i), uncut.clone(), true);
         if i == 0 {
             assert!(
                 bytes < plain_bytes,
@@ -212,4 +222,29 @@ fn clip_with_compaction(store: Store) {
         parts.push(b);
     }
     check_all(&parts, &model);
+    drop(parts);
+
+    // The whole state, compacted into files of one group each, checkpointed again; a half
+    // restored from that checkpoint drops the other half's files.
+    let (whole, _) = open(
+        "whole",
+        KeyGroupRange::all(M).unwrap(),
+        small_options(),
+        false,
+    );
+    whole.compact_state("value").unwrap();
+    let whole_bytes = whole
+        .state_property("value", "rocksdb.live-sst-files-size")
+        .unwrap()
+        .unwrap();
+    whole.checkpoint(2).unwrap();
+    whole.notify_checkpoint_complete(2).unwrap();
+    check(&whole, &model);
+    drop(whole);
+    let (cut, cut_bytes) = open("cut", half(0), small_options(), false);
+    assert!(
+        cut_bytes * 4 < whole_bytes * 3,
+        "the other half's files dropped: {cut_bytes} vs {whole_bytes} bytes"
+    );
+    check(&cut, &model);
 }

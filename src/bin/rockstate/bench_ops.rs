@@ -110,6 +110,10 @@ impl Raw {
             .put_opt(self.key(key), value, &self.write)
             .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
     }
+    /// SST files per non-empty level, as `L<n>:<files>` joined by commas.
+    fn files(&self) -> String {
+        levels(|p| self.db.property_int_value(p).ok().flatten())
+    }
     fn settle(&self) -> rockstate::Result<()> {
         let mut opts = rocksdb::WaitForCompactOptions::default();
         opts.set_flush(true);
@@ -117,6 +121,17 @@ impl Raw {
             .wait_for_compact(&opts)
             .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
     }
+}
+
+/// `L<n>:<files>` for every non-empty level, from RocksDB's `num-files-at-level<n>` property.
+fn levels(property: impl Fn(&str) -> Option<u64>) -> String {
+    (0..7)
+        .filter_map(|l| {
+            let n = property(&format!("rocksdb.num-files-at-level{l}"))?;
+            (n > 0).then(|| format!("L{l}:{n}"))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 trait Store {
@@ -218,16 +233,29 @@ fn run_slice(
 
 /// Runs one phase on every store, slice by slice in turn; returns ops/s per store.
 /// Prints one phase's rates: ours, raw, raw with our key layout (the order of `ops`).
-fn phase_line(phase: Phase, ops: &[f64]) {
+/// `files` (the stores' SST files per level before the phase) is printed when not empty.
+fn phase_line(phase: Phase, ops: &[f64], files: &[String; 3]) {
     let (ours_ops, raw_ops, same_ops) = (ops[0], ops[1], ops[2]);
-    Line::new()
+    let mut line = Line::new()
         .text("phase", phase.name())
         .num("rockstate_ops_s", ours_ops, 0)
         .num("raw_ops_s", raw_ops, 0)
         .num("ratio", ours_ops / raw_ops, 3)
         .num("raw_same_layout_ops_s", same_ops, 0)
-        .num("layout_ratio", ours_ops / same_ops, 3)
-        .print();
+        .num("layout_ratio", ours_ops / same_ops, 3);
+    for (name, f) in [
+        "files_before",
+        "raw_files_before",
+        "raw_same_layout_files_before",
+    ]
+    .into_iter()
+    .zip(files)
+    {
+        if !f.is_empty() {
+            line = line.text(name, f);
+        }
+    }
+    line.print();
 }
 
 fn run_phase(
@@ -286,7 +314,13 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
 
     let open_raw = |name: &str, same_layout: bool| -> rockstate::Result<Raw> {
         let budget = MemoryBudget::new(budget_config.clone())?;
-        let opts = rockstate::rocksdb_options_for_benchmarks(&options, &budget)?;
+        // Cut files as rockstate's backend (max parallelism 128, every group) cuts them. On
+        // raw keys that changes nothing: keys below 2^56 share their first byte.
+        let partition = rockstate::keygroup::file_partition_prefix_len(
+            128,
+            rockstate::KeyGroupRange::all(128)?,
+        );
+        let opts = rockstate::rocksdb_options_for_benchmarks(&options, &budget, partition)?;
         let db = rocksdb::DB::open(&opts, dir.path().join(name))
             .map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
         let mut write = rocksdb::WriteOptions::default();
@@ -316,8 +350,15 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         backend.wait_for_compactions()?;
         raw.settle()?;
         raw_same.settle()?;
+        // The state's own files (not the metadata's): reads probe the ones whose range holds
+        // the key.
+        let files = [
+            levels(|p| backend.state_property("bench", p).ok().flatten()),
+            raw.files(),
+            raw_same.files(),
+        ];
         let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
-        phase_line(phase, &ops);
+        phase_line(phase, &ops, &files);
     }
     drop((ours, backend, raw, raw_same));
     if args.no_solo {
@@ -481,7 +522,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
         .print();
     for phase in Phase::ALL {
         let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
-        phase_line(phase, &ops);
+        phase_line(phase, &ops, &Default::default());
     }
     drop((raw, raw_same));
 

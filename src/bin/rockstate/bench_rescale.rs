@@ -37,7 +37,7 @@ use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 use rockstate::savepoint::SAVEPOINT_ZSTD_LEVEL;
 use rockstate::{
-    CheckpointOptions, CheckpointStorage, CodecId, Error, KeyGroupRange, KeyedBackend,
+    CheckpointOptions, CheckpointStorage, CodecId, DbOptions, Error, KeyGroupRange, KeyedBackend,
     LocalStorage, MemoryBudget, MemoryBudgetConfig, RestoreFrom,
 };
 
@@ -61,6 +61,10 @@ pub struct RescaleArgs {
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Overrides of the RocksDB options of every backend as JSON, e.g.
+    /// `{"key_group_files":false}`; fields not given keep their defaults.
+    #[arg(long)]
+    options: Option<String>,
 }
 
 const M: u32 = 128;
@@ -82,6 +86,7 @@ struct Env<'a> {
     root: &'a Path,
     storage: Arc<dyn CheckpointStorage>,
     budget: MemoryBudget,
+    options: DbOptions,
 }
 
 impl Env<'_> {
@@ -90,6 +95,7 @@ impl Env<'_> {
             .max_parallelism(M)
             .key_groups(range)
             .memory_budget(self.budget.clone())
+            .options(self.options.clone())
             .checkpoint_storage(Arc::clone(&self.storage))
             .checkpoint_options(CheckpointOptions {
                 transfer_threads: self.args.threads,
@@ -207,6 +213,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         root,
         storage: Arc::new(LocalStorage::new(root.join("storage"))?),
         budget: MemoryBudget::new(MemoryBudgetConfig::default())?,
+        options: crate::bench_ops::parse_override("--options", args.options.as_deref())?,
     };
     Line::header()
         .label("bench rescale:")
