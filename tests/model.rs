@@ -1,6 +1,7 @@
 //! Model-based test: random operation sequences over every state kind and namespace, checked
-//! against in-memory models after every step, with close-and-reopen in the middle. Also checks
-//! invariant 7: every stored entry lives under the key group of its key's hash.
+//! against in-memory models after every step, with close-and-reopen and full compactions in the
+//! middle. Also checks invariant 7: every stored entry lives under the key group of its key's
+//! hash.
 //!
 //! Runs against both backends. The heap backend keeps nothing across a close, so its "reopen"
 //! carries the state through a savepoint into a fresh heap backend instead.
@@ -36,6 +37,9 @@ enum Op {
     AggGet(u8, u8),
     AggClear(u8, u8),
     Reopen,
+    /// Flush and compact every state fully (RocksDB: files cut at key-group boundaries, TTL
+    /// filter run; heap: no-op).
+    Compact,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -65,6 +69,7 @@ fn op() -> impl Strategy<Value = Op> {
         (k.clone(), ns.clone()).prop_map(|(a, b)| Op::AggGet(a, b)),
         (k, ns).prop_map(|(a, b)| Op::AggClear(a, b)),
         Just(Op::Reopen),
+        Just(Op::Compact),
     ]
 }
 
@@ -238,6 +243,12 @@ fn run(ops: Vec<Op>, kind: BackendKind) {
                 let fresh = KeyedBackend::heap_builder().open().unwrap();
                 fresh.restore_savepoint(&sp).unwrap();
                 h = handles(fresh);
+            }
+            Op::Compact => {
+                h.backend.flush().unwrap();
+                for name in ["value", "list", "map", "reduce", "agg"] {
+                    h.backend.compact_state(name).unwrap();
+                }
             }
             Op::Reopen => {
                 h.backend.clone().close().unwrap();
