@@ -231,9 +231,9 @@ impl CompactionFilter for TtlCompactionFilter {
 /// (0: no cuts beyond size). With `prefix_len` the key-group prefix, every compacted file
 /// holds one key group, so a file's key range is one group's range and a point read of a
 /// key past a group's last key (or before its first) skips the file without a filter probe,
-/// as it would with keys that are not prefixed (`DbOptions::key_group_files`).
-fn partition_files(mut opts: Options, prefix_len: usize) -> Result<Options> {
-    if prefix_len == 0 {
+/// as it would with keys that are not prefixed. Only with `DbOptions::key_group_files`.
+fn partition_files(o: &DbOptions, mut opts: Options, prefix_len: usize) -> Result<Options> {
+    if !o.key_group_files || prefix_len == 0 {
         return Ok(opts);
     }
     // Not in the C API as a setter; as for the insert hint, RocksDB's option-string parser
@@ -254,9 +254,7 @@ fn state_cf_options(
 ) -> Result<Options> {
     let mut opts = cf_options(o, budget)?;
     if name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
-        if o.key_group_files {
-            opts = partition_files(opts, partition_prefix)?;
-        }
+        opts = partition_files(o, opts, partition_prefix)?;
         opts.set_compaction_filter_factory(TtlFilterFactory {
             cf: name.to_string(),
             registry: Arc::clone(registry),
@@ -295,12 +293,7 @@ pub fn rocksdb_options_for_benchmarks(
     budget: &MemoryBudget,
     partition_prefix: usize,
 ) -> Result<Options> {
-    let opts = db_options(o, budget)?;
-    if o.key_group_files {
-        partition_files(opts, partition_prefix)
-    } else {
-        Ok(opts)
-    }
+    partition_files(o, db_options(o, budget)?, partition_prefix)
 }
 
 /// Write options shared by every write of one database.

@@ -108,8 +108,9 @@ pub struct DbOptions {
     /// 256 owned groups, files are cut every 256 groups instead, see
     /// `keygroup::file_partition_prefix_len`), so a small state of many groups has many tiny
     /// files, and a checkpoint uploads more files. `bench ops --solo-only` (1M × 100 B, ten
-    /// alternating runs each): get_missing medians 1.54M ops/s with it, 0.97M without; the
-    /// other phases within this machine's spread (docs/design-notes.md).
+    /// alternating runs each): get_missing medians 1.54M ops/s with it, 0.97M without; over
+    /// 11 alternating pairs, insert and read-modify-write medians were 0.85 and 0.94 of
+    /// those without it, get and update a little higher (docs/design-notes.md).
     pub key_group_files: bool,
 }
 

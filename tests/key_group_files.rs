@@ -47,7 +47,7 @@ fn compacted_files(max_parallelism: u32, range: KeyGroupRange, on: bool, keys: u
             Some(&k.to_le_bytes()[..])
         );
     }
-    // Keys past every stored one (the reads the partitioning speeds up) and between them.
+    // Owned keys past every stored one: the reads the cuts let skip whole files.
     let last = *owned.last().unwrap();
     for k in (last + 1..last + 2000).filter(|k| range.contains(groups(*k))) {
         assert_eq!(s.get(&k.to_be_bytes(), &[]).unwrap(), None);

@@ -170,6 +170,13 @@ fn scale_sequence_1_3_2_4_1_seed_2() {
     run(Store::local(), 2);
 }
 
+/// Live SST bytes of the value state.
+fn live_bytes(b: &KeyedBackend) -> u64 {
+    b.state_property("value", "rocksdb.live-sst-files-size")
+        .unwrap()
+        .unwrap()
+}
+
 /// One checkpoint covering the target, clipped with compaction of the clipped ranges: the
 /// data is right and the clipped groups' entries are gone from the files. Without key-group
 /// files every SST spans all groups, so only the compaction takes them out (the value state's
@@ -196,10 +203,7 @@ fn clip_with_compaction(store: Store) {
             .unwrap();
         b.value_state::<u32, u8, u64>("value").unwrap();
         b.wait_for_compactions().unwrap();
-        let bytes = b
-            .state_property("value", "rocksdb.live-sst-files-size")
-            .unwrap()
-            .unwrap();
+        let bytes = live_bytes(&b);
         (b, bytes)
     };
     let half = |i| KeyGroupRange::for_operator(M, 2, i).unwrap();
@@ -233,10 +237,7 @@ fn clip_with_compaction(store: Store) {
         false,
     );
     whole.compact_state("value").unwrap();
-    let whole_bytes = whole
-        .state_property("value", "rocksdb.live-sst-files-size")
-        .unwrap()
-        .unwrap();
+    let whole_bytes = live_bytes(&whole);
     whole.checkpoint(2).unwrap();
     whole.notify_checkpoint_complete(2).unwrap();
     check(&whole, &model);
