@@ -20,6 +20,7 @@ use rocksdb::{
 use crate::error::{Error, Result};
 use crate::options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
 use crate::ttl::{self, Clock, TtlCounters};
+use crate::write_cache::WriteCache;
 
 impl From<rocksdb::Error> for Error {
     fn from(e: rocksdb::Error) -> Self {
@@ -345,6 +346,11 @@ fn descriptors(
 /// An open RocksDB database.
 pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
+    /// Writes not yet in RocksDB (see [`crate::write_cache`]); read before RocksDB by every
+    /// point read and drained before every other access to RocksDB's data.
+    cache: parking_lot::Mutex<WriteCache>,
+    /// Whether writes go through the cache (`write_cache_bytes > 0`, WAL off, writable).
+    cache_on: bool,
     /// Names of every column family (kept here so a flush needs no directory read).
     cf_names: parking_lot::Mutex<Vec<String>>,
     filters: FilterRegistry,
@@ -364,10 +370,21 @@ pub(crate) struct Cf {
     handle: Arc<BoundColumnFamily<'static>>,
     db: Arc<Db>,
     name: Arc<str>,
+    /// Position of the column family in `Db::cf_names`: its slot in the write cache.
+    slot: usize,
 }
 
 /// A batch of writes applied atomically by [`Db::write`].
-pub(crate) struct Batch(WriteBatch);
+pub(crate) struct Batch(Vec<BatchOp>);
+
+/// One write of a [`Batch`].
+struct BatchOp {
+    /// The column family's slot ([`Cf`]).
+    slot: usize,
+    key: Box<[u8]>,
+    /// `None`: a delete.
+    value: Option<Box<[u8]>>,
+}
 
 impl Db {
     /// Opens (or creates) the database at `path` with every column family it already has;
@@ -419,6 +436,11 @@ impl Db {
         write.disable_wal(!options.wal);
         Ok(Arc::new(Db {
             db,
+            // A batch larger than a memtable would overfill it: at most an eighth of one.
+            cache: parking_lot::Mutex::new(WriteCache::new(
+                options.write_cache_bytes.min(options.write_buffer_size / 8),
+            )),
+            cache_on: options.write_cache_bytes > 0 && !options.wal && !read_only,
             cf_names,
             filters,
             write: SharedWriteOptions(write),
@@ -437,6 +459,7 @@ impl Db {
 
     /// The column family `name`, if it exists.
     pub(crate) fn cf(self: &Arc<Self>, name: &str) -> Option<Cf> {
+        let slot = self.cf_names.lock().iter().position(|n| n == name)?;
         let bound = self.db.cf_handle(name)?;
         // SAFETY: this only erases the lifetime that ties the handle to `self.db`. The `Cf`
         // stores an `Arc<Db>` next to the handle and drops the handle first (field order), so
@@ -447,6 +470,7 @@ impl Db {
             handle,
             db: Arc::clone(self),
             name: name.into(),
+            slot,
         })
     }
 
@@ -476,14 +500,83 @@ impl Db {
             .ok_or_else(|| Error::RocksDb("default column family missing".into()))
     }
 
-    /// Applies a batch atomically.
+    /// Applies a batch atomically: readers see all of it or none of it. With the cache on,
+    /// a full cache is drained first (an error leaves the batch undone), then the batch is
+    /// cached under one lock.
     pub(crate) fn write(&self, batch: Batch) -> Result<()> {
-        self.db.write_opt(batch.0, &self.write.0)?;
+        if self.cache_on {
+            let mut cache = self.cache.lock();
+            if cache.is_full() {
+                self.write_cached(&mut cache)?;
+            }
+            for op in &batch.0 {
+                cache.write(op.slot, &op.key, op.value.as_deref());
+            }
+            return Ok(());
+        }
+        let names = self.cf_names.lock().clone();
+        let mut wb = WriteBatch::default();
+        for op in &batch.0 {
+            let handle = self.handle(&names, op.slot)?;
+            match &op.value {
+                Some(v) => wb.put_cf(&handle, &op.key, v),
+                None => wb.delete_cf(&handle, &op.key),
+            }
+        }
+        self.db.write_opt(wb, &self.write.0)?;
         Ok(())
+    }
+
+    /// The handle of the column family in `slot` of `names` (a copy of `cf_names`).
+    fn handle(&self, names: &[String], slot: usize) -> Result<Arc<BoundColumnFamily<'_>>> {
+        names
+            .get(slot)
+            .and_then(|name| self.db.cf_handle(name))
+            .ok_or_else(|| Error::RocksDb(format!("no column family in slot {slot}")))
+    }
+
+    /// Writes every cached write to RocksDB in one batch, in key order, and forgets them once
+    /// RocksDB has them. On an error nothing is forgotten: the next drain writes them again.
+    /// The caller holds the cache lock across the write, so no reader finds a key in neither
+    /// place.
+    fn write_cached(&self, cache: &mut WriteCache) -> Result<()> {
+        if cache.is_empty() {
+            return Ok(());
+        }
+        let names = self.cf_names.lock().clone();
+        let mut handles: Vec<Option<Arc<BoundColumnFamily<'_>>>> = Vec::new();
+        let mut wb = WriteBatch::with_capacity_bytes(cache.bytes());
+        for (slot, key, value) in cache.sorted() {
+            if handles.len() <= slot {
+                handles.resize(slot + 1, None);
+            }
+            let handle = match &handles[slot] {
+                Some(h) => h,
+                None => handles[slot].insert(self.handle(&names, slot)?),
+            };
+            match value {
+                Some(v) => wb.put_cf(handle, key, v),
+                None => wb.delete_cf(handle, key),
+            }
+        }
+        self.db.write_opt(wb, &self.write.0)?;
+        cache.clear();
+        Ok(())
+    }
+
+    /// Writes every cached write to RocksDB (see [`crate::write_cache`]): before anything
+    /// that reads RocksDB's data other than a point read.
+    pub(crate) fn drain(&self) -> Result<()> {
+        if !self.cache_on {
+            return Ok(());
+        }
+        let mut cache = self.cache.lock();
+        self.write_cached(&mut cache)
     }
 
     /// Flushes every column family's memtable to SST files.
     pub(crate) fn flush_all(&self) -> Result<()> {
+        self.drain()?;
         let handles: Vec<_> = self
             .cf_names
             .lock()
@@ -498,6 +591,7 @@ impl Db {
 
     /// Flushes memtables and waits until no compaction is pending or running.
     pub(crate) fn wait_for_compactions(&self) -> Result<()> {
+        self.drain()?;
         let mut opts = rocksdb::WaitForCompactOptions::default();
         opts.set_flush(true);
         self.db.wait_for_compact(&opts)?;
@@ -507,6 +601,7 @@ impl Db {
     /// RocksDB figures of the whole database: integer properties summed over every column
     /// family, and SST counts and sizes per level from the live-file list.
     pub(crate) fn metrics(&self) -> Result<crate::metrics::RocksDbMetrics> {
+        self.drain()?;
         let handles: Vec<_> = self
             .cf_names
             .lock()
@@ -557,15 +652,57 @@ impl Db {
     /// Creates a RocksDB checkpoint in `dir` (which must not exist): memtables are flushed, SST
     /// files hard-linked, MANIFEST/CURRENT/OPTIONS copied.
     pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {
+        self.drain()?;
         rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(dir)?;
         Ok(())
     }
 }
 
+impl Drop for Db {
+    fn drop(&mut self) {
+        // Closing writes out the memtables (WAL off); cached writes go there first. An error
+        // here has nowhere to go: `KeyedBackend::close` drains through `flush_all` and
+        // returns it, so only a backend dropped without `close` can end here with one.
+        if let Err(e) = self.drain() {
+            tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                "cached writes lost: the database was dropped without close and could not take them"
+            );
+        }
+    }
+}
+
 impl Cf {
-    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB.
+    /// Writes the cached writes to RocksDB (every column family's: one sorted batch is as
+    /// cheap as one per column family): before anything that reads this column family's data
+    /// from RocksDB other than a point read.
+    fn drain(&self) -> Result<()> {
+        self.db.drain()
+    }
+
+    /// Caches a put or a delete (only with the cache on). A full cache is drained first, so
+    /// an error of that drain leaves this write undone.
+    #[inline]
+    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let mut cache = self.db.cache.lock();
+        if cache.is_full() {
+            self.db.write_cached(&mut cache)?;
+        }
+        cache.write(self.slot, key, value);
+        Ok(())
+    }
+
+    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB (a cached
+    /// write is read under the cache lock: `f` must not call back into the database).
     #[inline]
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        if self.db.cache_on {
+            let cache = self.db.cache.lock();
+            if let Some(pending) = cache.get(self.slot, key) {
+                return Ok(pending.map(f));
+            }
+        }
         let value = self
             .db
             .db
@@ -576,6 +713,9 @@ impl Cf {
     /// Stores `value` under `key`.
     #[inline]
     pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.db.cache_on {
+            return self.write(key, Some(value));
+        }
         self.db
             .db
             .put_cf_opt(&self.handle, key, value, &self.db.write.0)?;
@@ -584,6 +724,9 @@ impl Cf {
 
     /// Deletes `key`.
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
+        if self.db.cache_on {
+            return self.write(key, None);
+        }
         self.db
             .db
             .delete_cf_opt(&self.handle, key, &self.db.write.0)?;
@@ -609,6 +752,7 @@ impl Cf {
         upper: Option<&[u8]>,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
+        self.drain()?;
         read.set_iterate_lower_bound(lower.to_vec());
         if let Some(upper) = upper {
             read.set_iterate_upper_bound(upper.to_vec());
@@ -642,6 +786,7 @@ impl Cf {
 
     /// Compacts the whole column family (runs compaction filters on every entry).
     pub(crate) fn compact_all(&self) -> Result<()> {
+        self.drain()?;
         let mut opts = rocksdb::CompactOptions::default();
         opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
         self.db
@@ -652,6 +797,7 @@ impl Cf {
 
     /// An integer RocksDB property of this column family (e.g. `rocksdb.estimate-num-keys`).
     pub(crate) fn property_u64(&self, name: &str) -> Result<Option<u64>> {
+        self.drain()?;
         Ok(self.db.db.property_int_value_cf(&self.handle, name)?)
     }
 
@@ -688,6 +834,7 @@ impl Cf {
         if from >= to {
             return Ok(());
         }
+        self.drain()?;
         self.db.db.delete_file_in_range_cf(&self.handle, from, to)?;
         Ok(())
     }
@@ -698,6 +845,7 @@ impl Cf {
         if from >= to {
             return Ok(());
         }
+        // Drains the cache, so the tombstone is newer than every cached write in the range.
         self.drop_files_in_range(from, to)?;
         self.db
             .db
@@ -711,6 +859,7 @@ impl Cf {
         if from >= to {
             return Ok(());
         }
+        self.drain()?;
         let mut opts = rocksdb::CompactOptions::default();
         opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
         self.db
@@ -726,6 +875,7 @@ impl Cf {
         if files.is_empty() {
             return Ok(());
         }
+        self.drain()?;
         let mut opts = rocksdb::IngestExternalFileOptions::default();
         opts.set_move_files(true);
         self.db
@@ -754,6 +904,7 @@ impl Cf {
     /// older version then comes first, as RocksDB requires (options.h,
     /// `allow_db_generated_files`). A file without key bounds is an error.
     pub(crate) fn live_files(&self) -> Result<Vec<LiveSst>> {
+        self.drain()?;
         let mut out = Vec::new();
         for f in self.db.db.live_files()? {
             if f.column_family_name != *self.name {
@@ -1000,17 +1151,25 @@ impl Db {
 impl Batch {
     /// An empty batch.
     pub(crate) fn new() -> Self {
-        Batch(WriteBatch::default())
+        Batch(Vec::new())
     }
 
     /// Adds a put.
     pub(crate) fn put(&mut self, cf: &Cf, key: &[u8], value: &[u8]) {
-        self.0.put_cf(&cf.handle, key, value);
+        self.0.push(BatchOp {
+            slot: cf.slot,
+            key: Box::from(key),
+            value: Some(Box::from(value)),
+        });
     }
 
     /// Adds a delete.
     pub(crate) fn delete(&mut self, cf: &Cf, key: &[u8]) {
-        self.0.delete_cf(&cf.handle, key);
+        self.0.push(BatchOp {
+            slot: cf.slot,
+            key: Box::from(key),
+            value: None,
+        });
     }
 
     /// Number of operations in the batch.

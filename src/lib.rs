@@ -40,6 +40,7 @@ pub mod state;
 pub mod storage;
 mod store;
 pub mod ttl;
+mod write_cache;
 
 pub use backend::{BackendBuilder, BackendKind, KeyedBackend};
 pub use checkpoint::RestoreReport;

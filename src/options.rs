@@ -112,6 +112,15 @@ pub struct DbOptions {
     /// 11 alternating pairs, insert and read-modify-write medians were 0.85 and 0.94 of
     /// those without it, get and update a little higher (docs/design-notes.md).
     pub key_group_files: bool,
+    /// Bytes of writes (puts and deletes, with their keys) a backend holds in memory before
+    /// writing them to RocksDB as one batch in key order; 0 writes every put straight
+    /// through. Default 2 MiB (Flink's own write-batch size for its bulk writes); never more
+    /// than an eighth of `write_buffer_size`, so one batch cannot overfill a memtable. Reads see
+    /// cached writes at once; the cache is written out before every scan, checkpoint,
+    /// flush and close, so nothing but the cost changes (`write_cache` module docs). With the
+    /// `wal` on, writes always go straight through (a cached write would not be logged).
+    /// Not charged to the memory budget: it is a fixed amount per backend.
+    pub write_cache_bytes: usize,
 }
 
 impl Default for DbOptions {
@@ -136,6 +145,7 @@ impl Default for DbOptions {
             pin_index_and_filter_blocks: true,
             low_priority_compaction: true,
             key_group_files: true,
+            write_cache_bytes: 2 << 20,
         }
     }
 }
@@ -184,6 +194,12 @@ impl DbOptions {
             return bad(
                 "memtable_bloom_ratio",
                 format!("{} is not in 0..=0.25", self.memtable_bloom_ratio),
+            );
+        }
+        if self.write_cache_bytes > (1 << 30) {
+            return bad(
+                "write_cache_bytes",
+                format!("{} is above 1 GiB", self.write_cache_bytes),
             );
         }
         // RocksDB's own hard limit on a value is 2^32 - 1 bytes; ours must stay below it.

@@ -4,14 +4,17 @@
 //! hash.
 //!
 //! Runs against both backends. The heap backend keeps nothing across a close, so its "reopen"
-//! carries the state through a savepoint into a fresh heap backend instead.
+//! carries the state through a savepoint into a fresh heap backend instead. The RocksDB
+//! backend runs with its write cache off, tiny (drained every few writes, so reads meet
+//! writes in both places) and at its default size (drained only by scans, compactions and
+//! closes), and is also reopened after a drop without `close`.
 
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use rockstate::keygroup::key_group_of;
 use rockstate::{
-    AggregateFunction, AggregatingState, BackendKind, KeyedBackend, ListState, MapState,
+    AggregateFunction, AggregatingState, BackendKind, DbOptions, KeyedBackend, ListState, MapState,
     ReducingState, ValueState,
 };
 
@@ -37,6 +40,8 @@ enum Op {
     AggGet(u8, u8),
     AggClear(u8, u8),
     Reopen,
+    /// Drop the backend without `close` and open it again (RocksDB; heap: as `Reopen`).
+    DropAndReopen,
     /// Flush and compact every state fully (RocksDB: files cut at key-group boundaries, TTL
     /// filter run; heap: no-op).
     Compact,
@@ -69,6 +74,7 @@ fn op() -> impl Strategy<Value = Op> {
         (k.clone(), ns.clone()).prop_map(|(a, b)| Op::AggGet(a, b)),
         (k, ns).prop_map(|(a, b)| Op::AggClear(a, b)),
         Just(Op::Reopen),
+        Just(Op::DropAndReopen),
         Just(Op::Compact),
     ]
 }
@@ -102,11 +108,15 @@ struct Handles {
     agg: AggregatingState<K, u8, Avg>,
 }
 
-fn open(path: &std::path::Path, kind: BackendKind) -> Handles {
+fn open(path: &std::path::Path, kind: BackendKind, write_cache_bytes: usize) -> Handles {
     handles(
         KeyedBackend::builder(path)
             .kind(kind)
             .max_parallelism(128)
+            .options(DbOptions {
+                write_cache_bytes,
+                ..DbOptions::default()
+            })
             .open()
             .unwrap(),
     )
@@ -138,10 +148,10 @@ fn key(k: u8) -> String {
     format!("key-{k}")
 }
 
-fn run(ops: Vec<Op>, kind: BackendKind) {
+fn run(ops: Vec<Op>, kind: BackendKind, write_cache_bytes: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let mut h = open(&path, kind);
+    let mut h = open(&path, kind, write_cache_bytes);
     let mut savepoints = 0;
     let mut m = Model::default();
     for op in ops {
@@ -235,7 +245,7 @@ fn run(ops: Vec<Op>, kind: BackendKind) {
                 h.agg.clear(&key(k), &n).unwrap();
                 m.agg.remove(&(k, n));
             }
-            Op::Reopen if kind == BackendKind::Heap => {
+            Op::Reopen | Op::DropAndReopen if kind == BackendKind::Heap => {
                 savepoints += 1;
                 let sp = dir.path().join(format!("sp-{savepoints}"));
                 h.backend.write_savepoint(&sp).unwrap();
@@ -253,7 +263,11 @@ fn run(ops: Vec<Op>, kind: BackendKind) {
             Op::Reopen => {
                 h.backend.clone().close().unwrap();
                 drop(h);
-                h = open(&path, kind);
+                h = open(&path, kind, write_cache_bytes);
+            }
+            Op::DropAndReopen => {
+                drop(h);
+                h = open(&path, kind, write_cache_bytes);
             }
         }
     }
@@ -294,15 +308,25 @@ fn run(ops: Vec<Op>, kind: BackendKind) {
     }
 }
 
+const DEFAULT_CACHE: usize = 2 << 20;
+
+#[test]
+fn default_cache_size_is_the_one_tested() {
+    assert_eq!(DbOptions::default().write_cache_bytes, DEFAULT_CACHE);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
-    fn state_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
-        run(ops, BackendKind::RocksDb);
+    fn state_matches_model(
+        ops in proptest::collection::vec(op(), 1..120),
+        write_cache_bytes in prop_oneof![Just(0usize), Just(300), Just(DEFAULT_CACHE)],
+    ) {
+        run(ops, BackendKind::RocksDb, write_cache_bytes);
     }
 
     #[test]
     fn heap_state_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
-        run(ops, BackendKind::Heap);
+        run(ops, BackendKind::Heap, DEFAULT_CACHE);
     }
 }

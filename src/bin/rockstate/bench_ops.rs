@@ -341,7 +341,9 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         .int("value_bytes", args.value_bytes as u64)
         .note(
             "rockstate RawValueState vs raw rust-rocksdb, same options; raw_same_layout stores \
-             rockstate's key layout, so layout_ratio is rockstate's code overhead alone; every \
+             rockstate's key layout, so layout_ratio is rockstate's code cost alone (rockstate \
+             hands writes to RocksDB in sorted batches from its write cache, the raw stores put \
+             one at a time); every \
              store is flushed and compacted, untimed, before each phase; the stores take turns \
              in 20 slices per phase",
         )

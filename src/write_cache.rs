@@ -1,0 +1,251 @@
+//! The write cache: a backend's latest puts and deletes, held in memory in key order per
+//! column family until they go to RocksDB together in one sorted write batch.
+//!
+//! A single put costs RocksDB one write-group round and one skip-list search from the top of
+//! the memtable; keys prefixed by a hashed key group land all over it. A few thousand puts
+//! written as one batch in key order pay the round once and walk the memtable front to back
+//! (with the insert hint, each key group's run starts where the last one ended). Repeated
+//! writes of a key in the cache overwrite each other, so RocksDB sees only the last.
+//! Flink's users hurt here (every state write is a separate RocksDB put); Kafka Streams keeps
+//! a record cache in front of its stores for the same reason.
+//!
+//! This module only holds the data. `db` owns the cache, looks keys up in it before RocksDB,
+//! and drains it (writes it to RocksDB and empties it) when it is full and before anything
+//! that reads RocksDB other than a point read (scans, checkpoints, flushes, properties,
+//! compactions, ingestion): RocksDB never answers a read while a newer write waits here.
+//! Nothing is lost from the cache that RocksDB's memtables would have kept: with the WAL off
+//! (the default, as in Flink), neither survives a crash and both are written out on close
+//! and by every checkpoint; with the WAL on, `db` writes through and the cache stays empty.
+
+use std::hash::{BuildHasher, RandomState};
+use std::ops::Range;
+
+use hashbrown::HashTable;
+
+/// Bytes counted per cached entry on top of its key and value bytes: the entry record and its
+/// index slot, so the bound holds for small entries too.
+pub(crate) const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 8;
+
+/// A cached write as [`WriteCache::sorted`] yields it: (slot, key, value or `None` for a
+/// delete).
+pub(crate) type CachedWrite<'a> = (usize, &'a [u8], Option<&'a [u8]>);
+
+/// One cached write. Its key and value bytes live in the cache's arena.
+#[derive(Debug)]
+struct Entry {
+    hash: u64,
+    slot: usize,
+    key: Range<usize>,
+    /// `None`: a delete.
+    value: Option<Range<usize>>,
+}
+
+/// Cached writes of every column family of one database. A column family is named by its
+/// slot (its position in the database's list of column families). Keys and values are
+/// copied into one arena (no allocation per write once it has grown); a hash index (keyed
+/// with a random seed, so crafted keys cannot degrade it) finds a key's latest write.
+#[derive(Debug)]
+pub(crate) struct WriteCache {
+    arena: Vec<u8>,
+    entries: Vec<Entry>,
+    /// Indexes into `entries`.
+    index: HashTable<usize>,
+    hasher: RandomState,
+    /// The cache counts as full from this many bytes on.
+    limit: usize,
+}
+
+impl WriteCache {
+    /// An empty cache that counts as full from `limit` bytes on.
+    pub(crate) fn new(limit: usize) -> Self {
+        WriteCache {
+            arena: Vec::new(),
+            entries: Vec::new(),
+            index: HashTable::new(),
+            hasher: RandomState::new(),
+            limit,
+        }
+    }
+
+    fn find(&self, hash: u64, slot: usize, key: &[u8]) -> Option<usize> {
+        let (entries, arena) = (&self.entries, &self.arena);
+        self.index
+            .find(hash, |&i| {
+                let e = &entries[i];
+                e.slot == slot && arena[e.key.clone()] == *key
+            })
+            .copied()
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Range<usize> {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        start..self.arena.len()
+    }
+
+    /// The cached write of `key` in `slot`: `Some(Some(value))` for a put, `Some(None)` for a
+    /// delete, `None` when the cache has nothing for the key (RocksDB has the answer).
+    #[inline]
+    pub(crate) fn get(&self, slot: usize, key: &[u8]) -> Option<Option<&[u8]>> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let i = self.find(self.hasher.hash_one((slot, key)), slot, key)?;
+        Some(self.entries[i].value.clone().map(|r| &self.arena[r]))
+    }
+
+    /// Caches a put (`Some(value)`) or a delete (`None`) of `key` in `slot`, replacing an
+    /// earlier cached write of the key (whose value bytes stay in the arena, counted, until
+    /// the cache is cleared). The caller drains a full cache before writing to it, so the
+    /// cache holds at most its limit plus one write (or one batch).
+    pub(crate) fn write(&mut self, slot: usize, key: &[u8], value: Option<&[u8]>) {
+        let hash = self.hasher.hash_one((slot, key));
+        let value = value.map(|v| self.append(v));
+        match self.find(hash, slot, key) {
+            Some(i) => self.entries[i].value = value,
+            None => {
+                let key = self.append(key);
+                let i = self.entries.len();
+                self.entries.push(Entry {
+                    hash,
+                    slot,
+                    key,
+                    value,
+                });
+                let entries = &self.entries;
+                self.index.insert_unique(hash, i, |&j| entries[j].hash);
+            }
+        }
+    }
+
+    /// Whether the cache holds `limit` bytes or more.
+    pub(crate) fn is_full(&self) -> bool {
+        self.bytes() >= self.limit
+    }
+
+    /// Whether the cache holds no write.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes held, as counted against the limit: arena bytes plus [`ENTRY_OVERHEAD`] per key.
+    pub(crate) fn bytes(&self) -> usize {
+        self.arena.len() + self.entries.len() * ENTRY_OVERHEAD
+    }
+
+    /// Every cached write, latest per key, as (slot, key, value or `None` for a delete),
+    /// ordered by slot, then key.
+    pub(crate) fn sorted(&self) -> impl Iterator<Item = CachedWrite<'_>> {
+        let mut order: Vec<usize> = (0..self.entries.len()).collect();
+        let key = |i: usize| {
+            let e = &self.entries[i];
+            (e.slot, &self.arena[e.key.clone()])
+        };
+        order.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)));
+        order.into_iter().map(move |i| {
+            let e = &self.entries[i];
+            (
+                e.slot,
+                &self.arena[e.key.clone()],
+                e.value.clone().map(|r| &self.arena[r]),
+            )
+        })
+    }
+
+    /// Forgets every write (after they reached RocksDB). The arena keeps its memory for the
+    /// next round unless one oversized value had grown it past twice the limit.
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+        self.index.clear();
+        self.arena.clear();
+        if self.arena.capacity() > 2 * self.limit {
+            self.arena = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latest_write_wins_and_bytes_follow_it() {
+        let mut c = WriteCache::new(1 << 20);
+        assert_eq!(c.get(0, b"k"), None);
+        c.write(2, b"k", Some(b"v1"));
+        assert_eq!(c.get(2, b"k"), Some(Some(&b"v1"[..])));
+        assert_eq!(c.get(0, b"k"), None, "slots are separate");
+        assert_eq!(c.bytes(), 1 + 2 + ENTRY_OVERHEAD);
+        c.write(2, b"k", None);
+        assert_eq!(c.get(2, b"k"), Some(None));
+        assert_eq!(c.bytes(), 1 + 2 + ENTRY_OVERHEAD, "a delete adds no bytes");
+        c.write(2, b"k", Some(b"longer value"));
+        assert_eq!(c.get(2, b"k"), Some(Some(&b"longer value"[..])));
+        assert_eq!(
+            c.bytes(),
+            1 + 2 + 12 + ENTRY_OVERHEAD,
+            "overwritten bytes stay counted"
+        );
+        assert!(!c.is_empty());
+    }
+
+    #[test]
+    fn sorted_by_slot_then_key_latest_only_then_cleared() {
+        let mut c = WriteCache::new(1 << 20);
+        for k in [&b"c"[..], b"a", b"bb", b"b"] {
+            c.write(1, k, Some(k));
+        }
+        c.write(0, b"z", None);
+        c.write(1, b"a", Some(b"A"));
+        let all: Vec<CachedWrite<'_>> = c.sorted().collect();
+        assert_eq!(
+            all,
+            vec![
+                (0, &b"z"[..], None),
+                (1, b"a", Some(&b"A"[..])),
+                (1, b"b", Some(b"b")),
+                (1, b"bb", Some(b"bb")),
+                (1, b"c", Some(b"c")),
+            ]
+        );
+        c.clear();
+        assert!(c.is_empty());
+        assert_eq!(c.bytes(), 0);
+        assert_eq!(c.get(1, b"a"), None);
+        assert_eq!(c.sorted().count(), 0);
+    }
+
+    #[test]
+    fn full_from_the_limit_on() {
+        let mut c = WriteCache::new(2 * (4 + ENTRY_OVERHEAD));
+        c.write(0, b"aa", Some(b"11"));
+        assert!(!c.is_full());
+        c.write(0, b"aa", None);
+        assert!(!c.is_full());
+        c.write(0, b"bb", Some(b"33"));
+        assert!(c.is_full());
+        c.clear();
+        assert!(!c.is_full());
+        // A zero limit is full at once (db does not use the cache then).
+        assert!(WriteCache::new(0).is_full());
+    }
+
+    #[test]
+    fn many_keys_each_found() {
+        let mut c = WriteCache::new(usize::MAX);
+        for i in 0u32..10_000 {
+            c.write((i % 3) as usize, &i.to_be_bytes(), Some(&i.to_le_bytes()));
+        }
+        for i in 0u32..10_000 {
+            let want = i.to_le_bytes();
+            assert_eq!(
+                c.get((i % 3) as usize, &i.to_be_bytes()),
+                Some(Some(&want[..]))
+            );
+            assert_eq!(c.get((i % 3 + 1) as usize, &i.to_be_bytes()), None);
+        }
+        let sorted: Vec<_> = c.sorted().map(|(s, k, _)| (s, k.to_vec())).collect();
+        assert!(sorted.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(sorted.len(), 10_000);
+    }
+}

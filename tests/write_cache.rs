@@ -1,0 +1,134 @@
+//! The write cache (`DbOptions::write_cache_bytes`): writes held in memory before they reach
+//! RocksDB in sorted batches. What a user must never notice: a checkpoint taken while writes
+//! sit in the cache holds them; a reader on another thread never loses sight of a write it
+//! has seen (no moment where a key is in neither the cache nor RocksDB); with the WAL on,
+//! every write is in the log when `put` returns (the cache is bypassed). The model test
+//! (`tests/model.rs`) runs every state kind with the cache off, tiny and at its default size.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use rockstate::{CheckpointOptions, DbOptions, KeyedBackend, RestoreFrom};
+
+#[test]
+fn a_checkpoint_holds_writes_still_in_the_cache() {
+    let fx = Fixture::new();
+    let backend = KeyedBackend::builder(fx.path("a"))
+        .options(DbOptions {
+            write_cache_bytes: 64 << 20,
+            ..DbOptions::default()
+        })
+        .checkpoint_storage(fx.storage_dyn())
+        .checkpoint_options(CheckpointOptions::default())
+        .open()
+        .unwrap();
+    let s = state(&backend);
+    // 2000 small writes stay far below the 64 MiB cache: none reached RocksDB yet.
+    for k in 0..2000u32 {
+        s.put(&k, &(), &u64::from(k * 3)).unwrap();
+    }
+    for k in (0..2000u32).step_by(7) {
+        s.clear(&k, &()).unwrap();
+    }
+    backend.checkpoint(1).unwrap();
+    backend.notify_checkpoint_complete(1).unwrap();
+    // Writes after the checkpoint must not show up in it.
+    s.put(&1, &(), &999).unwrap();
+
+    let restored = fx.restore("b", RestoreFrom::Latest).unwrap();
+    let got = read_all(&restored);
+    let want: Model = (0..2000u32)
+        .filter(|k| k % 7 != 0)
+        .map(|k| (k, u64::from(k * 3)))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn readers_on_other_threads_never_lose_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    // A cache of a few entries drains all the time, so readers race the drains.
+    let backend = KeyedBackend::builder(dir.path())
+        .options(DbOptions {
+            write_cache_bytes: 1000,
+            ..DbOptions::default()
+        })
+        .open()
+        .unwrap();
+    const N: u32 = 20_000;
+    let written = Arc::new(AtomicU32::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (backend, written, done) = (backend.clone(), written.clone(), done.clone());
+            std::thread::spawn(move || {
+                let s = state(&backend);
+                let mut checked = 0u64;
+                let mut k: u32 = r;
+                while !done.load(Ordering::Acquire) {
+                    // Every key below `seen` was written before this read started.
+                    let seen = written.load(Ordering::Acquire);
+                    if seen > 0 {
+                        k = (k.wrapping_mul(2_654_435_761).wrapping_add(1)) % seen;
+                        assert_eq!(s.get(&k, &()).unwrap(), Some(u64::from(k) + 1), "key {k}");
+                        checked += 1;
+                    }
+                }
+                checked
+            })
+        })
+        .collect();
+    let s = state(&backend);
+    for k in 0..N {
+        s.put(&k, &(), &(u64::from(k) + 1)).unwrap();
+        written.store(k + 1, Ordering::Release);
+    }
+    done.store(true, Ordering::Release);
+    for r in readers {
+        assert!(r.join().unwrap() > 0, "a reader never ran");
+    }
+    for k in 0..N {
+        assert_eq!(s.get(&k, &()).unwrap(), Some(u64::from(k) + 1));
+    }
+}
+
+#[test]
+fn with_the_wal_on_a_write_is_logged_when_put_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live");
+    let backend = KeyedBackend::builder(&live)
+        .options(DbOptions {
+            wal: true,
+            ..DbOptions::default()
+        })
+        .open()
+        .unwrap();
+    let s = state(&backend);
+    for k in 0..100u32 {
+        s.put(&k, &(), &u64::from(k)).unwrap();
+    }
+    // A crash image: the files as they are now, the process still running (nothing flushed,
+    // nothing closed). Only the WAL can carry the writes into it.
+    let image = dir.path().join("image");
+    std::fs::create_dir(&image).unwrap();
+    for entry in std::fs::read_dir(&live).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), image.join(entry.file_name())).unwrap();
+        }
+    }
+    let recovered = KeyedBackend::builder(&image)
+        .options(DbOptions {
+            wal: true,
+            ..DbOptions::default()
+        })
+        .open()
+        .unwrap();
+    let want: Model = (0..100u32).map(|k| (k, u64::from(k))).collect();
+    assert_eq!(read_all(&recovered), want);
+    drop(backend);
+}
