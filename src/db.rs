@@ -348,7 +348,7 @@ pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
     /// Writes not yet in RocksDB (see [`crate::write_cache`]); read before RocksDB by every
     /// point read and drained before every other access to RocksDB's data.
-    cache: parking_lot::Mutex<WriteCache>,
+    cache: RwLock<WriteCache>,
     /// Whether writes go through the cache (`write_cache_bytes > 0`, WAL off, writable).
     cache_on: bool,
     /// Names of every column family (kept here so a flush needs no directory read).
@@ -437,7 +437,7 @@ impl Db {
         Ok(Arc::new(Db {
             db,
             // A batch larger than a memtable would overfill it: at most an eighth of one.
-            cache: parking_lot::Mutex::new(WriteCache::new(
+            cache: RwLock::new(WriteCache::new(
                 options.write_cache_bytes.min(options.write_buffer_size / 8),
             )),
             cache_on: options.write_cache_bytes > 0 && !options.wal && !read_only,
@@ -505,7 +505,7 @@ impl Db {
     /// cached under one lock.
     pub(crate) fn write(&self, batch: Batch) -> Result<()> {
         if self.cache_on {
-            let mut cache = self.cache.lock();
+            let mut cache = self.cache.write();
             if cache.is_full() {
                 self.write_cached(&mut cache)?;
             }
@@ -570,7 +570,7 @@ impl Db {
         if !self.cache_on {
             return Ok(());
         }
-        let mut cache = self.cache.lock();
+        let mut cache = self.cache.write();
         self.write_cached(&mut cache)
     }
 
@@ -685,7 +685,7 @@ impl Cf {
     /// an error of that drain leaves this write undone.
     #[inline]
     fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        let mut cache = self.db.cache.lock();
+        let mut cache = self.db.cache.write();
         if cache.is_full() {
             self.db.write_cached(&mut cache)?;
         }
@@ -698,7 +698,7 @@ impl Cf {
     #[inline]
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         if self.db.cache_on {
-            let cache = self.db.cache.lock();
+            let cache = self.db.cache.read();
             if let Some(pending) = cache.get(self.slot, key) {
                 return Ok(pending.map(f));
             }

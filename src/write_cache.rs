@@ -13,6 +13,9 @@
 //! and drains it (writes it to RocksDB and empties it) when it is full and before anything
 //! that reads RocksDB other than a point read (scans, checkpoints, flushes, properties,
 //! compactions, ingestion): RocksDB never answers a read while a newer write waits here.
+//! Point reads take `db`'s lock on the cache shared, so they run side by side; writes and
+//! drains take it exclusively, and a drain holds it across its RocksDB write, so a reader
+//! waits for at most one batch write (about a millisecond for the default 2 MiB).
 //! Nothing is lost from the cache that RocksDB's memtables would have kept: with the WAL off
 //! (the default, as in Flink), neither survives a crash and both are written out on close
 //! and by every checkpoint; with the WAL on, `db` writes through and the cache stays empty.
