@@ -476,20 +476,24 @@ impl Db {
 
     /// The column family `name`, created with rockstate's options when missing.
     pub(crate) fn create_cf(self: &Arc<Self>, name: &str) -> Result<Cf> {
-        if let Some(cf) = self.cf(name) {
-            return Ok(cf);
+        {
+            // Held across the creation, so `cf` never sees a column family RocksDB has but
+            // `cf_names` (which gives it its write-cache slot) does not yet.
+            let mut names = self.cf_names.lock();
+            if !names.iter().any(|n| n == name) {
+                self.db.create_cf(
+                    name,
+                    &state_cf_options(
+                        &self.options,
+                        &self.budget,
+                        name,
+                        &self.filters,
+                        self.partition_prefix,
+                    )?,
+                )?;
+                names.push(name.to_string());
+            }
         }
-        self.db.create_cf(
-            name,
-            &state_cf_options(
-                &self.options,
-                &self.budget,
-                name,
-                &self.filters,
-                self.partition_prefix,
-            )?,
-        )?;
-        self.cf_names.lock().push(name.to_string());
         self.cf(name)
             .ok_or_else(|| Error::RocksDb(format!("column family {name} vanished after creation")))
     }
@@ -514,7 +518,7 @@ impl Db {
             }
             return Ok(());
         }
-        let names = self.cf_names.lock().clone();
+        let names = self.cf_names.lock();
         let mut wb = WriteBatch::default();
         for op in &batch.0 {
             let handle = self.handle(&names, op.slot)?;
@@ -527,7 +531,7 @@ impl Db {
         Ok(())
     }
 
-    /// The handle of the column family in `slot` of `names` (a copy of `cf_names`).
+    /// The handle of the column family in `slot` of `names` (`cf_names`, locked).
     fn handle(&self, names: &[String], slot: usize) -> Result<Arc<BoundColumnFamily<'_>>> {
         names
             .get(slot)
@@ -543,7 +547,8 @@ impl Db {
         if cache.is_empty() {
             return Ok(());
         }
-        let names = self.cf_names.lock().clone();
+        // Lock order: the cache (held by the caller), then `cf_names`; never the reverse.
+        let names = self.cf_names.lock();
         let mut handles: Vec<Option<Arc<BoundColumnFamily<'_>>>> = Vec::new();
         let mut wb = WriteBatch::with_capacity_bytes(cache.bytes());
         for (slot, key, value) in cache.sorted() {
@@ -693,14 +698,20 @@ impl Cf {
         Ok(())
     }
 
-    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB (a cached
-    /// write is read under the cache lock: `f` must not call back into the database).
+    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB. A value
+    /// found in the write cache is copied out first, so `f` runs with no lock held and may
+    /// call back into the database.
     #[inline]
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         if self.db.cache_on {
-            let cache = self.db.cache.read();
-            if let Some(pending) = cache.get(self.slot, key) {
-                return Ok(pending.map(f));
+            let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = self
+                .db
+                .cache
+                .read()
+                .get(self.slot, key)
+                .map(|v| v.map(smallvec::SmallVec::from_slice));
+            if let Some(pending) = cached {
+                return Ok(pending.map(|v| f(&v)));
             }
         }
         let value = self
