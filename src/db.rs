@@ -527,6 +527,7 @@ impl Db {
                 None => wb.delete_cf(&handle, &op.key),
             }
         }
+        drop(names);
         self.db.write_opt(wb, &self.write.0)?;
         Ok(())
     }
@@ -564,6 +565,7 @@ impl Db {
                 None => wb.delete_cf(handle, key),
             }
         }
+        drop((names, handles));
         self.db.write_opt(wb, &self.write.0)?;
         cache.clear();
         Ok(())
