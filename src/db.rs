@@ -1190,3 +1190,67 @@ impl Batch {
         self.0.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Write options without a WAL; with `sync`, RocksDB refuses every write ("Sync writes
+    /// has to enable WAL"), which makes a drain fail on demand.
+    fn write_options(sync: bool) -> SharedWriteOptions {
+        let mut w = WriteOptions::default();
+        w.disable_wal(true);
+        w.set_sync(sync);
+        SharedWriteOptions(w)
+    }
+
+    #[test]
+    fn a_failed_drain_keeps_every_cached_write_and_refuses_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        // 64 KiB memtables: the cache holds 8 KiB.
+        let options = DbOptions {
+            write_buffer_size: 64 << 10,
+            ..DbOptions::default()
+        };
+        let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+        let mut db = Db::open(dir.path(), &options, &budget, 0).unwrap();
+        Arc::get_mut(&mut db).unwrap().write = write_options(true);
+        let cf = db.default_cf().unwrap();
+        let value = vec![7u8; 1000];
+        let mut n = 0u32;
+        // Cached only: nothing has reached RocksDB, so nothing fails yet.
+        while !db.cache.read().is_full() {
+            cf.put(&n.to_be_bytes(), &value).unwrap();
+            n += 1;
+        }
+        let read = |cf: &Cf, k: &[u8]| cf.get_with(k, |v| v.to_vec()).unwrap();
+        // The next write drains first; the drain fails, so this write is refused...
+        assert!(matches!(cf.put(b"late", b"x"), Err(Error::RocksDb(_))));
+        assert!(matches!(
+            cf.delete(&0u32.to_be_bytes()),
+            Err(Error::RocksDb(_))
+        ));
+        assert_eq!(read(&cf, b"late"), None);
+        // ...every cached write is still there, and so is the failure.
+        for i in 0..n {
+            assert_eq!(read(&cf, &i.to_be_bytes()), Some(value.clone()));
+        }
+        assert!(cf.scan(b"", None, |_, _| Ok(true)).is_err());
+        assert!(db.drain().is_err());
+        // Once RocksDB takes writes again, a drain writes them all.
+        drop(cf);
+        Arc::get_mut(&mut db).unwrap().write = write_options(false);
+        db.drain().unwrap();
+        assert!(db.cache.read().is_empty());
+        let cf = db.default_cf().unwrap();
+        let mut scanned = 0u32;
+        cf.scan(b"", None, |k, v| {
+            assert_eq!(k, scanned.to_be_bytes());
+            assert_eq!(v, &value[..]);
+            scanned += 1;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(scanned, n);
+    }
+}
