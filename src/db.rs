@@ -33,12 +33,31 @@ impl From<rocksdb::Error> for Error {
 /// N operator instances cannot add up past `total_bytes` (Flink's "managed memory"). Every
 /// backend flushes as soon as the memtables of all of them exceed their share. Writers are not
 /// stalled (a stall deadlocks a task that drives several backends from one thread), so
-/// memtables awaiting their flush may overshoot briefly.
+/// memtables awaiting their flush may overshoot briefly. Each open backend's write cache
+/// (`DbOptions::write_cache_bytes`) is taken out of the block cache's capacity while the
+/// backend is open; together the write caches get at most an eighth of the budget, and a
+/// backend opened when that share is used up writes straight through.
 #[derive(Clone)]
 pub struct MemoryBudget {
     cache: Cache,
     write_buffers: WriteBufferManager,
     config: MemoryBudgetConfig,
+    /// Bytes granted to open backends' write caches.
+    reserved: Arc<parking_lot::Mutex<usize>>,
+}
+
+/// Bytes of a [`MemoryBudget`] granted to one backend's write cache; given back on drop.
+struct Reservation {
+    budget: MemoryBudget,
+    bytes: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut reserved = self.budget.reserved.lock();
+        *reserved -= self.bytes;
+        self.budget.resize_cache(*reserved);
+    }
 }
 
 impl MemoryBudget {
@@ -60,7 +79,29 @@ impl MemoryBudget {
             cache,
             write_buffers,
             config,
+            reserved: Arc::new(parking_lot::Mutex::new(0)),
         })
+    }
+
+    /// Grants up to `want` bytes for a write cache out of the write caches' share (an eighth
+    /// of the budget), shrinking the block cache by what it grants.
+    fn reserve(&self, want: usize) -> Reservation {
+        let mut reserved = self.reserved.lock();
+        let bytes = want.min((self.config.total_bytes / 8).saturating_sub(*reserved));
+        *reserved += bytes;
+        self.resize_cache(*reserved);
+        Reservation {
+            budget: self.clone(),
+            bytes,
+        }
+    }
+
+    /// Sets the block cache's capacity to the budget minus the write caches' bytes. The
+    /// caller holds the `reserved` lock, so capacity changes apply in order.
+    fn resize_cache(&self, reserved: usize) {
+        self.cache
+            .clone()
+            .set_capacity(self.config.total_bytes - reserved);
     }
 
     /// The budget's settings.
@@ -346,10 +387,13 @@ fn descriptors(
 /// An open RocksDB database.
 pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
+    /// The write cache's share of the memory budget (held while the database is open).
+    reservation: Reservation,
     /// Writes not yet in RocksDB (see [`crate::write_cache`]); read before RocksDB by every
     /// point read and drained before every other access to RocksDB's data.
     cache: RwLock<WriteCache>,
-    /// Whether writes go through the cache (`write_cache_bytes > 0`, WAL off, writable).
+    /// Whether writes go through the cache (WAL off, writable, and bytes granted from the
+    /// memory budget).
     cache_on: bool,
     /// Names of every column family (kept here so a flush needs no directory read).
     cf_names: parking_lot::Mutex<Vec<String>>,
@@ -434,13 +478,18 @@ impl Db {
         let cf_names = parking_lot::Mutex::new(existing);
         let mut write = WriteOptions::default();
         write.disable_wal(!options.wal);
+        // A batch larger than a memtable would overfill it: at most an eighth of one.
+        let want = if options.wal || read_only {
+            0
+        } else {
+            options.write_cache_bytes.min(options.write_buffer_size / 8)
+        };
+        let reservation = budget.reserve(want);
         Ok(Arc::new(Db {
             db,
-            // A batch larger than a memtable would overfill it: at most an eighth of one.
-            cache: RwLock::new(WriteCache::new(
-                options.write_cache_bytes.min(options.write_buffer_size / 8),
-            )),
-            cache_on: options.write_cache_bytes > 0 && !options.wal && !read_only,
+            cache: RwLock::new(WriteCache::new(reservation.bytes)),
+            cache_on: reservation.bytes > 0,
+            reservation,
             cf_names,
             filters,
             write: SharedWriteOptions(write),
@@ -633,6 +682,15 @@ impl Db {
                 .db
                 .property_int_value("rocksdb.block-cache-pinned-usage")?
                 .unwrap_or(0),
+            block_cache_capacity_bytes: self
+                .db
+                .property_int_value("rocksdb.block-cache-capacity")?
+                .unwrap_or(0),
+            write_cache_limit_bytes: if self.cache_on {
+                self.reservation.bytes as u64
+            } else {
+                0
+            },
             estimated_keys: sum("rocksdb.estimate-num-keys")?,
             pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
             levels: Vec::new(),

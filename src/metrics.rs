@@ -31,6 +31,13 @@ pub struct RocksDbMetrics {
     /// cannot be evicted, so once they outgrow the cache the process uses more memory than
     /// its budget (the same cache, shared by every backend).
     pub block_cache_pinned_bytes: u64,
+    /// The block cache's capacity (`rocksdb.block-cache-capacity`): the memory budget minus
+    /// the write caches of the backends open on it.
+    pub block_cache_capacity_bytes: u64,
+    /// The bytes this backend's write cache may hold before it writes them to RocksDB
+    /// (`DbOptions::write_cache_bytes`, bounded by the memtable size and the budget's share
+    /// for write caches); 0 when writes go straight through.
+    pub write_cache_limit_bytes: u64,
     /// Estimated number of keys, all column families (`rocksdb.estimate-num-keys`).
     pub estimated_keys: u64,
     /// Bytes compaction still has to rewrite (`rocksdb.estimate-pending-compaction-bytes`).

@@ -170,3 +170,53 @@ fn a_read_may_write_from_inside_its_closure() {
         .expect("get_with with a writing closure deadlocked");
     assert_eq!(seen, Some((b"1".to_vec(), Some(b"2".to_vec()))));
 }
+
+#[test]
+fn write_caches_come_out_of_the_memory_budget() {
+    use rockstate::{MemoryBudget, MemoryBudgetConfig};
+    const MIB: u64 = 1 << 20;
+    // 64 MiB: the write caches may take 8 MiB together, four backends' 2 MiB each.
+    let budget = MemoryBudget::new(MemoryBudgetConfig {
+        total_bytes: 64 << 20,
+        ..MemoryBudgetConfig::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let open = |i: u32, options: DbOptions| {
+        KeyedBackend::builder(dir.path().join(format!("b{i}")))
+            .options(options)
+            .memory_budget(budget.clone())
+            .open()
+            .unwrap()
+    };
+    let figures = |b: &KeyedBackend| {
+        let m = b.metrics().unwrap().rocksdb;
+        (m.write_cache_limit_bytes, m.block_cache_capacity_bytes)
+    };
+    let mut open_ones = Vec::new();
+    for i in 0..4u32 {
+        let b = open(i, DbOptions::default());
+        assert_eq!(figures(&b), (2 * MIB, (64 - 2 * u64::from(i + 1)) * MIB));
+        open_ones.push(b);
+    }
+    // The share is used up: the fifth backend writes straight through, and still works.
+    let fifth = open(4, DbOptions::default());
+    assert_eq!(figures(&fifth), (0, 56 * MIB));
+    let s = state(&fifth);
+    s.put(&1, &(), &7).unwrap();
+    assert_eq!(s.get(&1, &()).unwrap(), Some(7));
+    // With the WAL on a backend takes nothing.
+    let logged = open(
+        5,
+        DbOptions {
+            wal: true,
+            ..DbOptions::default()
+        },
+    );
+    assert_eq!(figures(&logged), (0, 56 * MIB));
+    // Closing one gives its share back to the block cache.
+    open_ones.pop().unwrap().close().unwrap();
+    assert_eq!(figures(&fifth).1, 58 * MIB);
+    drop(open_ones);
+    assert_eq!(figures(&fifth).1, 64 * MIB);
+}
