@@ -1,5 +1,5 @@
-//! The write cache: a backend's latest puts and deletes, held in memory in key order per
-//! column family until they go to RocksDB together in one sorted write batch.
+//! The write cache: a backend's latest puts and deletes, held in memory until they go to
+//! RocksDB together in one write batch sorted by column family and key.
 //!
 //! A single put costs RocksDB one write-group round and one skip-list search from the top of
 //! the memtable; keys prefixed by a hashed key group land all over it. A few thousand puts
@@ -10,12 +10,15 @@
 //! a record cache in front of its stores for the same reason.
 //!
 //! This module only holds the data. `db` owns the cache, looks keys up in it before RocksDB,
-//! and drains it (writes it to RocksDB and empties it) when it is full and before anything
-//! that reads RocksDB other than a point read (scans, checkpoints, flushes, properties,
-//! compactions, ingestion): RocksDB never answers a read while a newer write waits here.
+//! and drains it (writes it to RocksDB and empties it) when a write finds it full, before
+//! taking that write, and before anything that reads RocksDB other than a point read (scans,
+//! checkpoints, flushes, properties, compactions, ingestion): RocksDB never answers a read
+//! while a newer write waits here.
 //! Point reads take `db`'s lock on the cache shared, so they run side by side; writes and
 //! drains take it exclusively, and a drain holds it across its RocksDB write, so a reader
 //! waits for at most one batch write (about a millisecond for the default 2 MiB).
+//! Its bytes come out of the memory budget (`db::MemoryBudget` shrinks the block cache by
+//! each open backend's share).
 //! Nothing is lost from the cache that RocksDB's memtables would have kept: with the WAL off
 //! (the default, as in Flink), neither survives a crash and both are written out on close
 //! and by every checkpoint; with the WAL on, `db` writes through and the cache stays empty.
