@@ -20,7 +20,7 @@ use rocksdb::{
 use crate::error::{Error, Result};
 use crate::options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
 use crate::ttl::{self, Clock, TtlCounters};
-use crate::write_cache::WriteCache;
+use crate::write_cache::{CachedWrite, WriteCache};
 
 impl From<rocksdb::Error> for Error {
     fn from(e: rocksdb::Error) -> Self {
@@ -392,9 +392,6 @@ pub(crate) struct Db {
     /// Writes not yet in RocksDB (see [`crate::write_cache`]); read before RocksDB by every
     /// point read and drained before every other access to RocksDB's data.
     cache: RwLock<WriteCache>,
-    /// Whether writes go through the cache (WAL off, writable, and bytes granted from the
-    /// memory budget).
-    cache_on: bool,
     /// Names of every column family (kept here so a flush needs no directory read).
     cf_names: parking_lot::Mutex<Vec<String>>,
     filters: FilterRegistry,
@@ -488,7 +485,6 @@ impl Db {
         Ok(Arc::new(Db {
             db,
             cache: RwLock::new(WriteCache::new(reservation.bytes)),
-            cache_on: reservation.bytes > 0,
             reservation,
             cf_names,
             filters,
@@ -557,7 +553,7 @@ impl Db {
     /// a full cache is drained first (an error leaves the batch undone), then the batch is
     /// cached under one lock.
     pub(crate) fn write(&self, batch: Batch) -> Result<()> {
-        if self.cache_on {
+        if self.cache_on() {
             let mut cache = self.cache.write();
             if cache.is_full() {
                 self.write_cached(&mut cache)?;
@@ -567,26 +563,54 @@ impl Db {
             }
             return Ok(());
         }
-        let names = self.cf_names.lock();
-        let mut wb = WriteBatch::default();
-        for op in &batch.0 {
-            let handle = self.handle(&names, op.slot)?;
-            match &op.value {
-                Some(v) => wb.put_cf(&handle, &op.key, v),
-                None => wb.delete_cf(&handle, &op.key),
-            }
-        }
-        drop(names);
-        self.db.write_opt(wb, &self.write.0)?;
+        let ops = batch
+            .0
+            .iter()
+            .map(|op| (op.slot, &*op.key, op.value.as_deref()));
+        self.db
+            .write_opt(self.write_batch(ops, 0)?, &self.write.0)?;
         Ok(())
     }
 
-    /// The handle of the column family in `slot` of `names` (`cf_names`, locked).
-    fn handle(&self, names: &[String], slot: usize) -> Result<Arc<BoundColumnFamily<'_>>> {
-        names
-            .get(slot)
-            .and_then(|name| self.db.cf_handle(name))
-            .ok_or_else(|| Error::RocksDb(format!("no column family in slot {slot}")))
+    /// Whether writes go through the write cache: the WAL is off, the database writable, and
+    /// the memory budget granted the cache bytes.
+    #[inline]
+    fn cache_on(&self) -> bool {
+        self.reservation.bytes > 0
+    }
+
+    /// A RocksDB write batch of `writes` (slot, key, value or `None` for a delete), with
+    /// `capacity` bytes reserved up front.
+    fn write_batch<'a>(
+        &self,
+        writes: impl Iterator<Item = CachedWrite<'a>>,
+        capacity: usize,
+    ) -> Result<WriteBatch> {
+        // Lock order: the cache (held by some callers), then `cf_names`; never the reverse.
+        let names = self.cf_names.lock();
+        let mut handles: Vec<Option<Arc<BoundColumnFamily<'_>>>> = Vec::new();
+        let mut wb = WriteBatch::with_capacity_bytes(capacity);
+        for (slot, key, value) in writes {
+            if handles.len() <= slot {
+                handles.resize(slot + 1, None);
+            }
+            let handle = match &handles[slot] {
+                Some(h) => h,
+                None => handles[slot].insert(
+                    names
+                        .get(slot)
+                        .and_then(|name| self.db.cf_handle(name))
+                        .ok_or_else(|| {
+                            Error::RocksDb(format!("no column family in slot {slot}"))
+                        })?,
+                ),
+            };
+            match value {
+                Some(v) => wb.put_cf(handle, key, v),
+                None => wb.delete_cf(handle, key),
+            }
+        }
+        Ok(wb)
     }
 
     /// Writes every cached write to RocksDB in one batch, in key order, and forgets them once
@@ -597,24 +621,7 @@ impl Db {
         if cache.is_empty() {
             return Ok(());
         }
-        // Lock order: the cache (held by the caller), then `cf_names`; never the reverse.
-        let names = self.cf_names.lock();
-        let mut handles: Vec<Option<Arc<BoundColumnFamily<'_>>>> = Vec::new();
-        let mut wb = WriteBatch::with_capacity_bytes(cache.bytes());
-        for (slot, key, value) in cache.sorted() {
-            if handles.len() <= slot {
-                handles.resize(slot + 1, None);
-            }
-            let handle = match &handles[slot] {
-                Some(h) => h,
-                None => handles[slot].insert(self.handle(&names, slot)?),
-            };
-            match value {
-                Some(v) => wb.put_cf(handle, key, v),
-                None => wb.delete_cf(handle, key),
-            }
-        }
-        drop((names, handles));
+        let wb = self.write_batch(cache.sorted(), cache.bytes())?;
         self.db.write_opt(wb, &self.write.0)?;
         cache.clear();
         Ok(())
@@ -623,7 +630,7 @@ impl Db {
     /// Writes every cached write to RocksDB (see [`crate::write_cache`]): before anything
     /// that reads RocksDB's data other than a point read.
     pub(crate) fn drain(&self) -> Result<()> {
-        if !self.cache_on {
+        if !self.cache_on() {
             return Ok(());
         }
         let mut cache = self.cache.write();
@@ -686,11 +693,7 @@ impl Db {
                 .db
                 .property_int_value("rocksdb.block-cache-capacity")?
                 .unwrap_or(0),
-            write_cache_limit_bytes: if self.cache_on {
-                self.reservation.bytes as u64
-            } else {
-                0
-            },
+            write_cache_limit_bytes: self.reservation.bytes as u64,
             estimated_keys: sum("rocksdb.estimate-num-keys")?,
             pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
             levels: Vec::new(),
@@ -763,7 +766,7 @@ impl Cf {
     /// call back into the database.
     #[inline]
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        if self.db.cache_on {
+        if self.db.cache_on() {
             let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = self
                 .db
                 .cache
@@ -784,7 +787,7 @@ impl Cf {
     /// Stores `value` under `key`.
     #[inline]
     pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        if self.db.cache_on {
+        if self.db.cache_on() {
             return self.write(key, Some(value));
         }
         self.db
@@ -795,7 +798,7 @@ impl Cf {
 
     /// Deletes `key`.
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
-        if self.db.cache_on {
+        if self.db.cache_on() {
             return self.write(key, None);
         }
         self.db

@@ -99,17 +99,21 @@ fn readers_on_other_threads_never_lose_a_write() {
     }
 }
 
-#[test]
-fn with_the_wal_on_a_write_is_logged_when_put_returns() {
-    let dir = tempfile::tempdir().unwrap();
-    let live = dir.path().join("live");
-    let backend = KeyedBackend::builder(&live)
+fn open_with_wal(path: &std::path::Path) -> KeyedBackend {
+    KeyedBackend::builder(path)
         .options(DbOptions {
             wal: true,
             ..DbOptions::default()
         })
         .open()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn with_the_wal_on_a_write_is_logged_when_put_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("live");
+    let backend = open_with_wal(&live);
     let s = state(&backend);
     for k in 0..100u32 {
         s.put(&k, &(), &u64::from(k)).unwrap();
@@ -131,13 +135,7 @@ fn with_the_wal_on_a_write_is_logged_when_put_returns() {
             }
         }
     }
-    let recovered = KeyedBackend::builder(&image)
-        .options(DbOptions {
-            wal: true,
-            ..DbOptions::default()
-        })
-        .open()
-        .unwrap();
+    let recovered = open_with_wal(&image);
     let want: Model = (0..100u32).map(|k| (k, u64::from(k))).collect();
     assert_eq!(read_all(&recovered), want);
     drop(backend);
