@@ -19,7 +19,7 @@ use crate::checkpoint::registry::{Checkpointer, RestoredBase};
 use crate::checkpoint::{CheckpointOptions, RestoreFrom};
 use crate::codec;
 use crate::db::TtlFilter;
-use crate::db::{Db, MemoryBudget};
+use crate::db::{Db, KeyLayout, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::heap::HeapTable;
 use crate::keygroup::{self, KeyGroupRange};
@@ -194,7 +194,7 @@ impl BackendBuilder {
                     &self.path,
                     &self.options,
                     &budget,
-                    keygroup::file_partition_prefix_len(self.max_parallelism, key_groups),
+                    Some(KeyLayout::new(self.max_parallelism, key_groups)),
                 )?;
                 let meta = Table::Rocks(db.default_cf()?);
                 (Engine::Rocks(db), meta)

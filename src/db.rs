@@ -18,6 +18,8 @@ use rocksdb::{
 };
 
 use crate::error::{Error, Result};
+use crate::key_bounds::{Check, KeyBounds};
+use crate::keygroup::{self, KeyGroupRange};
 use crate::options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
 use crate::ttl::{self, Clock, TtlCounters};
 use crate::write_cache::{CachedWrite, WriteCache};
@@ -389,9 +391,8 @@ pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
     /// The write cache's share of the memory budget (held while the database is open).
     reservation: Reservation,
-    /// Writes not yet in RocksDB (see [`crate::write_cache`]); read before RocksDB by every
-    /// point read and drained before every other access to RocksDB's data.
-    cache: RwLock<WriteCache>,
+    /// Writes not yet in RocksDB and the key bounds, read before RocksDB by every point read.
+    front: RwLock<Front>,
     /// Names of every column family (kept here so a flush needs no directory read).
     cf_names: parking_lot::Mutex<Vec<String>>,
     filters: FilterRegistry,
@@ -401,7 +402,58 @@ pub(crate) struct Db {
     budget: MemoryBudget,
     /// Key bytes at which compaction cuts files of state column families (0: none).
     partition_prefix: usize,
+    /// Whether point reads are bounded per key group (`Front::bounds` is `Some`).
+    bounded: bool,
     path: PathBuf,
+}
+
+/// What a point read consults before RocksDB, under one lock.
+struct Front {
+    /// Writes not yet in RocksDB (see [`crate::write_cache`]); drained before every other
+    /// access to RocksDB's data.
+    cache: WriteCache,
+    /// Bounds of each key group's stored keys (see [`crate::key_bounds`]); `None` when the
+    /// keys' layout is not known or `DbOptions::key_bounds` is off.
+    bounds: Option<KeyBounds>,
+}
+
+impl Front {
+    /// What the bounds say about `key` in column family `slot`.
+    #[inline]
+    fn check(&self, slot: usize, key: &[u8]) -> Check {
+        match &self.bounds {
+            Some(b) => b.check(slot, key),
+            None => Check::Maybe,
+        }
+    }
+
+    /// Counts a put of `key` in the bounds: before the key can reach RocksDB.
+    #[inline]
+    fn raise(&mut self, slot: usize, key: &[u8]) {
+        if let Some(b) = &mut self.bounds {
+            b.raise(slot, key);
+        }
+    }
+}
+
+/// How the keys of a database's state column families begin: with their key-group prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyLayout {
+    /// Bytes of the key-group prefix (1 or 2).
+    group_prefix: usize,
+    /// Key bytes at which compaction cuts state files
+    /// ([`crate::keygroup::file_partition_prefix_len`]).
+    file_prefix: usize,
+}
+
+impl KeyLayout {
+    /// The layout of a backend owning `key_groups` of `max_parallelism`.
+    pub(crate) fn new(max_parallelism: u32, key_groups: KeyGroupRange) -> Self {
+        KeyLayout {
+            group_prefix: keygroup::prefix_len(max_parallelism),
+            file_prefix: keygroup::file_partition_prefix_len(max_parallelism, key_groups),
+        }
+    }
 }
 
 /// A column family handle that keeps its database alive.
@@ -428,16 +480,17 @@ struct BatchOp {
 }
 
 impl Db {
-    /// Opens (or creates) the database at `path` with every column family it already has;
-    /// compaction cuts state files at the first `partition_prefix` key bytes (see
-    /// [`crate::keygroup::file_partition_prefix_len`]).
+    /// Opens (or creates) the database at `path` with every column family it already has.
+    /// With the keys' `layout`, compaction cuts state files at key-group boundaries
+    /// (`DbOptions::key_group_files`) and point reads are bounded per key group
+    /// (`DbOptions::key_bounds`); `None` does neither.
     pub(crate) fn open(
         path: &Path,
         options: &DbOptions,
         budget: &MemoryBudget,
-        partition_prefix: usize,
+        layout: Option<KeyLayout>,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, partition_prefix, false)
+        Self::open_with(path, options, budget, layout, false)
     }
 
     /// Opens the existing database at `path` read-only: nothing is written, no compaction
@@ -447,17 +500,18 @@ impl Db {
         options: &DbOptions,
         budget: &MemoryBudget,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, 0, true)
+        Self::open_with(path, options, budget, None, true)
     }
 
     fn open_with(
         path: &Path,
         options: &DbOptions,
         budget: &MemoryBudget,
-        partition_prefix: usize,
+        layout: Option<KeyLayout>,
         read_only: bool,
     ) -> Result<Arc<Db>> {
         options.validate()?;
+        let partition_prefix = layout.map_or(0, |l| l.file_prefix);
         let opts = db_options(options, budget)?;
         let filters = FilterRegistry::default();
         let (existing, descriptors) =
@@ -482,9 +536,17 @@ impl Db {
             options.write_cache_bytes.min(options.write_buffer_size / 8)
         };
         let reservation = budget.reserve(want);
+        let bounds = layout
+            .filter(|_| options.key_bounds && !read_only)
+            .map(|l| l.group_prefix);
         Ok(Arc::new(Db {
             db,
-            cache: RwLock::new(WriteCache::new(reservation.bytes)),
+            front: RwLock::new(Front {
+                cache: WriteCache::new(reservation.bytes),
+                // Every bound starts unknown: the database may hold keys already.
+                bounds: bounds.map(KeyBounds::new),
+            }),
+            bounded: bounds.is_some(),
             reservation,
             cf_names,
             filters,
@@ -553,16 +615,23 @@ impl Db {
     /// a full cache is drained first (an error leaves the batch undone), then the batch is
     /// cached under one lock.
     pub(crate) fn write(&self, batch: Batch) -> Result<()> {
+        let mut front = self.front.write();
         if self.cache_on() {
-            let mut cache = self.cache.write();
-            if cache.is_full() {
-                self.write_cached(&mut cache)?;
+            if front.cache.is_full() {
+                self.write_cached(&mut front.cache)?;
             }
             for op in &batch.0 {
-                cache.write(op.slot, &op.key, op.value.as_deref());
+                if op.value.is_some() {
+                    front.raise(op.slot, &op.key);
+                }
+                front.cache.write(op.slot, &op.key, op.value.as_deref());
             }
             return Ok(());
         }
+        for op in batch.0.iter().filter(|op| op.value.is_some()) {
+            front.raise(op.slot, &op.key);
+        }
+        drop(front);
         let ops = batch
             .0
             .iter()
@@ -633,8 +702,8 @@ impl Db {
         if !self.cache_on() {
             return Ok(());
         }
-        let mut cache = self.cache.write();
-        self.write_cached(&mut cache)
+        let mut front = self.front.write();
+        self.write_cached(&mut front.cache)
     }
 
     /// Flushes every column family's memtable to SST files.
@@ -753,30 +822,44 @@ impl Cf {
     /// an error of that drain leaves this write undone.
     #[inline]
     fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-        let mut cache = self.db.cache.write();
-        if cache.is_full() {
-            self.db.write_cached(&mut cache)?;
+        let mut front = self.db.front.write();
+        if front.cache.is_full() {
+            self.db.write_cached(&mut front.cache)?;
         }
-        cache.write(self.slot, key, value);
+        if value.is_some() {
+            front.raise(self.slot, key);
+        }
+        front.cache.write(self.slot, key, value);
         Ok(())
     }
 
-    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB. A value
-    /// found in the write cache is copied out first, so `f` runs with no lock held and may
-    /// call back into the database.
+    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB. A key
+    /// above its group's bound is absent without asking RocksDB; a value found in the write
+    /// cache is copied out first, so `f` runs with no lock held and may call back into the
+    /// database.
     #[inline]
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let mut front = self.db.front.read();
+        match front.check(self.slot, key) {
+            Check::Absent => return Ok(None),
+            Check::Maybe => {}
+            Check::Unknown { losses } => {
+                drop(front);
+                self.learn_bound(key, losses)?;
+                front = self.db.front.read();
+            }
+        }
         if self.db.cache_on() {
-            let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = self
-                .db
+            let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = front
                 .cache
-                .read()
                 .get(self.slot, key)
                 .map(|v| v.map(smallvec::SmallVec::from_slice));
             if let Some(pending) = cached {
+                drop(front);
                 return Ok(pending.map(|v| f(&v)));
             }
         }
+        drop(front);
         let value = self
             .db
             .db
@@ -784,11 +867,46 @@ impl Cf {
         Ok(value.map(|v| f(&v)))
     }
 
+    /// Asks RocksDB for the largest key of `key`'s group and installs it as the group's bound
+    /// (see [`crate::key_bounds`]): `losses` is the column family's loss count when the bound
+    /// was found unknown. Reads RocksDB without draining the write cache: the bound already
+    /// counts every key put since it was lost, cached or not.
+    #[cold]
+    fn learn_bound(&self, key: &[u8], losses: u64) -> Result<()> {
+        let Some((group, (lower, upper))) = self
+            .db
+            .front
+            .read()
+            .bounds
+            .as_ref()
+            .and_then(|b| b.group(key).map(|g| (g, b.group_range(g))))
+        else {
+            return Ok(());
+        };
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(lower);
+        if let Some(upper) = upper {
+            read.set_iterate_upper_bound(upper);
+        }
+        let mut it = self.db.db.raw_iterator_cf_opt(&self.handle, read);
+        it.seek_to_last();
+        it.status()?;
+        let stored_max = it.key().map(<[u8]>::to_vec);
+        drop(it);
+        if let Some(b) = &mut self.db.front.write().bounds {
+            b.learn(self.slot, group, losses, stored_max.as_deref());
+        }
+        Ok(())
+    }
+
     /// Stores `value` under `key`.
     #[inline]
     pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         if self.db.cache_on() {
             return self.write(key, Some(value));
+        }
+        if self.db.bounded {
+            self.db.front.write().raise(self.slot, key);
         }
         self.db
             .db
@@ -952,9 +1070,16 @@ impl Cf {
         self.drain()?;
         let mut opts = rocksdb::IngestExternalFileOptions::default();
         opts.set_move_files(true);
-        self.db
+        let ingested = self
             .db
-            .ingest_external_file_cf_opts(&self.handle, &opts, files.to_vec())?;
+            .db
+            .ingest_external_file_cf_opts(&self.handle, &opts, files.to_vec());
+        // Keys entered around the puts (on an error too: RocksDB may have taken some files):
+        // every bound of the column family is unknown until a read asks RocksDB again.
+        if let Some(b) = &mut self.db.front.write().bounds {
+            b.lose(self.slot);
+        }
+        ingested?;
         Ok(())
     }
 }
@@ -1274,13 +1399,13 @@ mod tests {
             ..DbOptions::default()
         };
         let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
-        let mut db = Db::open(dir.path(), &options, &budget, 0).unwrap();
+        let mut db = Db::open(dir.path(), &options, &budget, None).unwrap();
         Arc::get_mut(&mut db).unwrap().write = write_options(true);
         let cf = db.default_cf().unwrap();
         let value = vec![7u8; 1000];
         let mut n = 0u32;
         // Cached only: nothing has reached RocksDB, so nothing fails yet.
-        while !db.cache.read().is_full() {
+        while !db.front.read().cache.is_full() {
             cf.put(&n.to_be_bytes(), &value).unwrap();
             n += 1;
         }
@@ -1302,7 +1427,7 @@ mod tests {
         drop(cf);
         Arc::get_mut(&mut db).unwrap().write = write_options(false);
         db.drain().unwrap();
-        assert!(db.cache.read().is_empty());
+        assert!(db.front.read().cache.is_empty());
         let cf = db.default_cf().unwrap();
         let mut scanned = 0u32;
         cf.scan(b"", None, |k, v| {
@@ -1313,5 +1438,131 @@ mod tests {
         })
         .unwrap();
         assert_eq!(scanned, n);
+    }
+
+    /// A backend-like layout: 128 key groups, one-byte prefixes.
+    fn layout() -> Option<KeyLayout> {
+        Some(KeyLayout::new(128, KeyGroupRange::all(128).unwrap()))
+    }
+
+    fn open_bounded(dir: &Path, write_cache_bytes: usize) -> Arc<Db> {
+        let options = DbOptions {
+            write_cache_bytes,
+            ..DbOptions::default()
+        };
+        let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+        Db::open(dir, &options, &budget, layout()).unwrap()
+    }
+
+    fn read(cf: &Cf, key: &[u8]) -> Option<Vec<u8>> {
+        cf.get_with(key, |v| v.to_vec()).unwrap()
+    }
+
+    /// Whether the bound of `key`'s group rules `key` out (a read would not ask RocksDB).
+    fn ruled_out(cf: &Cf, key: &[u8]) -> bool {
+        cf.db.front.read().check(cf.slot, key) == Check::Absent
+    }
+
+    #[test]
+    fn every_put_raises_its_groups_bound_with_the_cache_on_and_off() {
+        for cache in [0, 2 << 20] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = open_bounded(dir.path(), cache);
+            let cf = db.create_cf("s").unwrap();
+            // A read learns that group 7 is empty: every key of it is ruled out.
+            assert_eq!(read(&cf, b"\x07a"), None);
+            assert!(ruled_out(&cf, b"\x07a"));
+            cf.put(b"\x07m", b"1").unwrap();
+            assert_eq!(read(&cf, b"\x07m"), Some(b"1".to_vec()), "cache {cache}");
+            let mut batch = Batch::new();
+            batch.put(&cf, b"\x07z", b"2");
+            batch.delete(&cf, b"\x07zz");
+            db.write(batch).unwrap();
+            assert_eq!(read(&cf, b"\x07z"), Some(b"2".to_vec()), "cache {cache}");
+            assert!(!ruled_out(&cf, b"\x07y"));
+            // A delete does not raise it.
+            assert!(ruled_out(&cf, b"\x07zz"));
+            db.drain().unwrap();
+            assert_eq!(read(&cf, b"\x07z"), Some(b"2".to_vec()), "cache {cache}");
+        }
+    }
+
+    #[test]
+    fn bounds_are_learned_from_rocksdb_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = open_bounded(dir.path(), 2 << 20);
+            let cf = db.create_cf("s").unwrap();
+            cf.put(b"\x03k", b"1").unwrap();
+            cf.put(b"\x04k", b"2").unwrap();
+        }
+        let db = open_bounded(dir.path(), 2 << 20);
+        let cf = db.cf("s").unwrap();
+        // Nothing was put since the open: only RocksDB knows these keys.
+        assert!(!ruled_out(&cf, b"\x03k"));
+        assert_eq!(read(&cf, b"\x03k"), Some(b"1".to_vec()));
+        assert_eq!(read(&cf, b"\x03l"), None);
+        assert!(ruled_out(&cf, b"\x03l"));
+        assert!(!ruled_out(&cf, b"\x03k"));
+        assert_eq!(read(&cf, b"\x04k"), Some(b"2".to_vec()));
+    }
+
+    #[test]
+    fn a_bound_learned_while_puts_wait_in_the_cache_counts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_bounded(dir.path(), 2 << 20);
+        let cf = db.create_cf("s").unwrap();
+        cf.put(b"\x05k", b"1").unwrap();
+        db.drain().unwrap();
+        drop((cf, db));
+        let db = open_bounded(dir.path(), 2 << 20);
+        let cf = db.cf("s").unwrap();
+        // Put while the bound is unknown, still cached when RocksDB is asked (it knows `k`).
+        cf.put(b"\x05x", b"2").unwrap();
+        assert_eq!(read(&cf, b"\x05a"), None);
+        assert!(!db.front.read().cache.is_empty());
+        db.drain().unwrap();
+        assert_eq!(read(&cf, b"\x05x"), Some(b"2".to_vec()));
+        assert!(ruled_out(&cf, b"\x05y"));
+    }
+
+    #[test]
+    fn ingested_keys_above_a_known_bound_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_bounded(&dir.path().join("db"), 2 << 20);
+        let cf = db.create_cf("s").unwrap();
+        cf.put(b"\x09a", b"1").unwrap();
+        assert_eq!(read(&cf, b"\x09b"), None);
+        assert!(ruled_out(&cf, b"\x09b"));
+        let sst = dir.path().join("in.sst");
+        db.write_sst(&sst, |sink| {
+            sink.put(b"\x09b", b"2")?;
+            sink.put(b"\x0ab", b"3")
+        })
+        .unwrap();
+        cf.ingest(&[sst]).unwrap();
+        assert_eq!(read(&cf, b"\x09b"), Some(b"2".to_vec()));
+        assert_eq!(read(&cf, b"\x0ab"), Some(b"3".to_vec()));
+        assert_eq!(read(&cf, b"\x09a"), Some(b"1".to_vec()));
+        assert!(ruled_out(&cf, b"\x09c"));
+    }
+
+    #[test]
+    fn without_a_layout_or_with_the_option_off_nothing_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+        let off = DbOptions {
+            key_bounds: false,
+            ..DbOptions::default()
+        };
+        let a = Db::open(&dir.path().join("a"), &off, &budget, layout()).unwrap();
+        let b = Db::open(&dir.path().join("b"), &DbOptions::default(), &budget, None).unwrap();
+        for db in [a, b] {
+            assert!(!db.bounded);
+            let cf = db.create_cf("s").unwrap();
+            cf.put(b"\x01a", b"1").unwrap();
+            assert_eq!(read(&cf, b"\x01b"), None);
+            assert!(!ruled_out(&cf, b"\x01b"));
+        }
     }
 }

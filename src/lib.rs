@@ -29,6 +29,7 @@ pub mod coordinator;
 mod db;
 pub mod error;
 mod heap;
+mod key_bounds;
 pub mod keygroup;
 pub mod metrics;
 pub mod operator_state;

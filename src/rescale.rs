@@ -67,7 +67,7 @@ use crate::backend::{
 };
 use crate::checkpoint::uploader::run_parallel;
 use crate::codec;
-use crate::db::{self, Cf, Db, ForeignFiles, LiveSst, MemoryBudget};
+use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::DbOptions;
@@ -137,8 +137,8 @@ pub(crate) fn rescale(
 ) -> Result<RescaleStats> {
     let mut stats = RescaleStats::default();
     let m = target.max_parallelism;
-    let partition = keygroup::file_partition_prefix_len(m, target.key_groups);
-    let db = Db::open(base.dir, target.options, target.budget, partition)?;
+    let layout = Some(KeyLayout::new(m, target.key_groups));
+    let db = Db::open(base.dir, target.options, target.budget, layout)?;
     let base_states = check_source(&db, base, m)?;
     let mut list_seq = read_list_seq(&db.default_cf()?)?;
 
@@ -249,7 +249,7 @@ pub(crate) fn rescale(
                 }
             }
         }
-        Db::open(base.dir, target.options, target.budget, partition)?
+        Db::open(base.dir, target.options, target.budget, layout)?
     } else {
         db
     };

@@ -343,7 +343,8 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
             "rockstate RawValueState vs raw rust-rocksdb, same options; raw_same_layout stores \
              rockstate's key layout, so layout_ratio is rockstate's code cost alone (rockstate \
              hands writes to RocksDB in sorted batches from its write cache, the raw stores put \
-             one at a time); every \
+             one at a time, and answers reads of keys above every stored key of their key group \
+             from its key bounds); every \
              store is flushed and compacted, untimed, before each phase; the stores take turns \
              in 20 slices per phase",
         )

@@ -1,0 +1,154 @@
+//! Key bounds (`DbOptions::key_bounds`): per state and key group, a key at least as large as
+//! every stored key of the group, so a read of a key above it answers "absent" without asking
+//! RocksDB. What a user must never notice: a stored key is found whichever way it got into the
+//! database (put in this session, put before a reopen, restored from a checkpoint, brought in
+//! by a rescale, loaded from savepoints). The keys here are the shape the bounds serve:
+//! big-endian ids that grow, looked up before they are stored, as a dedup of sequence numbers
+//! does. The bounds' own rules (learning, losing them at ingestion) are unit-tested in
+//! `src/key_bounds.rs` and `src/db.rs`; `tests/model.rs` runs every state kind with them on.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use rockstate::{
+    CheckpointOptions, CodecId, KeyGroupRange, KeyedBackend, RawValueState, RestoreFrom,
+};
+
+const M: u32 = 128;
+
+fn ids(backend: &KeyedBackend) -> RawValueState {
+    backend
+        .raw_value_state("ids", CodecId::new("bytes", 1))
+        .unwrap()
+}
+
+fn id(i: u64) -> [u8; 8] {
+    i.to_be_bytes()
+}
+
+fn owns(backend: &KeyedBackend, i: u64) -> bool {
+    let group = rockstate::keygroup::key_group_of(&id(i), backend.max_parallelism());
+    backend.key_groups().contains(group)
+}
+
+/// Dedup of ids `from..to` in order: each is looked up (and must be new), then stored.
+fn dedup(backend: &KeyedBackend, from: u64, to: u64) {
+    let s = ids(backend);
+    for i in (from..to).filter(|&i| owns(backend, i)) {
+        assert_eq!(s.get(&id(i), &[]).unwrap(), None, "id {i} seen before");
+        s.put(&id(i), &[], &i.to_le_bytes()).unwrap();
+    }
+}
+
+/// Every owned id of `stored` is found with its value; every owned id of `absent` is not.
+fn check(backend: &KeyedBackend, stored: std::ops::Range<u64>, absent: std::ops::Range<u64>) {
+    let s = ids(backend);
+    let mut found = 0;
+    for i in stored.filter(|&i| owns(backend, i)) {
+        assert_eq!(
+            s.get(&id(i), &[]).unwrap(),
+            Some(i.to_le_bytes().to_vec()),
+            "id {i} lost"
+        );
+        found += 1;
+    }
+    assert!(found > 0, "the backend owns none of the stored ids");
+    for i in absent.filter(|&i| owns(backend, i)) {
+        assert_eq!(s.get(&id(i), &[]).unwrap(), None, "id {i} appeared");
+    }
+}
+
+fn open_at(fx: &Fixture, name: &str, range: KeyGroupRange, from: RestoreFrom) -> KeyedBackend {
+    KeyedBackend::builder(fx.path(name))
+        .options(small_options())
+        .max_parallelism(M)
+        .key_groups(range)
+        .checkpoint_storage(fx.storage_dyn())
+        .restore(from)
+        .unwrap()
+}
+
+#[test]
+fn ids_stored_before_a_reopen_are_found_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let b = KeyedBackend::builder(dir.path()).open().unwrap();
+        dedup(&b, 0, 3000);
+        b.close().unwrap();
+    }
+    let b = KeyedBackend::builder(dir.path()).open().unwrap();
+    check(&b, 0..3000, 3000..4000);
+    dedup(&b, 3000, 4000);
+    check(&b, 0..4000, 4000..5000);
+}
+
+#[test]
+fn ids_restored_from_a_checkpoint_at_any_parallelism_are_found_and_later_ones_are_not() {
+    let fx = Fixture::new();
+    let a = KeyedBackend::builder(fx.path("a"))
+        .options(small_options())
+        .max_parallelism(M)
+        .checkpoint_storage(fx.storage_dyn())
+        .checkpoint_options(CheckpointOptions::default())
+        .open()
+        .unwrap();
+    dedup(&a, 0, 4000);
+    a.checkpoint(1).unwrap();
+    a.notify_checkpoint_complete(1).unwrap();
+    // After the checkpoint: not in what is restored from it.
+    dedup(&a, 4000, 5000);
+
+    let whole = open_at(
+        &fx,
+        "b",
+        KeyGroupRange::all(M).unwrap(),
+        RestoreFrom::Checkpoint(1),
+    );
+    check(&whole, 0..4000, 4000..6000);
+    dedup(&whole, 4000, 5000);
+    check(&whole, 0..5000, 5000..6000);
+
+    for i in 0..2 {
+        let half = open_at(
+            &fx,
+            &format!("half{i}"),
+            KeyGroupRange::for_operator(M, 2, i).unwrap(),
+            RestoreFrom::Checkpoint(1),
+        );
+        check(&half, 0..4000, 4000..6000);
+        dedup(&half, 4000, 5000);
+        check(&half, 0..5000, 5000..6000);
+    }
+}
+
+#[test]
+fn ids_loaded_from_savepoints_are_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str, range: KeyGroupRange| {
+        KeyedBackend::builder(dir.path().join(name))
+            .max_parallelism(M)
+            .key_groups(range)
+            .open()
+            .unwrap()
+    };
+    let mut paths = Vec::new();
+    for i in 0..2 {
+        let half = open(
+            &format!("h{i}"),
+            KeyGroupRange::for_operator(M, 2, i).unwrap(),
+        );
+        dedup(&half, 0, 3000);
+        let sp = dir.path().join(format!("sp{i}"));
+        half.write_savepoint(&sp).unwrap();
+        paths.push(sp);
+    }
+    let whole = open("whole", KeyGroupRange::all(M).unwrap());
+    let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    whole.restore_savepoints(&refs).unwrap();
+    check(&whole, 0..3000, 3000..4000);
+    dedup(&whole, 3000, 4000);
+    check(&whole, 0..4000, 4000..5000);
+}
