@@ -412,7 +412,8 @@ struct Front {
     /// Writes not yet in RocksDB (see [`crate::write_cache`]); drained before every other
     /// access to RocksDB's data.
     cache: WriteCache,
-    /// Bounds of each key group's stored keys (see [`crate::key_bounds`]); `None` when the
+    /// Bounds of each key group's keys in RocksDB (see [`crate::key_bounds`]; a point read
+    /// looks in `cache` first, and a drain raises them for what it writes); `None` when the
     /// keys' layout is not known or `DbOptions::key_bounds` is off.
     bounds: Option<KeyBounds>,
 }
@@ -427,7 +428,8 @@ impl Front {
         }
     }
 
-    /// Counts a put of `key` in the bounds: before the key can reach RocksDB.
+    /// Counts a put of `key` that goes straight to RocksDB (the write cache is off) in the
+    /// bounds, before the key gets there.
     #[inline]
     fn raise(&mut self, slot: usize, key: &[u8]) {
         if let Some(b) = &mut self.bounds {
@@ -618,12 +620,9 @@ impl Db {
         let mut front = self.front.write();
         if self.cache_on() {
             if front.cache.is_full() {
-                self.write_cached(&mut front.cache)?;
+                self.write_cached(&mut front)?;
             }
             for op in &batch.0 {
-                if op.value.is_some() {
-                    front.raise(op.slot, &op.key);
-                }
                 front.cache.write(op.slot, &op.key, op.value.as_deref());
             }
             return Ok(());
@@ -683,14 +682,34 @@ impl Db {
     }
 
     /// Writes every cached write to RocksDB in one batch, in key order, and forgets them once
-    /// RocksDB has them. On an error nothing is forgotten: the next drain writes them again.
-    /// The caller holds the cache lock across the write, so no reader finds a key in neither
-    /// place.
-    fn write_cached(&self, cache: &mut WriteCache) -> Result<()> {
+    /// RocksDB has them; raises each key group's bound to the largest key put in it. On an
+    /// error nothing is forgotten: the next drain writes them again. The caller holds the lock
+    /// across the write, so no reader finds a key in neither place, nor a key in RocksDB above
+    /// its group's bound.
+    fn write_cached(&self, front: &mut Front) -> Result<()> {
+        let Front { cache, bounds } = front;
         if cache.is_empty() {
             return Ok(());
         }
-        let wb = self.write_batch(cache.sorted(), cache.bytes())?;
+        // Sorted by slot, then key: the last put of each (slot, group) run is its largest. A
+        // bound raised for a write RocksDB then refuses is only higher than it needs to be.
+        let mut run: Option<(usize, &[u8])> = None;
+        let writes = cache.sorted().inspect(|&(slot, key, value)| {
+            let Some(b) = bounds.as_mut() else { return };
+            if let Some((s, k)) = run {
+                if s != slot || b.group(k) != b.group(key) {
+                    b.raise(s, k);
+                    run = None;
+                }
+            }
+            if value.is_some() {
+                run = Some((slot, key));
+            }
+        });
+        let wb = self.write_batch(writes, cache.bytes())?;
+        if let (Some(b), Some((slot, key))) = (bounds.as_mut(), run) {
+            b.raise(slot, key);
+        }
         self.db.write_opt(wb, &self.write.0)?;
         cache.clear();
         Ok(())
@@ -703,7 +722,7 @@ impl Db {
             return Ok(());
         }
         let mut front = self.front.write();
-        self.write_cached(&mut front.cache)
+        self.write_cached(&mut front)
     }
 
     /// Flushes every column family's memtable to SST files.
@@ -824,31 +843,19 @@ impl Cf {
     fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         let mut front = self.db.front.write();
         if front.cache.is_full() {
-            self.db.write_cached(&mut front.cache)?;
-        }
-        if value.is_some() {
-            front.raise(self.slot, key);
+            self.db.write_cached(&mut front)?;
         }
         front.cache.write(self.slot, key, value);
         Ok(())
     }
 
-    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB. A key
-    /// above its group's bound is absent without asking RocksDB; a value found in the write
-    /// cache is copied out first, so `f` runs with no lock held and may call back into the
-    /// database.
+    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB. A value
+    /// found in the write cache is copied out first, so `f` runs with no lock held and may
+    /// call back into the database; a key not in the cache and above its group's bound is
+    /// absent without asking RocksDB.
     #[inline]
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        let mut front = self.db.front.read();
-        match front.check(self.slot, key) {
-            Check::Absent => return Ok(None),
-            Check::Maybe => {}
-            Check::Unknown { losses } => {
-                drop(front);
-                self.learn_bound(key, losses)?;
-                front = self.db.front.read();
-            }
-        }
+        let front = self.db.front.read();
         if self.db.cache_on() {
             let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = front
                 .cache
@@ -859,7 +866,15 @@ impl Cf {
                 return Ok(pending.map(|v| f(&v)));
             }
         }
-        drop(front);
+        // Not cached: RocksDB has the answer, unless the key is above its group's bound.
+        match front.check(self.slot, key) {
+            Check::Absent => return Ok(None),
+            Check::Maybe => drop(front),
+            Check::Unknown { losses } => {
+                drop(front);
+                self.learn_bound(key, losses)?;
+            }
+        }
         let value = self
             .db
             .db
@@ -869,8 +884,9 @@ impl Cf {
 
     /// Asks RocksDB for the largest key of `key`'s group and installs it as the group's bound
     /// (see [`crate::key_bounds`]): `losses` is the column family's loss count when the bound
-    /// was found unknown. Reads RocksDB without draining the write cache: the bound already
-    /// counts every key put since it was lost, cached or not.
+    /// was found unknown. Reads RocksDB without draining the write cache: cached keys are
+    /// found in the cache before the bound is looked at, and the drain that writes them
+    /// raises the bound.
     #[cold]
     fn learn_bound(&self, key: &[u8], losses: u64) -> Result<()> {
         let Some((group, (lower, upper))) = self
@@ -1473,18 +1489,46 @@ mod tests {
             assert_eq!(read(&cf, b"\x07a"), None);
             assert!(ruled_out(&cf, b"\x07a"));
             cf.put(b"\x07m", b"1").unwrap();
-            assert_eq!(read(&cf, b"\x07m"), Some(b"1".to_vec()), "cache {cache}");
             let mut batch = Batch::new();
             batch.put(&cf, b"\x07z", b"2");
             batch.delete(&cf, b"\x07zz");
             db.write(batch).unwrap();
+            // Found in the cache or (cache off) in RocksDB above the old bound.
+            assert_eq!(read(&cf, b"\x07m"), Some(b"1".to_vec()), "cache {cache}");
+            assert_eq!(read(&cf, b"\x07z"), Some(b"2".to_vec()), "cache {cache}");
+            // After the drain only RocksDB has them: the drain raised the bound.
+            db.drain().unwrap();
+            assert_eq!(read(&cf, b"\x07m"), Some(b"1".to_vec()), "cache {cache}");
             assert_eq!(read(&cf, b"\x07z"), Some(b"2".to_vec()), "cache {cache}");
             assert!(!ruled_out(&cf, b"\x07y"));
             // A delete does not raise it.
             assert!(ruled_out(&cf, b"\x07zz"));
-            db.drain().unwrap();
-            assert_eq!(read(&cf, b"\x07z"), Some(b"2".to_vec()), "cache {cache}");
         }
+    }
+
+    #[test]
+    fn a_drain_raises_each_groups_bound_to_its_largest_put() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_bounded(dir.path(), 2 << 20);
+        let (a, b) = (db.create_cf("a").unwrap(), db.create_cf("b").unwrap());
+        for (cf, key) in [(&a, b"\x01"), (&a, b"\x02"), (&b, b"\x01")] {
+            assert_eq!(read(cf, key), None);
+            assert!(ruled_out(cf, key));
+        }
+        // Runs by slot, then group, each ending in a different way.
+        a.put(b"\x01a", b"1").unwrap();
+        a.put(b"\x01c", b"2").unwrap();
+        a.delete(b"\x01d").unwrap();
+        a.put(b"\x02b", b"3").unwrap();
+        b.put(b"\x01z", b"4").unwrap();
+        db.drain().unwrap();
+        assert_eq!(read(&a, b"\x01a"), Some(b"1".to_vec()));
+        assert_eq!(read(&a, b"\x01c"), Some(b"2".to_vec()));
+        assert_eq!(read(&a, b"\x02b"), Some(b"3".to_vec()));
+        assert_eq!(read(&b, b"\x01z"), Some(b"4".to_vec()));
+        assert!(ruled_out(&a, b"\x01d"));
+        assert!(ruled_out(&a, b"\x02c"));
+        assert!(!ruled_out(&b, b"\x01y"));
     }
 
     #[test]

@@ -10,9 +10,13 @@
 //! shortcut, and a cheaper one (no RocksDB call at all).
 //!
 //! This module only holds the data; `db` owns it (under the same lock as the write cache) and
-//! keeps it true:
-//! - every put raises its group's bound before the key can reach RocksDB (deletes need not
-//!   lower it: a bound may be higher than the largest stored key, never lower);
+//! keeps it true for the keys in RocksDB (a point read looks in the write cache first, and
+//! only a key not cached is checked against the bound):
+//! - a drain of the write cache raises each group's bound to the largest key it puts there
+//!   (once per group and batch: the batch is sorted), under the lock it holds across its
+//!   RocksDB write; a put that goes straight to RocksDB (cache off) raises the bound before
+//!   it gets there. Deletes need not lower it: a bound may be higher than the largest stored
+//!   key, never lower;
 //! - a bound starts *unknown* when the database is opened, and every bound of a column family
 //!   becomes unknown again after keys enter it around the puts (SST ingestion). An unknown
 //!   bound still collects the keys put since, and a read that finds it unknown asks RocksDB
@@ -23,7 +27,10 @@
 //!   are.
 //!
 //! Reads of keys below a group's bound (random missing keys, every existing key) cost one
-//! hash lookup and one key comparison more and go to RocksDB as before. Memory: one entry per
+//! hash lookup and one key comparison more and go to RocksDB as before; a drain costs one
+//! bound update per group it writes to. The bounds help only where keys grow bytewise:
+//! big-endian integers (Flink's serializers and the raw-bytes API's users write them), not
+//! the typed API's postcard varints. Memory: one entry per
 //! column family and key group touched, holding one key.
 
 use std::hash::{BuildHasherDefault, Hasher};
@@ -141,8 +148,8 @@ impl KeyBounds {
         }
     }
 
-    /// Counts a put of `key` in column family `slot`: called before the key can reach
-    /// RocksDB.
+    /// Counts a put of `key` in column family `slot`: called before the key is in RocksDB,
+    /// or under the lock that keeps readers out until it is.
     #[inline]
     pub(crate) fn raise(&mut self, slot: usize, key: &[u8]) {
         let Some(group) = self.group(key) else {

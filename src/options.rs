@@ -134,7 +134,8 @@ pub struct DbOptions {
     /// its group, yet RocksDB would still probe the filter of every flushed file (each spans
     /// all groups) and search each level's files; without the prefix, the files' key ranges
     /// would rule it out. Lookups of keys below the bound (existing keys, random missing
-    /// ones) pay one hash lookup and key comparison more; every put one more comparison. A
+    /// ones) pay one hash lookup and key comparison more; writes pay one bound update per
+    /// key group and write-cache drain (one per put with the cache off). A
     /// bound is learned from RocksDB (one reverse seek in the group) on the first read of its
     /// group after the backend opens or after SST ingestion (restore, rescale); memory is one
     /// key per state and key group read or written (`key_bounds` module docs).
