@@ -617,8 +617,8 @@ impl Db {
     /// a full cache is drained first (an error leaves the batch undone), then the batch is
     /// cached under one lock.
     pub(crate) fn write(&self, batch: Batch) -> Result<()> {
-        let mut front = self.front.write();
         if self.cache_on() {
+            let mut front = self.front.write();
             if front.cache.is_full() {
                 self.write_cached(&mut front)?;
             }
@@ -627,10 +627,12 @@ impl Db {
             }
             return Ok(());
         }
-        for op in batch.0.iter().filter(|op| op.value.is_some()) {
-            front.raise(op.slot, &op.key);
+        if self.bounded {
+            let mut front = self.front.write();
+            for op in batch.0.iter().filter(|op| op.value.is_some()) {
+                front.raise(op.slot, &op.key);
+            }
         }
-        drop(front);
         let ops = batch
             .0
             .iter()
