@@ -97,20 +97,21 @@ pub struct DbOptions {
     pub low_priority_compaction: bool,
     /// Compaction cuts a state's files at key-group boundaries (RocksDB's fixed-prefix SST
     /// partitioner on the key-group prefix), so every compacted file holds one key group.
-    /// Default on. Keys are prefixed by their key group, so without it every file spans all
-    /// the backend's groups and a point read probes the filter of one file per level even for
-    /// a key past the end of its group's keys; with it the key's own group's file range tells
-    /// (no filter probe) whenever a missing key lies outside its group's range: new keys above
-    /// every stored one in ascending key spaces (sequence numbers, timestamps, new ids), the
-    /// dedup and join lookups that mostly miss. Flushed (L0) files still span every group.
-    /// Also, dropping the key groups a rescale gives away deletes whole files. The price is
-    /// more, smaller files: one per owned key group per level per state (at most 256: above
-    /// 256 owned groups, files are cut every 256 groups instead, see
-    /// `keygroup::file_partition_prefix_len`), so a small state of many groups has many tiny
-    /// files, and a checkpoint uploads more files. `bench ops --solo-only` (1M × 100 B, ten
-    /// alternating runs each): get_missing medians 1.54M ops/s with it, 0.97M without; over
-    /// 11 alternating pairs, insert and read-modify-write medians were 0.85 and 0.94 of
-    /// those without it, get and update a little higher (docs/design-notes.md).
+    /// Default off (on from session 6 until `key_bounds` came). What it gives: a rescale that
+    /// gives key groups away drops their compacted files whole (`DeleteFilesInRange`) instead
+    /// of leaving them to range tombstones and a compaction, so a restored instance holds
+    /// only its own groups' bytes at once; and a point read of a key outside its group's
+    /// stored range skips the file without a filter probe (`key_bounds` now answers the
+    /// common case, keys above every stored one, without RocksDB at all). What it costs: more,
+    /// smaller files (one per owned key group per level per state, at most 256: above 256
+    /// owned groups files are cut every 256 groups, see `keygroup::file_partition_prefix_len`;
+    /// a small state of many groups has many tiny files, and checkpoints upload more files),
+    /// and every point read of a stored key searches a level of 128 files instead of a few:
+    /// in `bench ops` (1M keys, interleaved), raw RocksDB storing rockstate's key layout read
+    /// stored keys at 0.89–0.97 of raw keys with the cuts and 1.01–1.02 without; over 11
+    /// alternating solo pairs, insert and read-modify-write medians were 0.85 and 0.94 of
+    /// those without it (docs/design-notes.md). Turn it on for jobs that rescale often from
+    /// large compacted state.
     pub key_group_files: bool,
     /// Bytes of writes (puts and deletes, with their keys) a backend holds in memory before
     /// writing them to RocksDB as one batch in key order; 0 writes every put straight
@@ -163,7 +164,7 @@ impl Default for DbOptions {
             memtable_insert_hint: true,
             pin_index_and_filter_blocks: true,
             low_priority_compaction: true,
-            key_group_files: true,
+            key_group_files: false,
             write_cache_bytes: 2 << 20,
             key_bounds: true,
         }

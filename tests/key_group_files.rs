@@ -1,4 +1,4 @@
-//! `DbOptions::key_group_files` (default on): compaction cuts a state's SST files at
+//! `DbOptions::key_group_files` (default off): compaction cuts a state's SST files at
 //! key-group boundaries, one key group per file (or, with two-byte prefixes and more than 256
 //! owned groups, 256 neighbouring groups per file), and reads see the same state either way.
 
@@ -57,7 +57,7 @@ fn compacted_files(max_parallelism: u32, range: KeyGroupRange, on: bool, keys: u
 
 #[test]
 fn one_file_per_key_group_with_one_byte_prefixes() {
-    assert!(DbOptions::default().key_group_files);
+    assert!(!DbOptions::default().key_group_files, "off by default");
     let all = KeyGroupRange::all(128).unwrap();
     // 20,000 keys reach every one of the 128 groups.
     assert_eq!(compacted_files(128, all, true, 20_000), 128);

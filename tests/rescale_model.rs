@@ -211,6 +211,10 @@ fn clip_with_compaction(store: Store) {
         key_group_files: false,
         ..small_options()
     };
+    let cut_files = DbOptions {
+        key_group_files: true,
+        ..small_options()
+    };
     let (plain, plain_bytes) = open("plain", half(0), uncut.clone(), false);
     check(&plain, &model);
     drop(plain);
@@ -233,7 +237,7 @@ fn clip_with_compaction(store: Store) {
     let (whole, _) = open(
         "whole",
         KeyGroupRange::all(M).unwrap(),
-        small_options(),
+        cut_files.clone(),
         false,
     );
     whole.compact_state("value").unwrap();
@@ -242,7 +246,7 @@ fn clip_with_compaction(store: Store) {
     whole.notify_checkpoint_complete(2).unwrap();
     check(&whole, &model);
     drop(whole);
-    let (cut, cut_bytes) = open("cut", half(0), small_options(), false);
+    let (cut, cut_bytes) = open("cut", half(0), cut_files, false);
     assert!(
         cut_bytes * 4 < whole_bytes * 3,
         "the other half's files dropped: {cut_bytes} vs {whole_bytes} bytes"
