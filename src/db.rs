@@ -410,7 +410,8 @@ pub(crate) struct Db {
 /// What a point read consults before RocksDB, under one lock.
 struct Front {
     /// Writes not yet in RocksDB (see [`crate::write_cache`]); drained before every other
-    /// access to RocksDB's data.
+    /// access to RocksDB's data, except the reverse seek that learns a key bound (which the
+    /// drain's raise of the bound covers).
     cache: WriteCache,
     /// Bounds of each key group's keys in RocksDB (see [`crate::key_bounds`]; a point read
     /// looks in `cache` first, and a drain raises them for what it writes); `None` when the
@@ -718,7 +719,7 @@ impl Db {
     }
 
     /// Writes every cached write to RocksDB (see [`crate::write_cache`]): before anything
-    /// that reads RocksDB's data other than a point read.
+    /// that reads RocksDB's data other than a point read (or a key bound's reverse seek).
     pub(crate) fn drain(&self) -> Result<()> {
         if !self.cache_on() {
             return Ok(());
@@ -834,7 +835,7 @@ impl Drop for Db {
 impl Cf {
     /// Writes the cached writes to RocksDB (every column family's: one sorted batch is as
     /// cheap as one per column family): before anything that reads this column family's data
-    /// from RocksDB other than a point read.
+    /// from RocksDB other than a point read (or a key bound's reverse seek).
     fn drain(&self) -> Result<()> {
         self.db.drain()
     }
@@ -857,24 +858,26 @@ impl Cf {
     /// absent without asking RocksDB.
     #[inline]
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        let front = self.db.front.read();
-        if self.db.cache_on() {
-            let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = front
-                .cache
-                .get(self.slot, key)
-                .map(|v| v.map(smallvec::SmallVec::from_slice));
-            if let Some(pending) = cached {
-                drop(front);
-                return Ok(pending.map(|v| f(&v)));
+        if self.db.cache_on() || self.db.bounded {
+            let front = self.db.front.read();
+            if self.db.cache_on() {
+                let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = front
+                    .cache
+                    .get(self.slot, key)
+                    .map(|v| v.map(smallvec::SmallVec::from_slice));
+                if let Some(pending) = cached {
+                    drop(front);
+                    return Ok(pending.map(|v| f(&v)));
+                }
             }
-        }
-        // Not cached: RocksDB has the answer, unless the key is above its group's bound.
-        match front.check(self.slot, key) {
-            Check::Absent => return Ok(None),
-            Check::Maybe => drop(front),
-            Check::Unknown { losses } => {
-                drop(front);
-                self.learn_bound(key, losses)?;
+            // Not cached: RocksDB has the answer, unless the key is above its group's bound.
+            match front.check(self.slot, key) {
+                Check::Absent => return Ok(None),
+                Check::Maybe => {}
+                Check::Unknown { losses } => {
+                    drop(front);
+                    self.learn_bound(key, losses)?;
+                }
             }
         }
         let value = self
@@ -1088,14 +1091,17 @@ impl Cf {
         self.drain()?;
         let mut opts = rocksdb::IngestExternalFileOptions::default();
         opts.set_move_files(true);
+        // Keys enter around the puts: every bound of the column family is unknown from
+        // before RocksDB takes the files until a read asks RocksDB after it has them.
+        if let Some(b) = &mut self.db.front.write().bounds {
+            b.begin_ingest(self.slot);
+        }
         let ingested = self
             .db
             .db
             .ingest_external_file_cf_opts(&self.handle, &opts, files.to_vec());
-        // Keys entered around the puts (on an error too: RocksDB may have taken some files):
-        // every bound of the column family is unknown until a read asks RocksDB again.
         if let Some(b) = &mut self.db.front.write().bounds {
-            b.lose(self.slot);
+            b.end_ingest(self.slot);
         }
         ingested?;
         Ok(())
@@ -1554,7 +1560,7 @@ mod tests {
     }
 
     #[test]
-    fn a_bound_learned_while_puts_wait_in_the_cache_counts_them() {
+    fn a_put_cached_while_its_bound_is_learned_is_found_before_and_after_the_drain() {
         let dir = tempfile::tempdir().unwrap();
         let db = open_bounded(dir.path(), 2 << 20);
         let cf = db.create_cf("s").unwrap();
@@ -1567,6 +1573,11 @@ mod tests {
         cf.put(b"\x05x", b"2").unwrap();
         assert_eq!(read(&cf, b"\x05a"), None);
         assert!(!db.front.read().cache.is_empty());
+        assert!(
+            ruled_out(&cf, b"\x05x"),
+            "the bound covers RocksDB's keys only"
+        );
+        assert_eq!(read(&cf, b"\x05x"), Some(b"2".to_vec()));
         db.drain().unwrap();
         assert_eq!(read(&cf, b"\x05x"), Some(b"2".to_vec()));
         assert!(ruled_out(&cf, b"\x05y"));
@@ -1605,10 +1616,7 @@ mod tests {
         let b = Db::open(&dir.path().join("b"), &DbOptions::default(), &budget, None).unwrap();
         for db in [a, b] {
             assert!(!db.bounded);
-            let cf = db.create_cf("s").unwrap();
-            cf.put(b"\x01a", b"1").unwrap();
-            assert_eq!(read(&cf, b"\x01b"), None);
-            assert!(!ruled_out(&cf, b"\x01b"));
+            assert!(db.front.read().bounds.is_none());
         }
     }
 }

@@ -95,8 +95,16 @@ pub(crate) struct KeyBounds {
     prefix: usize,
     /// Keyed by `slot << 16 | group`.
     bounds: HashMap<u64, Bound, BuildHasherDefault<SlotGroupHasher>>,
-    /// Per slot: how many times the column family lost its bounds (missing: 0).
-    losses: Vec<u64>,
+    /// Per slot (missing: 0): how many times the column family lost its bounds, and how many
+    /// ingestions into it are running.
+    slots: Vec<SlotState>,
+}
+
+/// A column family's loss count and running ingestions.
+#[derive(Debug, Default, Clone, Copy)]
+struct SlotState {
+    losses: u64,
+    ingesting: u32,
 }
 
 impl KeyBounds {
@@ -106,7 +114,7 @@ impl KeyBounds {
         KeyBounds {
             prefix,
             bounds: HashMap::default(),
-            losses: Vec::new(),
+            slots: Vec::new(),
         }
     }
 
@@ -124,8 +132,15 @@ impl KeyBounds {
         (slot as u64) << 16 | u64::from(group)
     }
 
-    fn losses(&self, slot: usize) -> u64 {
-        self.losses.get(slot).copied().unwrap_or(0)
+    fn slot(&self, slot: usize) -> SlotState {
+        self.slots.get(slot).copied().unwrap_or_default()
+    }
+
+    fn slot_mut(&mut self, slot: usize) -> &mut SlotState {
+        if self.slots.len() <= slot {
+            self.slots.resize(slot + 1, SlotState::default());
+        }
+        &mut self.slots[slot]
     }
 
     /// What the bound of `key`'s group says about `key` in column family `slot`.
@@ -143,7 +158,7 @@ impl KeyBounds {
                 }
             }
             _ => Check::Unknown {
-                losses: self.losses(slot),
+                losses: self.slot(slot).losses,
             },
         }
     }
@@ -162,13 +177,26 @@ impl KeyBounds {
         }
     }
 
-    /// Makes every bound of column family `slot` unknown: keys entered it around the puts.
-    /// What each bound counted stays counted (those keys may still be in the write cache).
-    pub(crate) fn lose(&mut self, slot: usize) {
-        if self.losses.len() <= slot {
-            self.losses.resize(slot + 1, 0);
-        }
-        self.losses[slot] += 1;
+    /// Called before SST files are ingested into column family `slot`: every bound of it
+    /// becomes unknown and none is learned until [`KeyBounds::end_ingest`], so while RocksDB
+    /// takes the files (all at once) every read asks RocksDB and sees all of them or none.
+    pub(crate) fn begin_ingest(&mut self, slot: usize) {
+        self.lose(slot);
+        self.slot_mut(slot).ingesting += 1;
+    }
+
+    /// Called after an ingestion into column family `slot` ends (with an error too): bounds
+    /// may be learned again, from answers asked for from now on only.
+    pub(crate) fn end_ingest(&mut self, slot: usize) {
+        let state = self.slot_mut(slot);
+        state.ingesting = state.ingesting.saturating_sub(1);
+        self.lose(slot);
+    }
+
+    /// Makes every bound of column family `slot` unknown and voids answers asked for before.
+    /// What each bound counted stays counted (those keys are in RocksDB unless removed since).
+    fn lose(&mut self, slot: usize) {
+        self.slot_mut(slot).losses += 1;
         for (k, b) in self.bounds.iter_mut() {
             if (k >> 16) as usize == slot {
                 b.known = false;
@@ -178,9 +206,10 @@ impl KeyBounds {
 
     /// Installs the bound of `group` in column family `slot` from `stored_max`, the largest
     /// key RocksDB held in the group when asked (`None`: no key), which the caller asked for
-    /// after finding the bound unknown with loss count `losses`. Ignored when the column
-    /// family lost its bounds since (RocksDB's answer may predate keys that entered since),
-    /// or when another reader installed the bound first.
+    /// after finding the bound unknown with loss count `losses`. Ignored while an ingestion
+    /// into the column family runs, when the column family lost its bounds since (RocksDB's
+    /// answer may predate keys that entered since), or when another reader installed the
+    /// bound first.
     pub(crate) fn learn(
         &mut self,
         slot: usize,
@@ -188,7 +217,8 @@ impl KeyBounds {
         losses: u64,
         stored_max: Option<&[u8]>,
     ) {
-        if self.losses(slot) != losses {
+        let state = self.slot(slot);
+        if state.losses != losses || state.ingesting > 0 {
             return;
         }
         let b = self.bounds.entry(Self::map_key(slot, group)).or_default();
@@ -265,7 +295,8 @@ mod tests {
     }
 
     #[test]
-    fn a_loss_makes_every_bound_of_the_column_family_unknown_and_voids_answers_begun_before() {
+    fn an_ingestion_makes_every_bound_of_the_column_family_unknown_and_voids_answers_begun_before_its_end(
+    ) {
         let mut b = KeyBounds::new(1);
         b.learn(0, 1, 0, Some(b"\x01c"));
         b.learn(0, 2, 0, Some(b"\x02c"));
@@ -273,16 +304,22 @@ mod tests {
         let Check::Unknown { losses } = b.check(0, b"\x03a") else {
             panic!("group 3 was never learned");
         };
-        b.lose(0);
+        b.begin_ingest(0);
         assert_eq!(b.check(0, b"\x01z"), Check::Unknown { losses: 1 });
         assert_eq!(b.check(0, b"\x02z"), Check::Unknown { losses: 1 });
         assert_eq!(b.check(1, b"\x01z"), Check::Absent);
-        // An answer asked for before the loss is dropped...
+        // An answer asked for before the ingestion is dropped...
         b.learn(0, 3, losses, Some(b"\x03c"));
         assert_eq!(b.check(0, b"\x03z"), Check::Unknown { losses: 1 });
-        // ...one asked for after it is installed, above what was put before the loss.
+        // ...so is one asked for while it runs (RocksDB may not have the files yet)...
+        b.learn(0, 3, 1, Some(b"\x03c"));
+        assert_eq!(b.check(0, b"\x03z"), Check::Unknown { losses: 1 });
+        b.end_ingest(0);
+        b.learn(0, 3, 1, Some(b"\x03c"));
+        assert_eq!(b.check(0, b"\x03z"), Check::Unknown { losses: 2 });
+        // ...one asked for after it is installed, above what was put before.
         b.raise(0, b"\x01x");
-        b.learn(0, 1, 1, Some(b"\x01d"));
+        b.learn(0, 1, 2, Some(b"\x01d"));
         assert_eq!(b.check(0, b"\x01x"), Check::Maybe);
         assert_eq!(b.check(0, b"\x01y"), Check::Absent);
     }

@@ -136,10 +136,11 @@ pub struct DbOptions {
     /// all groups) and search each level's files; without the prefix, the files' key ranges
     /// would rule it out. Lookups of keys below the bound (existing keys, random missing
     /// ones) pay one hash lookup and key comparison more; writes pay one bound update per
-    /// key group and write-cache drain (one per put with the cache off). A
-    /// bound is learned from RocksDB (one reverse seek in the group) on the first read of its
-    /// group after the backend opens or after SST ingestion (restore, rescale); memory is one
-    /// key per state and key group read or written (`key_bounds` module docs).
+    /// key group and write-cache drain (with the cache off, one per put, under the lock
+    /// point reads share). A bound is learned from RocksDB (one reverse seek in the group) on
+    /// the first read of its group after the backend opens or after SST ingestion (restore,
+    /// rescale); memory is one key per state and key group read or written (`key_bounds`
+    /// module docs).
     pub key_bounds: bool,
 }
 

@@ -13,7 +13,9 @@
 //! and drains it (writes it to RocksDB and empties it) when a write finds it full, before
 //! taking that write, and before anything that reads RocksDB other than a point read (scans,
 //! checkpoints, flushes, properties, compactions, ingestion): RocksDB never answers a read
-//! while a newer write waits here.
+//! while a newer write waits here. The one exception is the reverse seek that learns a key
+//! bound (`key_bounds`): its answer only bounds RocksDB's keys, a point read looks here
+//! first, and the drain raises the bound for what it writes.
 //! Point reads take `db`'s lock on the cache shared, so they run side by side; writes and
 //! drains take it exclusively, and a drain holds it across its RocksDB write, so a reader
 //! waits for at most one batch write (about a millisecond for the default 2 MiB).
