@@ -18,11 +18,13 @@
 //!   it gets there. Deletes need not lower it: a bound may be higher than the largest stored
 //!   key, never lower;
 //! - a bound starts *unknown* when the database is opened, and every bound of a column family
-//!   becomes unknown again after keys enter it around the puts (SST ingestion). An unknown
-//!   bound still collects the keys put since, and a read that finds it unknown asks RocksDB
-//!   for the group's largest key ([`KeyBounds::learn`]) and installs the larger of the two,
-//!   unless the column family lost its bounds again meanwhile (its loss count changed), in
-//!   which case the answer is dropped and the next read asks again;
+//!   becomes unknown again when keys enter it around the puts (SST ingestion): from before
+//!   RocksDB takes the files until the ingestion ends, no bound of it is learned, so reads
+//!   meanwhile ask RocksDB, which takes the files all at once. An unknown bound still
+//!   collects raises, and a read that finds it unknown asks RocksDB for the group's largest
+//!   key ([`KeyBounds::learn`]) and installs the larger of the two, unless the column family
+//!   lost its bounds again meanwhile (its loss count changed), in which case the answer is
+//!   dropped and the next read asks again;
 //! - removals (deletes, range deletes, dropped files, TTL compaction) leave bounds as they
 //!   are.
 //!
@@ -30,8 +32,8 @@
 //! hash lookup and one key comparison more and go to RocksDB as before; a drain costs one
 //! bound update per group it writes to. The bounds help only where keys grow bytewise:
 //! big-endian integers (Flink's serializers and the raw-bytes API's users write them), not
-//! the typed API's postcard varints. Memory: one entry per
-//! column family and key group touched, holding one key.
+//! the typed API's postcard varints. Memory: one entry per column family and key group
+//! touched, holding one key.
 
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -42,10 +44,10 @@ use hashbrown::HashMap;
 pub(crate) enum Check {
     /// The key is above every stored key of its group: it is not stored.
     Absent,
-    /// The key may be stored: ask the write cache and RocksDB.
+    /// The key may be stored: ask RocksDB.
     Maybe,
     /// The group's bound is not known: learn it ([`KeyBounds::learn`]) with the column
-    /// family's loss count given here, then ask as for `Maybe`.
+    /// family's loss count given here, then ask RocksDB.
     Unknown {
         /// The column family's loss count when the bound was found unknown.
         losses: u64,
@@ -55,8 +57,8 @@ pub(crate) enum Check {
 /// One group's bound.
 #[derive(Debug, Default)]
 struct Bound {
-    /// Whether `max` is at least every stored key of the group. When not, it is at least every
-    /// key put since the bound was lost (or since the database was opened).
+    /// Whether `max` is at least every key of the group in RocksDB. When not, it is at least
+    /// every key raised since the bound was lost (or since the database was opened).
     known: bool,
     /// The largest key counted; empty when none is (stored keys are never empty: they are at
     /// least a prefix long).
