@@ -1478,6 +1478,21 @@ mod tests {
         Db::open(dir, &options, &budget, layout()).unwrap()
     }
 
+    /// A database at `dir` whose state `s` holds `puts`, closed and opened again: every bound
+    /// is unknown, and only RocksDB knows the keys.
+    fn reopened_with(dir: &Path, puts: &[(&[u8], &[u8])]) -> (Arc<Db>, Cf) {
+        {
+            let db = open_bounded(dir, 2 << 20);
+            let cf = db.create_cf("s").unwrap();
+            for (k, v) in puts {
+                cf.put(k, v).unwrap();
+            }
+        }
+        let db = open_bounded(dir, 2 << 20);
+        let cf = db.cf("s").unwrap();
+        (db, cf)
+    }
+
     fn read(cf: &Cf, key: &[u8]) -> Option<Vec<u8>> {
         cf.get_with(key, |v| v.to_vec()).unwrap()
     }
@@ -1542,15 +1557,7 @@ mod tests {
     #[test]
     fn bounds_are_learned_from_rocksdb_after_reopening() {
         let dir = tempfile::tempdir().unwrap();
-        {
-            let db = open_bounded(dir.path(), 2 << 20);
-            let cf = db.create_cf("s").unwrap();
-            cf.put(b"\x03k", b"1").unwrap();
-            cf.put(b"\x04k", b"2").unwrap();
-        }
-        let db = open_bounded(dir.path(), 2 << 20);
-        let cf = db.cf("s").unwrap();
-        // Nothing was put since the open: only RocksDB knows these keys.
+        let (_db, cf) = reopened_with(dir.path(), &[(b"\x03k", b"1"), (b"\x04k", b"2")]);
         assert!(!ruled_out(&cf, b"\x03k"));
         assert_eq!(read(&cf, b"\x03k"), Some(b"1".to_vec()));
         assert_eq!(read(&cf, b"\x03l"), None);
@@ -1562,13 +1569,7 @@ mod tests {
     #[test]
     fn a_put_cached_while_its_bound_is_learned_is_found_before_and_after_the_drain() {
         let dir = tempfile::tempdir().unwrap();
-        let db = open_bounded(dir.path(), 2 << 20);
-        let cf = db.create_cf("s").unwrap();
-        cf.put(b"\x05k", b"1").unwrap();
-        db.drain().unwrap();
-        drop((cf, db));
-        let db = open_bounded(dir.path(), 2 << 20);
-        let cf = db.cf("s").unwrap();
+        let (db, cf) = reopened_with(dir.path(), &[(b"\x05k", b"1")]);
         // Put while the bound is unknown, still cached when RocksDB is asked (it knows `k`).
         cf.put(b"\x05x", b"2").unwrap();
         assert_eq!(read(&cf, b"\x05a"), None);

@@ -290,7 +290,7 @@ mod tests {
         let mut b = KeyBounds::new(1);
         b.raise(0, b"\x01z");
         assert_eq!(b.check(0, b"\x01a"), Check::Unknown { losses: 0 });
-        // RocksDB's answer predates the put, which is still in the write cache.
+        // RocksDB's answer predates the put (a drain raised the bound after the seek).
         b.learn(0, 1, 0, Some(b"\x01c"));
         assert_eq!(b.check(0, b"\x01z"), Check::Maybe);
         assert_eq!(b.check(0, b"\x01za"), Check::Absent);
