@@ -22,6 +22,7 @@ use crate::key_bounds::{Check, KeyBounds};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
 use crate::ttl::{self, Clock, TtlCounters};
+use crate::value_cache::ValueCache;
 use crate::write_cache::{CachedWrite, WriteCache};
 
 impl From<rocksdb::Error> for Error {
@@ -44,21 +45,48 @@ pub struct MemoryBudget {
     cache: Cache,
     write_buffers: WriteBufferManager,
     config: MemoryBudgetConfig,
-    /// Bytes granted to open backends' write caches.
-    reserved: Arc<parking_lot::Mutex<usize>>,
+    /// Bytes granted to open backends' write caches and value caches.
+    reserved: Arc<parking_lot::Mutex<Reserved>>,
 }
 
-/// Bytes of a [`MemoryBudget`] granted to one backend's write cache; given back on drop.
+/// Bytes of a [`MemoryBudget`] granted out of its block cache, per pool.
+#[derive(Debug, Default)]
+struct Reserved {
+    write_caches: usize,
+    value_caches: usize,
+}
+
+/// Which share of a [`MemoryBudget`] a [`Reservation`] comes out of.
+#[derive(Debug, Clone, Copy)]
+enum Pool {
+    /// Write caches: at most an eighth of the budget together.
+    WriteCaches,
+    /// Value caches: at most a quarter of the budget together.
+    ValueCaches,
+}
+
+/// Bytes of a [`MemoryBudget`] granted to one backend's write cache or value cache; given
+/// back on drop.
 struct Reservation {
     budget: MemoryBudget,
+    pool: Pool,
     bytes: usize,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         let mut reserved = self.budget.reserved.lock();
-        *reserved -= self.bytes;
-        self.budget.resize_cache(*reserved);
+        *reserved.pool(self.pool) -= self.bytes;
+        self.budget.resize_cache(&reserved);
+    }
+}
+
+impl Reserved {
+    fn pool(&mut self, pool: Pool) -> &mut usize {
+        match pool {
+            Pool::WriteCaches => &mut self.write_caches,
+            Pool::ValueCaches => &mut self.value_caches,
+        }
     }
 }
 
@@ -81,29 +109,35 @@ impl MemoryBudget {
             cache,
             write_buffers,
             config,
-            reserved: Arc::new(parking_lot::Mutex::new(0)),
+            reserved: Arc::new(parking_lot::Mutex::new(Reserved::default())),
         })
     }
 
-    /// Grants up to `want` bytes for a write cache out of the write caches' share (an eighth
-    /// of the budget), shrinking the block cache by what it grants.
-    fn reserve(&self, want: usize) -> Reservation {
+    /// Grants up to `want` bytes out of `pool`'s share of the budget (write caches an
+    /// eighth, value caches a quarter), shrinking the block cache by what it grants.
+    fn reserve(&self, pool: Pool, want: usize) -> Reservation {
+        let share = match pool {
+            Pool::WriteCaches => self.config.total_bytes / 8,
+            Pool::ValueCaches => self.config.total_bytes / 4,
+        };
         let mut reserved = self.reserved.lock();
-        let bytes = want.min((self.config.total_bytes / 8).saturating_sub(*reserved));
-        *reserved += bytes;
-        self.resize_cache(*reserved);
+        let taken = reserved.pool(pool);
+        let bytes = want.min(share.saturating_sub(*taken));
+        *taken += bytes;
+        self.resize_cache(&reserved);
         Reservation {
             budget: self.clone(),
+            pool,
             bytes,
         }
     }
 
-    /// Sets the block cache's capacity to the budget minus the write caches' bytes. The
-    /// caller holds the `reserved` lock, so capacity changes apply in order.
-    fn resize_cache(&self, reserved: usize) {
+    /// Sets the block cache's capacity to the budget minus the caches' bytes. The caller
+    /// holds the `reserved` lock, so capacity changes apply in order.
+    fn resize_cache(&self, reserved: &Reserved) {
         self.cache
             .clone()
-            .set_capacity(self.config.total_bytes - reserved);
+            .set_capacity(self.config.total_bytes - reserved.write_caches - reserved.value_caches);
     }
 
     /// The budget's settings.
@@ -391,7 +425,10 @@ pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
     /// The write cache's share of the memory budget (held while the database is open).
     reservation: Reservation,
-    /// Writes not yet in RocksDB and the key bounds, read before RocksDB by every point read.
+    /// The value cache's share of the memory budget (held while the database is open).
+    value_reservation: Reservation,
+    /// Writes not yet in RocksDB, values recently in it, and the key bounds: read before
+    /// RocksDB by every point read.
     front: RwLock<Front>,
     /// Names of every column family (kept here so a flush needs no directory read).
     cf_names: parking_lot::Mutex<Vec<String>>,
@@ -413,6 +450,9 @@ struct Front {
     /// access to RocksDB's data, except the reverse seek that learns a key bound (which the
     /// drain's raise of the bound covers).
     cache: WriteCache,
+    /// Values RocksDB holds, recently written or read (see [`crate::value_cache`]): each
+    /// entry equals RocksDB's value for its key once `cache` has nothing newer for it.
+    values: ValueCache,
     /// Bounds of each key group's keys in RocksDB (see [`crate::key_bounds`]; a point read
     /// looks in `cache` first, and a drain raises them for what it writes); `None` when the
     /// keys' layout is not known or `DbOptions::key_bounds` is off.
@@ -538,7 +578,15 @@ impl Db {
         } else {
             options.write_cache_bytes.min(options.write_buffer_size / 8)
         };
-        let reservation = budget.reserve(want);
+        let reservation = budget.reserve(Pool::WriteCaches, want);
+        let value_reservation = budget.reserve(
+            Pool::ValueCaches,
+            if read_only {
+                0
+            } else {
+                options.value_cache_bytes
+            },
+        );
         let bounds = layout
             .filter(|_| options.key_bounds && !read_only)
             .map(|l| l.group_prefix);
@@ -546,11 +594,13 @@ impl Db {
             db,
             front: RwLock::new(Front {
                 cache: WriteCache::new(reservation.bytes),
+                values: ValueCache::new(value_reservation.bytes),
                 // Every bound starts unknown: the database may hold keys already.
                 bounds: bounds.map(KeyBounds::new),
             }),
             bounded: bounds.is_some(),
             reservation,
+            value_reservation,
             cf_names,
             filters,
             write: SharedWriteOptions(write),
@@ -640,7 +690,27 @@ impl Db {
             .map(|op| (op.slot, &*op.key, op.value.as_deref()));
         self.db
             .write_opt(self.write_batch(ops, 0)?, &self.write.0)?;
+        if self.values_on() {
+            let mut front = self.front.write();
+            for op in &batch.0 {
+                front
+                    .values
+                    .record_write(op.slot, &op.key, op.value.as_deref());
+            }
+        }
         Ok(())
+    }
+
+    /// Whether point reads are served from a value cache (the budget granted it bytes).
+    #[inline]
+    fn values_on(&self) -> bool {
+        self.value_reservation.bytes > 0
+    }
+
+    /// Whether a point read takes the front lock: something in front of RocksDB may answer.
+    #[inline]
+    fn fronted(&self) -> bool {
+        self.cache_on() || self.bounded || self.values_on()
     }
 
     /// Whether writes go through the write cache: the WAL is off, the database writable, and
@@ -684,13 +754,18 @@ impl Db {
         Ok(wb)
     }
 
-    /// Writes every cached write to RocksDB in one batch, in key order, and forgets them once
-    /// RocksDB has them; raises each key group's bound to the largest key put in it. On an
-    /// error nothing is forgotten: the next drain writes them again. The caller holds the lock
-    /// across the write, so no reader finds a key in neither place, nor a key in RocksDB above
-    /// its group's bound.
+    /// Writes every cached write to RocksDB in one batch, in key order, records them in the
+    /// value cache and forgets them once RocksDB has them; raises each key group's bound to
+    /// the largest key put in it. On an error nothing is forgotten: the next drain writes them
+    /// again. The caller holds the lock across the write, so no reader finds a key in neither
+    /// place, nor a key in RocksDB above its group's bound, nor an older value in the value
+    /// cache with nothing newer in the write cache.
     fn write_cached(&self, front: &mut Front) -> Result<()> {
-        let Front { cache, bounds } = front;
+        let Front {
+            cache,
+            bounds,
+            values,
+        } = front;
         if cache.is_empty() {
             return Ok(());
         }
@@ -714,6 +789,9 @@ impl Db {
             b.raise(slot, key);
         }
         self.db.write_opt(wb, &self.write.0)?;
+        for (slot, key, value) in cache.writes() {
+            values.record_write(slot, key, value);
+        }
         cache.clear();
         Ok(())
     }
@@ -785,10 +863,18 @@ impl Db {
                 .property_int_value("rocksdb.block-cache-capacity")?
                 .unwrap_or(0),
             write_cache_limit_bytes: self.reservation.bytes as u64,
+            value_cache_limit_bytes: self.value_reservation.bytes as u64,
+            value_cache_bytes: 0,
+            value_cache_entries: 0,
             estimated_keys: sum("rocksdb.estimate-num-keys")?,
             pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
             levels: Vec::new(),
         };
+        {
+            let front = self.front.read();
+            m.value_cache_bytes = front.values.bytes() as u64;
+            m.value_cache_entries = front.values.len() as u64;
+        }
         let mut levels: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
         for f in self.db.live_files()? {
             let e = levels.entry(f.level.max(0) as u32).or_default();
@@ -858,32 +944,57 @@ impl Cf {
     /// absent without asking RocksDB.
     #[inline]
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        if self.db.cache_on() || self.db.bounded {
+        let mut epoch = None;
+        if self.db.fronted() {
             let front = self.db.front.read();
-            if self.db.cache_on() {
-                let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = front
-                    .cache
-                    .get(self.slot, key)
-                    .map(|v| v.map(smallvec::SmallVec::from_slice));
-                if let Some(pending) = cached {
-                    drop(front);
-                    return Ok(pending.map(|v| f(&v)));
-                }
+            let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = front
+                .cache
+                .get(self.slot, key)
+                .map(|v| v.map(smallvec::SmallVec::from_slice));
+            if let Some(pending) = cached {
+                drop(front);
+                return Ok(pending.map(|v| f(&v)));
             }
-            // Not cached: RocksDB has the answer, unless the key is above its group's bound.
-            match front.check(self.slot, key) {
-                Check::Absent => return Ok(None),
-                Check::Maybe => {}
-                Check::Unknown { losses } => {
-                    drop(front);
-                    self.learn_bound(key, losses)?;
-                }
+            // Not in the write cache: RocksDB has the answer, unless the key is above its
+            // group's bound (then no value can be cached either), or the value cache holds it.
+            let check = front.check(self.slot, key);
+            if check == Check::Absent {
+                return Ok(None);
+            }
+            if let Some(v) = front.values.get(self.slot, key) {
+                let v = smallvec::SmallVec::<[u8; 256]>::from_slice(v);
+                drop(front);
+                return Ok(Some(f(&v)));
+            }
+            epoch = front.values.is_on().then(|| front.values.epoch());
+            drop(front);
+            if let Check::Unknown { losses } = check {
+                self.learn_bound(key, losses)?;
             }
         }
+        self.read_rocksdb(key, epoch, f)
+    }
+
+    /// The point read of `key` in RocksDB; with `epoch` (the value cache's when the read
+    /// looked there), a value found is recorded in the value cache.
+    #[inline]
+    fn read_rocksdb<R>(
+        &self,
+        key: &[u8],
+        epoch: Option<u64>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
         let value = self
             .db
             .db
             .get_pinned_cf_opt(&self.handle, key, &self.db.read.0)?;
+        if let (Some(epoch), Some(v)) = (epoch, &value) {
+            self.db
+                .front
+                .write()
+                .values
+                .record_read(epoch, self.slot, key, v);
+        }
         Ok(value.map(|v| f(&v)))
     }
 
@@ -932,6 +1043,13 @@ impl Cf {
         self.db
             .db
             .put_cf_opt(&self.handle, key, value, &self.db.write.0)?;
+        if self.db.values_on() {
+            self.db
+                .front
+                .write()
+                .values
+                .record_write(self.slot, key, Some(value));
+        }
         Ok(())
     }
 
@@ -943,6 +1061,13 @@ impl Cf {
         self.db
             .db
             .delete_cf_opt(&self.handle, key, &self.db.write.0)?;
+        if self.db.values_on() {
+            self.db
+                .front
+                .write()
+                .values
+                .record_write(self.slot, key, None);
+        }
         Ok(())
     }
 
@@ -1048,7 +1173,12 @@ impl Cf {
             return Ok(());
         }
         self.drain()?;
-        self.db.db.delete_file_in_range_cf(&self.handle, from, to)?;
+        // Values of dropped keys leave the value cache before and after RocksDB drops them
+        // (after: a read that raced the drop cannot record what it found).
+        self.db.front.write().values.clear();
+        let dropped = self.db.db.delete_file_in_range_cf(&self.handle, from, to);
+        self.db.front.write().values.clear();
+        dropped?;
         Ok(())
     }
 
@@ -1060,9 +1190,12 @@ impl Cf {
         }
         // Drains the cache, so the tombstone is newer than every cached write in the range.
         self.drop_files_in_range(from, to)?;
-        self.db
+        let deleted = self
             .db
-            .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0)?;
+            .db
+            .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0);
+        self.db.front.write().values.clear();
+        deleted?;
         Ok(())
     }
 
@@ -1092,16 +1225,25 @@ impl Cf {
         let mut opts = rocksdb::IngestExternalFileOptions::default();
         opts.set_move_files(true);
         // Keys enter around the puts: every bound of the column family is unknown from
-        // before RocksDB takes the files until a read asks RocksDB after it has them.
-        if let Some(b) = &mut self.db.front.write().bounds {
-            b.begin_ingest(self.slot);
+        // before RocksDB takes the files until a read asks RocksDB after it has them, and
+        // the value cache is emptied before and after (as for dropped files).
+        {
+            let mut front = self.db.front.write();
+            if let Some(b) = &mut front.bounds {
+                b.begin_ingest(self.slot);
+            }
+            front.values.clear();
         }
         let ingested = self
             .db
             .db
             .ingest_external_file_cf_opts(&self.handle, &opts, files.to_vec());
-        if let Some(b) = &mut self.db.front.write().bounds {
-            b.end_ingest(self.slot);
+        {
+            let mut front = self.db.front.write();
+            if let Some(b) = &mut front.bounds {
+                b.end_ingest(self.slot);
+            }
+            front.values.clear();
         }
         ingested?;
         Ok(())
@@ -1582,6 +1724,105 @@ mod tests {
         db.drain().unwrap();
         assert_eq!(read(&cf, b"\x05x"), Some(b"2".to_vec()));
         assert!(ruled_out(&cf, b"\x05y"));
+    }
+
+    /// Whether `key`'s value is in the value cache (a read would not ask RocksDB).
+    fn value_cached(cf: &Cf, key: &[u8]) -> Option<Vec<u8>> {
+        cf.db
+            .front
+            .read()
+            .values
+            .get(cf.slot, key)
+            .map(<[u8]>::to_vec)
+    }
+
+    #[test]
+    fn reads_fill_the_value_cache_and_writes_keep_it_true() {
+        for (cache, wal) in [(2 << 20, false), (0, false), (0, true)] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = DbOptions {
+                write_cache_bytes: cache,
+                wal,
+                ..DbOptions::default()
+            };
+            let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+            let db = Db::open(dir.path(), &options, &budget, layout()).unwrap();
+            let cf = db.create_cf("s").unwrap();
+            let case = format!("cache {cache}, wal {wal}");
+            cf.put(b"\x05a", b"1").unwrap();
+            cf.put(b"\x05b", b"2").unwrap();
+            db.drain().unwrap();
+            assert_eq!(
+                value_cached(&cf, b"\x05a"),
+                None,
+                "{case}: writes add nothing"
+            );
+            assert_eq!(read(&cf, b"\x05a"), Some(b"1".to_vec()));
+            assert_eq!(value_cached(&cf, b"\x05a"), Some(b"1".to_vec()), "{case}");
+            // A put of a cached key: the value cache follows once RocksDB has it.
+            cf.put(b"\x05a", b"3").unwrap();
+            assert_eq!(read(&cf, b"\x05a"), Some(b"3".to_vec()), "{case}");
+            db.drain().unwrap();
+            assert_eq!(value_cached(&cf, b"\x05a"), Some(b"3".to_vec()), "{case}");
+            assert_eq!(read(&cf, b"\x05a"), Some(b"3".to_vec()), "{case}");
+            // A batch, then a delete.
+            assert_eq!(read(&cf, b"\x05b"), Some(b"2".to_vec()));
+            let mut batch = Batch::new();
+            batch.put(&cf, b"\x05b", b"longer");
+            batch.put(&cf, b"\x05c", b"4");
+            db.write(batch).unwrap();
+            db.drain().unwrap();
+            assert_eq!(
+                value_cached(&cf, b"\x05b"),
+                Some(b"longer".to_vec()),
+                "{case}"
+            );
+            assert_eq!(value_cached(&cf, b"\x05c"), None, "{case}");
+            cf.delete(b"\x05a").unwrap();
+            assert_eq!(read(&cf, b"\x05a"), None, "{case}");
+            db.drain().unwrap();
+            assert_eq!(value_cached(&cf, b"\x05a"), None, "{case}");
+            assert_eq!(read(&cf, b"\x05a"), None, "{case}");
+        }
+    }
+
+    #[test]
+    fn range_deletion_dropped_files_and_ingestion_empty_the_value_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        // Files cut per key group, so each group's keys can be dropped as a whole file.
+        let options = DbOptions {
+            key_group_files: true,
+            ..DbOptions::default()
+        };
+        let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+        let db = Db::open(&dir.path().join("db"), &options, &budget, layout()).unwrap();
+        let cf = db.create_cf("s").unwrap();
+        let keys: [&[u8]; 3] = [b"\x03a", b"\x04a", b"\x05a"];
+        for k in keys {
+            cf.put(k, b"old").unwrap();
+        }
+        cf.compact_all().unwrap();
+        let read_all = |cf: &Cf| {
+            for k in keys {
+                if read(cf, k).is_some() {
+                    assert!(value_cached(cf, k).is_some());
+                }
+            }
+        };
+        read_all(&cf);
+        let sst = dir.path().join("in.sst");
+        db.write_sst(&sst, |sink| sink.put(b"\x05a", b"new"))
+            .unwrap();
+        cf.ingest(&[sst]).unwrap();
+        assert_eq!(read(&cf, b"\x05a"), Some(b"new".to_vec()));
+        read_all(&cf);
+        cf.delete_range(b"\x04", b"\x05").unwrap();
+        assert_eq!(read(&cf, b"\x04a"), None);
+        read_all(&cf);
+        assert_eq!(value_cached(&cf, b"\x03a"), Some(b"old".to_vec()));
+        cf.drop_files_in_range(b"\x03", b"\x04").unwrap();
+        assert_eq!(read(&cf, b"\x03a"), None, "its file was dropped");
+        assert_eq!(read(&cf, b"\x05a"), Some(b"new".to_vec()));
     }
 
     #[test]

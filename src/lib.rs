@@ -41,6 +41,7 @@ pub mod state;
 pub mod storage;
 mod store;
 pub mod ttl;
+mod value_cache;
 mod write_cache;
 
 pub use backend::{BackendBuilder, BackendKind, KeyedBackend};

@@ -32,12 +32,19 @@ pub struct RocksDbMetrics {
     /// its budget (the same cache, shared by every backend).
     pub block_cache_pinned_bytes: u64,
     /// The block cache's capacity (`rocksdb.block-cache-capacity`): the memory budget minus
-    /// the write caches of the backends open on it.
+    /// the write caches and value caches of the backends open on it.
     pub block_cache_capacity_bytes: u64,
     /// The bytes this backend's write cache may hold before it writes them to RocksDB
     /// (`DbOptions::write_cache_bytes`, bounded by the memtable size and the budget's share
     /// for write caches); 0 when writes go straight through.
     pub write_cache_limit_bytes: u64,
+    /// The bytes this backend's value cache may hold (`DbOptions::value_cache_bytes`,
+    /// bounded by the budget's share for value caches); 0 when it is off.
+    pub value_cache_limit_bytes: u64,
+    /// Bytes the value cache holds now (keys, values and per-entry overhead).
+    pub value_cache_bytes: u64,
+    /// Keys the value cache knows a value or an absence of.
+    pub value_cache_entries: u64,
     /// Estimated number of keys, all column families (`rocksdb.estimate-num-keys`).
     pub estimated_keys: u64,
     /// Bytes compaction still has to rewrite (`rocksdb.estimate-pending-compaction-bytes`).

@@ -142,6 +142,15 @@ pub struct DbOptions {
     /// rescale); memory is one key per state and key group read or written (`key_bounds`
     /// module docs).
     pub key_bounds: bool,
+    /// Bytes of values (with their keys) a backend keeps in memory to answer point reads
+    /// without RocksDB: the values it recently wrote to RocksDB or read from it (`value_cache`
+    /// module docs). A hit costs one hash lookup instead of RocksDB's read path (memtables,
+    /// a filter probe per flushed file, an index and a data-block search). 0 turns it off.
+    /// Default 64 MiB. Taken out of the memory budget's block cache while the backend is
+    /// open; the value caches of all backends on one budget get at most a quarter of it, and
+    /// a backend opened when that share is used up has none. Each entry costs its key and
+    /// value bytes plus about 100 bytes; entries above an eighth of the cache are not kept.
+    pub value_cache_bytes: usize,
 }
 
 impl Default for DbOptions {
@@ -168,6 +177,7 @@ impl Default for DbOptions {
             key_group_files: false,
             write_cache_bytes: 2 << 20,
             key_bounds: true,
+            value_cache_bytes: 64 << 20,
         }
     }
 }
@@ -216,6 +226,12 @@ impl DbOptions {
             return bad(
                 "memtable_bloom_ratio",
                 format!("{} is not in 0..=0.25", self.memtable_bloom_ratio),
+            );
+        }
+        if self.value_cache_bytes > (16 << 30) {
+            return bad(
+                "value_cache_bytes",
+                format!("{} is above 16 GiB", self.value_cache_bytes),
             );
         }
         if self.write_cache_bytes > (1 << 30) {

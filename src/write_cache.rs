@@ -160,6 +160,18 @@ impl WriteCache {
         })
     }
 
+    /// Every cached write, latest per key, as (slot, key, value or `None` for a delete), in
+    /// the order the keys were first written.
+    pub(crate) fn writes(&self) -> impl Iterator<Item = CachedWrite<'_>> {
+        self.entries.iter().map(|e| {
+            (
+                e.slot,
+                &self.arena[e.key.clone()],
+                e.value.clone().map(|r| &self.arena[r]),
+            )
+        })
+    }
+
     /// Forgets every write (after they reached RocksDB). The arena keeps its memory for the
     /// next round unless one oversized value had grown it past twice the limit.
     pub(crate) fn clear(&mut self) {

@@ -7,7 +7,8 @@
 //! carries the state through a savepoint into a fresh heap backend instead. The RocksDB
 //! backend runs with its write cache off, tiny (drained every few writes, so reads meet
 //! writes in both places) and at its default size (drained only by scans, compactions and
-//! closes), and is also reopened after a drop without `close`.
+//! closes), with its value cache off, tiny (a few entries, evicting all the time) and at its
+//! default size, and is also reopened after a drop without `close`.
 
 use std::collections::BTreeMap;
 
@@ -108,13 +109,18 @@ struct Handles {
     agg: AggregatingState<K, u8, Avg>,
 }
 
-fn open(path: &std::path::Path, kind: BackendKind, write_cache_bytes: usize) -> Handles {
+/// The front caches a model run uses: write cache bytes, value cache bytes.
+#[derive(Debug, Clone, Copy)]
+struct Caches(usize, usize);
+
+fn open(path: &std::path::Path, kind: BackendKind, caches: Caches) -> Handles {
     handles(
         KeyedBackend::builder(path)
             .kind(kind)
             .max_parallelism(128)
             .options(DbOptions {
-                write_cache_bytes,
+                write_cache_bytes: caches.0,
+                value_cache_bytes: caches.1,
                 ..DbOptions::default()
             })
             .open()
@@ -148,10 +154,10 @@ fn key(k: u8) -> String {
     format!("key-{k}")
 }
 
-fn run(ops: Vec<Op>, kind: BackendKind, write_cache_bytes: usize) {
+fn run(ops: Vec<Op>, kind: BackendKind, caches: Caches) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let mut h = open(&path, kind, write_cache_bytes);
+    let mut h = open(&path, kind, caches);
     let mut savepoints = 0;
     let mut m = Model::default();
     for op in ops {
@@ -263,11 +269,11 @@ fn run(ops: Vec<Op>, kind: BackendKind, write_cache_bytes: usize) {
             Op::Reopen => {
                 h.backend.clone().close().unwrap();
                 drop(h);
-                h = open(&path, kind, write_cache_bytes);
+                h = open(&path, kind, caches);
             }
             Op::DropAndReopen => {
                 drop(h);
-                h = open(&path, kind, write_cache_bytes);
+                h = open(&path, kind, caches);
             }
         }
     }
@@ -309,10 +315,12 @@ fn run(ops: Vec<Op>, kind: BackendKind, write_cache_bytes: usize) {
 }
 
 const DEFAULT_CACHE: usize = 2 << 20;
+const DEFAULT_VALUE_CACHE: usize = 64 << 20;
 
 #[test]
-fn default_cache_size_is_the_one_tested() {
+fn default_cache_sizes_are_the_ones_tested() {
     assert_eq!(DbOptions::default().write_cache_bytes, DEFAULT_CACHE);
+    assert_eq!(DbOptions::default().value_cache_bytes, DEFAULT_VALUE_CACHE);
 }
 
 proptest! {
@@ -321,12 +329,14 @@ proptest! {
     fn state_matches_model(
         ops in proptest::collection::vec(op(), 1..120),
         write_cache_bytes in prop_oneof![Just(0usize), Just(300), Just(DEFAULT_CACHE)],
+        // Off, a few entries (evicting all the time), the default.
+        value_cache_bytes in prop_oneof![Just(0usize), Just(1500), Just(DEFAULT_VALUE_CACHE)],
     ) {
-        run(ops, BackendKind::RocksDb, write_cache_bytes);
+        run(ops, BackendKind::RocksDb, Caches(write_cache_bytes, value_cache_bytes));
     }
 
     #[test]
     fn heap_state_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
-        run(ops, BackendKind::Heap, DEFAULT_CACHE);
+        run(ops, BackendKind::Heap, Caches(DEFAULT_CACHE, DEFAULT_VALUE_CACHE));
     }
 }

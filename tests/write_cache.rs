@@ -170,16 +170,21 @@ fn a_read_may_write_from_inside_its_closure() {
 }
 
 #[test]
-fn write_caches_come_out_of_the_memory_budget() {
+fn write_and_value_caches_come_out_of_the_memory_budget() {
     use rockstate::{MemoryBudget, MemoryBudgetConfig};
     const MIB: u64 = 1 << 20;
-    // 64 MiB: the write caches may take 8 MiB together, four backends' 2 MiB each.
+    // 64 MiB: the write caches may take 8 MiB together, four backends' 2 MiB each; the value
+    // caches 16 MiB, four backends' 4 MiB each.
     let budget = MemoryBudget::new(MemoryBudgetConfig {
         total_bytes: 64 << 20,
         ..MemoryBudgetConfig::default()
     })
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let options = DbOptions {
+        value_cache_bytes: 4 << 20,
+        ..DbOptions::default()
+    };
     let open = |i: u32, options: DbOptions| {
         KeyedBackend::builder(dir.path().join(format!("b{i}")))
             .options(options)
@@ -189,32 +194,41 @@ fn write_caches_come_out_of_the_memory_budget() {
     };
     let figures = |b: &KeyedBackend| {
         let m = b.metrics().unwrap().rocksdb;
-        (m.write_cache_limit_bytes, m.block_cache_capacity_bytes)
+        (
+            m.write_cache_limit_bytes,
+            m.value_cache_limit_bytes,
+            m.block_cache_capacity_bytes,
+        )
     };
     let mut open_ones = Vec::new();
     for i in 0..4u32 {
-        let b = open(i, DbOptions::default());
-        assert_eq!(figures(&b), (2 * MIB, (64 - 2 * u64::from(i + 1)) * MIB));
+        let b = open(i, options.clone());
+        assert_eq!(
+            figures(&b),
+            (2 * MIB, 4 * MIB, (64 - 6 * u64::from(i + 1)) * MIB)
+        );
         open_ones.push(b);
     }
-    // The share is used up: the fifth backend writes straight through, and still works.
-    let fifth = open(4, DbOptions::default());
-    assert_eq!(figures(&fifth), (0, 56 * MIB));
+    // The shares are used up: the fifth backend writes straight through and has no value
+    // cache, and still works.
+    let fifth = open(4, options.clone());
+    assert_eq!(figures(&fifth), (0, 0, 40 * MIB));
     let s = state(&fifth);
     s.put(&1, &(), &7).unwrap();
     assert_eq!(s.get(&1, &()).unwrap(), Some(7));
-    // With the WAL on a backend takes nothing.
+    // Closing one gives its shares back to the block cache; with the WAL on, a backend takes
+    // no write cache, but a value cache.
+    open_ones.pop().unwrap().close().unwrap();
+    assert_eq!(figures(&fifth).2, 46 * MIB);
     let logged = open(
         5,
         DbOptions {
             wal: true,
-            ..DbOptions::default()
+            ..options.clone()
         },
     );
-    assert_eq!(figures(&logged), (0, 56 * MIB));
-    // Closing one gives its share back to the block cache.
-    open_ones.pop().unwrap().close().unwrap();
-    assert_eq!(figures(&fifth).1, 58 * MIB);
+    assert_eq!(figures(&logged), (0, 4 * MIB, 42 * MIB));
     drop(open_ones);
-    assert_eq!(figures(&fifth).1, 64 * MIB);
+    drop(logged);
+    assert_eq!(figures(&fifth).2, 64 * MIB);
 }
