@@ -38,28 +38,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashTable;
 
-/// Bytes counted per entry on top of its key and value bytes: the entry record, its index
-/// slot and the allocator's overhead for its bytes.
-pub(crate) const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 8 + 16;
+/// Bytes the allocator adds to each entry's key-and-value allocation (glibc: a 16-byte
+/// header and rounding), counted with the entry's bytes.
+const ALLOCATION_OVERHEAD: usize = 16;
 
-/// One cached value.
+/// Bytes of one index slot: the entry and its control byte.
+const INDEX_SLOT: usize = std::mem::size_of::<Entry>() + 1;
+
+/// Bytes of one queue slot.
+const QUEUE_SLOT: usize = std::mem::size_of::<u64>();
+
+/// The least an entry costs besides its key and value bytes, with both containers full:
+/// an index slot, a queue slot and the allocator's overhead. Entries whose own cost is above
+/// an eighth of the limit are not cached.
+pub(crate) const ENTRY_OVERHEAD: usize = INDEX_SLOT + QUEUE_SLOT + ALLOCATION_OVERHEAD;
+
+/// One cached value, held in its index slot, so a hit reads the index and the bytes only.
 #[derive(Debug)]
 struct Entry {
-    hash: u64,
-    slot: usize,
+    /// Its position in the queue (see [`ValueCache::queue`]).
+    seq: u64,
+    slot: u32,
+    key_len: u32,
     /// The key's bytes, then the value's.
     bytes: Box<[u8]>,
-    key_len: usize,
-    /// `false`: replaced by a newer entry of its key; its bytes are already freed and it
-    /// waits for its turn at the front to leave.
-    live: bool,
     /// Set by a hit, cleared when the entry gets its second chance.
     referenced: AtomicBool,
 }
 
 impl Entry {
     fn key(&self) -> &[u8] {
-        &self.bytes[..self.key_len]
+        &self.bytes[..self.key_len as usize]
     }
 }
 
@@ -67,13 +76,17 @@ impl Entry {
 /// cache is.
 #[derive(Debug)]
 pub(crate) struct ValueCache {
-    /// Oldest first; entry `i` has sequence number `first + i`.
-    entries: VecDeque<Entry>,
+    /// The cached entries, by hash of (slot, key).
+    index: HashTable<Entry>,
+    /// Eviction order, oldest first: the hash of the entry with sequence number `first + i`
+    /// at `i`. A slot whose entry left the index (replaced or dropped) stays until it reaches
+    /// the front.
+    queue: VecDeque<u64>,
     first: u64,
-    /// Sequence numbers of the live entries.
-    index: HashTable<u64>,
     hasher: RandomState,
-    bytes: usize,
+    /// Key and value bytes of the entries, plus [`ALLOCATION_OVERHEAD`] each. With the two
+    /// containers' allocated capacity, this is what the limit bounds ([`ValueCache::bytes`]).
+    data: usize,
     limit: usize,
     epoch: u64,
 }
@@ -82,11 +95,11 @@ impl ValueCache {
     /// An empty cache holding at most `limit` bytes (0: the cache is off and holds nothing).
     pub(crate) fn new(limit: usize) -> Self {
         ValueCache {
-            entries: VecDeque::new(),
-            first: 0,
             index: HashTable::new(),
+            queue: VecDeque::new(),
+            first: 0,
             hasher: RandomState::new(),
-            bytes: 0,
+            data: 0,
             limit,
             epoch: 0,
         }
@@ -97,28 +110,26 @@ impl ValueCache {
         self.limit > 0
     }
 
-    fn find(&self, hash: u64, slot: usize, key: &[u8]) -> Option<u64> {
-        let (entries, first) = (&self.entries, self.first);
+    fn hash(&self, slot: usize, key: &[u8]) -> u64 {
+        self.hasher.hash_one((slot, key))
+    }
+
+    fn find(&self, hash: u64, slot: usize, key: &[u8]) -> Option<&Entry> {
         self.index
-            .find(hash, |&seq| {
-                let e = &entries[(seq - first) as usize];
-                e.slot == slot && e.key() == key
-            })
-            .copied()
+            .find(hash, |e| e.slot as usize == slot && e.key() == key)
     }
 
     /// The cached value of `key` in `slot`, `None` when the cache does not hold the key.
     #[inline]
     pub(crate) fn get(&self, slot: usize, key: &[u8]) -> Option<&[u8]> {
-        if self.entries.is_empty() {
+        if self.index.is_empty() {
             return None;
         }
-        let seq = self.find(self.hasher.hash_one((slot, key)), slot, key)?;
-        let e = &self.entries[(seq - self.first) as usize];
+        let e = self.find(self.hash(slot, key), slot, key)?;
         if !e.referenced.load(Ordering::Relaxed) {
             e.referenced.store(true, Ordering::Relaxed);
         }
-        Some(&e.bytes[e.key_len..])
+        Some(&e.bytes[e.key_len as usize..])
     }
 
     /// Counts every recorded write; a read's value is recorded only if this has not moved
@@ -135,24 +146,29 @@ impl ValueCache {
             return;
         }
         self.epoch += 1;
-        if self.entries.is_empty() {
+        if self.index.is_empty() {
             return;
         }
-        let hash = self.hasher.hash_one((slot, key));
-        let Some(seq) = self.find(hash, slot, key) else {
+        let hash = self.hash(slot, key);
+        let Ok(found) = self
+            .index
+            .find_entry(hash, |e| e.slot as usize == slot && e.key() == key)
+        else {
             return;
         };
-        let e = &mut self.entries[(seq - self.first) as usize];
+        let key_len = found.get().key_len as usize;
         match value {
             // Same length (a counter, a fixed-size record): overwritten in place.
-            Some(v) if e.bytes.len() - e.key_len == v.len() => {
-                e.bytes[e.key_len..].copy_from_slice(v);
+            Some(v) if found.get().bytes.len() - key_len == v.len() => {
+                found.into_mut().bytes[key_len..].copy_from_slice(v);
             }
-            Some(v) => {
-                self.retire(hash, seq);
-                self.insert(hash, slot, key, v);
+            _ => {
+                let (gone, _) = found.remove();
+                self.forget(&gone);
+                if let Some(v) = value {
+                    self.insert(hash, slot, key, v);
+                }
             }
-            None => self.retire(hash, seq),
         }
     }
 
@@ -162,10 +178,14 @@ impl ValueCache {
         if !self.is_on() || epoch != self.epoch {
             return;
         }
-        let hash = self.hasher.hash_one((slot, key));
-        // Two reads that both missed may both get here; the later one finds the first's.
-        if let Some(seq) = self.find(hash, slot, key) {
-            self.retire(hash, seq);
+        let hash = self.hash(slot, key);
+        // Two reads that both missed may both get here; the later one replaces the first's.
+        if let Ok(found) = self
+            .index
+            .find_entry(hash, |e| e.slot as usize == slot && e.key() == key)
+        {
+            let (gone, _) = found.remove();
+            self.forget(&gone);
         }
         self.insert(hash, slot, key, value);
     }
@@ -173,14 +193,16 @@ impl ValueCache {
     /// Forgets everything (RocksDB's data changed other than by a recorded write).
     pub(crate) fn clear(&mut self) {
         self.epoch += 1;
-        self.entries.clear();
         self.index.clear();
-        self.bytes = 0;
+        self.queue.clear();
+        self.data = 0;
     }
 
-    /// Bytes held, as counted against the limit.
+    /// Bytes held, as counted against the limit: the entries' bytes and the memory both
+    /// containers have allocated (a hash table keeps up to an eighth of its slots empty and
+    /// both double when full, so this can be up to about twice the entries' own overhead).
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes
+        self.data + self.index.capacity() * INDEX_SLOT * 8 / 7 + self.queue.capacity() * QUEUE_SLOT
     }
 
     /// Number of keys cached.
@@ -188,74 +210,68 @@ impl ValueCache {
         self.index.len()
     }
 
+    /// Uncounts an entry taken out of the index; its queue slot stays until it reaches the
+    /// front.
+    fn forget(&mut self, gone: &Entry) {
+        self.data -= gone.bytes.len() + ALLOCATION_OVERHEAD;
+    }
+
     /// Adds `key`'s value (the cache holds nothing for the key), unless it is above an
     /// eighth of the limit; then evicts down to the limit.
     fn insert(&mut self, hash: u64, slot: usize, key: &[u8], value: &[u8]) {
         let data = key.len() + value.len();
+        let (Ok(slot), Ok(key_len)) = (u32::try_from(slot), u32::try_from(key.len())) else {
+            return;
+        };
         if data + ENTRY_OVERHEAD > self.limit / 8 {
             return;
         }
         let mut bytes = Vec::with_capacity(data);
         bytes.extend_from_slice(key);
         bytes.extend_from_slice(value);
-        let seq = self.first + self.entries.len() as u64;
-        self.entries.push_back(Entry {
+        let seq = self.first + self.queue.len() as u64;
+        self.queue.push_back(hash);
+        let hasher = &self.hasher;
+        self.index.insert_unique(
             hash,
-            slot,
-            bytes: bytes.into_boxed_slice(),
-            key_len: key.len(),
-            live: true,
-            referenced: AtomicBool::new(false),
-        });
-        self.bytes += data + ENTRY_OVERHEAD;
-        self.index
-            .insert_unique(hash, seq, |&s| self.entries[(s - self.first) as usize].hash);
+            Entry {
+                seq,
+                slot,
+                key_len,
+                bytes: bytes.into_boxed_slice(),
+                referenced: AtomicBool::new(false),
+            },
+            |e| hasher.hash_one((e.slot as usize, e.key())),
+        );
+        self.data += data + ALLOCATION_OVERHEAD;
         self.evict();
-    }
-
-    /// Takes the entry `seq` out of the index and frees its bytes; the entry leaves the
-    /// queue when it reaches the front.
-    fn retire(&mut self, hash: u64, seq: u64) {
-        if let Ok(found) = self.index.find_entry(hash, |&s| s == seq) {
-            found.remove();
-        }
-        let e = &mut self.entries[(seq - self.first) as usize];
-        self.bytes -= e.bytes.len();
-        e.bytes = Box::default();
-        e.live = false;
     }
 
     /// Drops entries from the front until the cache is within its limit, giving each
     /// referenced entry one more round.
     fn evict(&mut self) {
-        while self.bytes > self.limit {
-            // The loop runs only while bytes are counted, and every counted byte belongs
-            // to a queued entry, so the queue is not empty here.
-            let Some(e) = self.entries.pop_front() else {
-                debug_assert!(false, "value cache counts bytes it does not hold");
-                self.bytes = 0;
+        while self.bytes() > self.limit {
+            let Some(hash) = self.queue.pop_front() else {
+                // Empty, yet the containers' capacity alone is over the limit (they grew
+                // while slots of replaced entries piled up): give it back.
+                self.index.shrink_to(0, |_| 0);
+                self.queue.shrink_to_fit();
                 return;
             };
             let seq = self.first;
             self.first += 1;
-            if !e.live {
-                self.bytes -= ENTRY_OVERHEAD;
-                continue;
-            }
-            let referenced = e.referenced.swap(false, Ordering::Relaxed);
-            let Ok(found) = self.index.find_entry(e.hash, |&s| s == seq) else {
-                debug_assert!(false, "a live value-cache entry is missing from the index");
-                self.bytes -= e.bytes.len() + ENTRY_OVERHEAD;
+            let Ok(found) = self.index.find_entry(hash, |e| e.seq == seq) else {
+                // Its entry was replaced or dropped earlier.
                 continue;
             };
-            if referenced {
-                // Second chance: to the back, same index slot, new sequence number.
-                let back = self.first + self.entries.len() as u64;
-                *found.into_mut() = back;
-                self.entries.push_back(e);
+            if found.get().referenced.swap(false, Ordering::Relaxed) {
+                // Second chance: to the back of the queue.
+                let back = self.first + self.queue.len() as u64;
+                found.into_mut().seq = back;
+                self.queue.push_back(hash);
             } else {
-                found.remove();
-                self.bytes -= e.bytes.len() + ENTRY_OVERHEAD;
+                let (gone, _) = found.remove();
+                self.forget(&gone);
             }
         }
     }
@@ -265,8 +281,9 @@ impl ValueCache {
 mod tests {
     use super::*;
 
-    fn entry_bytes(key: &[u8], value: &[u8]) -> usize {
-        key.len() + value.len() + ENTRY_OVERHEAD
+    /// What an entry adds to [`ValueCache::data`].
+    fn entry_data(key: &[u8], value: &[u8]) -> usize {
+        key.len() + value.len() + ALLOCATION_OVERHEAD
     }
 
     /// Adds `key` as a read does that raced nothing.
@@ -285,14 +302,15 @@ mod tests {
         assert_eq!(c.get(1, b"k"), None, "slots are separate");
         c.record_write(0, b"k", Some(b"v2"));
         assert_eq!(c.get(0, b"k"), Some(&b"v2"[..]), "same length: in place");
-        assert_eq!(c.bytes(), entry_bytes(b"k", b"v2"));
+        assert_eq!(c.data, entry_data(b"k", b"v2"));
         c.record_write(0, b"k", Some(b"longer"));
         assert_eq!(c.get(0, b"k"), Some(&b"longer"[..]));
         assert_eq!(c.len(), 1);
+        assert_eq!(c.data, entry_data(b"k", b"longer"));
         assert_eq!(
-            c.bytes(),
-            entry_bytes(b"k", b"longer") + ENTRY_OVERHEAD,
-            "a replaced entry keeps only its overhead until it leaves the queue"
+            c.queue.len(),
+            2,
+            "a replaced entry keeps only its queue slot until it reaches the front"
         );
         c.record_write(0, b"k", None);
         assert_eq!(c.get(0, b"k"), None, "a delete drops the value");
@@ -326,18 +344,20 @@ mod tests {
 
     #[test]
     fn the_oldest_unreferenced_entries_leave_first() {
-        let each = entry_bytes(b"k0", &[7; 100]);
-        let mut c = ValueCache::new(each * 10);
+        let mut c = ValueCache::new(1 << 20);
         for i in 0..10u8 {
             read(&mut c, &[b'k', b'0' + i], &[7; 100]);
         }
+        // Exactly these ten fit from now on (the containers have room for more entries:
+        // one more read adds only its own bytes).
+        c.limit = c.bytes();
         assert_eq!(c.len(), 10);
         assert!(c.get(0, b"k0").is_some(), "k0 is referenced");
         read(&mut c, b"kA", &[7; 100]);
         assert_eq!(c.len(), 10);
         assert!(c.get(0, b"k0").is_some(), "k0 got a second chance");
         assert!(c.get(0, b"k1").is_none(), "k1 was the oldest unreferenced");
-        assert!(c.bytes() <= each * 10);
+        assert!(c.bytes() <= c.limit);
         // Queue now k2..k9, kA, k0 (referenced again): nine more reads drop k2..kA.
         for i in 0..9u8 {
             read(&mut c, &[b'm', b'0' + i], &[7; 100]);
@@ -346,7 +366,8 @@ mod tests {
         assert!(c.get(0, b"kA").is_none());
         assert!(c.get(0, b"k0").is_some());
         assert!(c.get(0, b"m0").is_some());
-        assert!(c.bytes() <= each * 10);
+        assert_eq!(c.len(), 10);
+        assert!(c.bytes() <= c.limit);
     }
 
     #[test]
@@ -407,11 +428,18 @@ mod tests {
         }
         assert!(c.len() > 0, "reads kept some keys");
         let counted: usize = c
-            .entries
+            .index
             .iter()
-            .map(|e| e.bytes.len() + ENTRY_OVERHEAD)
+            .map(|e| e.bytes.len() + ALLOCATION_OVERHEAD)
             .sum();
-        assert_eq!(counted, c.bytes());
-        assert_eq!(c.entries.iter().filter(|e| e.live).count(), c.len());
+        assert_eq!(counted, c.data);
+        for e in c.index.iter() {
+            let at = (e.seq - c.first) as usize;
+            assert_eq!(
+                c.queue[at],
+                c.hash(e.slot as usize, e.key()),
+                "queue slot of {e:?}"
+            );
+        }
     }
 }

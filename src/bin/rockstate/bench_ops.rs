@@ -49,6 +49,12 @@ pub struct OpsArgs {
     /// Skip the interleaved comparison pass (ratios); run the solo pass only.
     #[arg(long, conflicts_with = "no_solo")]
     solo_only: bool,
+    /// Draw the existing keys of update, get and read-modify-write from a Zipf distribution
+    /// with this exponent (0.99 is YCSB's) instead of uniformly: a few keys are hot, as in
+    /// most keyed streams. Key ranks are scattered over the key space, so hot keys sit in
+    /// every key group. get_missing stays uniform.
+    #[arg(long)]
+    zipf: Option<f64>,
 }
 
 /// The backend `bench ops` measures.
@@ -196,30 +202,29 @@ fn run_slice(
     phase: Phase,
     slice: u64,
     args: &OpsArgs,
-    values: &[Vec<u8>],
+    w: &Workload,
 ) -> rockstate::Result<(f64, u64)> {
     let n = args.keys;
     let (lo, hi) = (n * slice / SLICES, n * (slice + 1) / SLICES);
     let mut rng = SmallRng::seed_from_u64(args.seed ^ ((phase as u64) << 32) ^ slice);
+    // The slice's keys are drawn before the clock starts: a Zipf draw costs a binary search
+    // over N weights, which would otherwise be timed along with the store.
+    let keys: Vec<u64> = (lo..hi)
+        .map(|i| match phase {
+            Phase::Insert => i,
+            Phase::GetMissing => rng.random_range(n..2 * n),
+            Phase::Update | Phase::Get | Phase::ReadModifyWrite => w.existing_key(&mut rng, n),
+        })
+        .collect();
     let mut found = 0u64;
     let start = Instant::now();
-    for i in lo..hi {
-        let value = &values[(i as usize) % values.len()];
+    for (i, key) in (lo..hi).zip(keys) {
+        let value = &w.values[(i as usize) % w.values.len()];
+        let key = key.to_be_bytes();
         match phase {
-            Phase::Insert => store.put(&i.to_be_bytes(), value)?,
-            Phase::Update => store.put(&rng.random_range(0..n).to_be_bytes(), value)?,
-            Phase::Get => {
-                found += u64::from(store.get(&rng.random_range(0..n).to_be_bytes())?.is_some())
-            }
-            Phase::GetMissing => {
-                found += u64::from(
-                    store
-                        .get(&rng.random_range(n..2 * n).to_be_bytes())?
-                        .is_some(),
-                )
-            }
+            Phase::Insert | Phase::Update => store.put(&key, value)?,
+            Phase::Get | Phase::GetMissing => found += u64::from(store.get(&key)?.is_some()),
             Phase::ReadModifyWrite => {
-                let key = rng.random_range(0..n).to_be_bytes();
                 let mut v = store.get(&key)?.unwrap_or_default();
                 if let Some(b) = v.first_mut() {
                     *b = b.wrapping_add(1);
@@ -262,13 +267,13 @@ fn run_phase(
     stores: &[&dyn Store],
     phase: Phase,
     args: &OpsArgs,
-    values: &[Vec<u8>],
+    w: &Workload,
 ) -> rockstate::Result<Vec<f64>> {
     let mut secs = vec![0.0; stores.len()];
     let mut found = vec![0u64; stores.len()];
     for slice in 0..SLICES {
         for (i, store) in stores.iter().enumerate() {
-            let (s, f) = run_slice(*store, phase, slice, args, values)?;
+            let (s, f) = run_slice(*store, phase, slice, args, w)?;
             secs[i] += s;
             found[i] += f;
         }
@@ -301,7 +306,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     })?;
     let options: DbOptions = parse_override("--options", args.options.as_deref())?;
     let budget_config: MemoryBudgetConfig = parse_override("--budget", args.budget.as_deref())?;
-    let values = random_values(args);
+    let values = Workload::new(args)?;
     if args.solo_only {
         return run_solo(args, dir.path(), options, budget_config, &values);
     }
@@ -339,6 +344,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         .label("bench ops:")
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
+        .text("existing_keys", &key_distribution(args))
         .note(
             "rockstate RawValueState vs raw rust-rocksdb, same options; raw_same_layout stores \
              rockstate's key layout, so layout_ratio is rockstate's code cost alone (rockstate \
@@ -376,7 +382,7 @@ fn run_solo(
     dir: &std::path::Path,
     options: DbOptions,
     budget_config: MemoryBudgetConfig,
-    values: &[Vec<u8>],
+    values: &Workload,
 ) -> rockstate::Result<()> {
     // The interleaved pass runs three databases whose flushes and compactions compete for the
     // same cores; a stream task has one. Absolute figures come from this second pass.
@@ -384,6 +390,7 @@ fn run_solo(
         .label("bench ops solo:")
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
+        .text("existing_keys", &key_distribution(args))
         .note(
             "the same workload through rockstate alone (a fresh database, the other stores \
              closed), for absolute figures",
@@ -413,6 +420,7 @@ fn run_solo(
             .num("rockstate_ops_s", ops[0], 0)
             .text("files_before", &lsm)
             .int("cache_pinned_bytes_before", before.block_cache_pinned_bytes)
+            .int("value_cache_entries_before", before.value_cache_entries)
             .print();
     }
     drop((ours, backend));
@@ -495,15 +503,70 @@ impl Store for RawHeap {
     }
 }
 
-fn random_values(args: &OpsArgs) -> Vec<Vec<u8>> {
-    let mut rng = SmallRng::seed_from_u64(args.seed);
-    (0..4096)
-        .map(|_| {
-            let mut v = vec![0u8; args.value_bytes];
-            rng.fill_bytes(&mut v);
-            v
-        })
-        .collect()
+/// How update, get and read-modify-write draw existing keys, for the header lines.
+fn key_distribution(args: &OpsArgs) -> String {
+    match args.zipf {
+        Some(s) => format!("zipf:{s}"),
+        None => "uniform".to_string(),
+    }
+}
+
+/// What every store of a run shares: the values written and how existing keys are drawn.
+struct Workload {
+    values: Vec<Vec<u8>>,
+    /// Cumulative Zipf weights of key ranks 0..N (`--zipf`); `None`: keys are uniform.
+    zipf_cdf: Option<Vec<f64>>,
+}
+
+impl Workload {
+    fn new(args: &OpsArgs) -> rockstate::Result<Self> {
+        let mut rng = SmallRng::seed_from_u64(args.seed);
+        let values = (0..4096)
+            .map(|_| {
+                let mut v = vec![0u8; args.value_bytes];
+                rng.fill_bytes(&mut v);
+                v
+            })
+            .collect();
+        let zipf_cdf = match args.zipf {
+            None => None,
+            Some(s) if s > 0.0 && s.is_finite() && args.keys > 0 => {
+                let mut total = 0.0;
+                let cdf = (1..=args.keys)
+                    .map(|rank| {
+                        total += 1.0 / (rank as f64).powf(s);
+                        total
+                    })
+                    .collect();
+                Some(cdf)
+            }
+            Some(s) => {
+                return Err(rockstate::Error::InvalidOption {
+                    name: "--zipf",
+                    detail: format!("{s} is not a positive exponent (or --keys is 0)"),
+                })
+            }
+        };
+        Ok(Workload { values, zipf_cdf })
+    }
+
+    /// An existing key: uniform in `0..n`, or Zipf-distributed ranks scattered over `0..n`
+    /// (rank r is key `r * P mod n` for a prime P that does not divide n, a bijection).
+    fn existing_key(&self, rng: &mut SmallRng, n: u64) -> u64 {
+        let Some(cdf) = &self.zipf_cdf else {
+            return rng.random_range(0..n);
+        };
+        let total = cdf.last().copied().unwrap_or(0.0);
+        let u: f64 = rng.random::<f64>() * total;
+        let rank = (cdf.partition_point(|&c| c < u) as u64).min(n - 1);
+        const P: u128 = 2_147_483_647;
+        let p = if n as u128 % P == 0 {
+            2_305_843_009_213_693_951
+        } else {
+            P
+        };
+        ((rank as u128 * p) % n as u128) as u64
+    }
 }
 
 /// `--backend heap`: the phases through the heap backend vs BTreeMaps, then the snapshot.
@@ -512,7 +575,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
     let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
     let raw = RawHeap::new(false);
     let raw_same = RawHeap::new(true);
-    let values = random_values(args);
+    let values = Workload::new(args)?;
     Line::header()
         .label("bench ops:")
         .int("keys", args.keys)
@@ -558,7 +621,11 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
     let mut updates = 0u64;
     while !writer.is_finished() {
         let key = rng.random_range(0..args.keys).to_be_bytes();
-        ours.put(&key, &[], &values[(updates as usize) % values.len()])?;
+        ours.put(
+            &key,
+            &[],
+            &values.values[(updates as usize) % values.values.len()],
+        )?;
         updates += 1;
     }
     let updating = start.elapsed();
