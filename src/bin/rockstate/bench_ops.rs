@@ -344,7 +344,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         .label("bench ops:")
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
-        .text("existing_keys", &key_distribution(args))
+        .text("existing_keys", key_distribution(args))
         .note(
             "rockstate RawValueState vs raw rust-rocksdb, same options; raw_same_layout stores \
              rockstate's key layout, so layout_ratio is rockstate's code cost alone (rockstate \
@@ -390,7 +390,7 @@ fn run_solo(
         .label("bench ops solo:")
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
-        .text("existing_keys", &key_distribution(args))
+        .text("existing_keys", key_distribution(args))
         .note(
             "the same workload through rockstate alone (a fresh database, the other stores \
              closed), for absolute figures",
@@ -560,7 +560,7 @@ impl Workload {
         let u: f64 = rng.random::<f64>() * total;
         let rank = (cdf.partition_point(|&c| c < u) as u64).min(n - 1);
         const P: u128 = 2_147_483_647;
-        let p = if n as u128 % P == 0 {
+        let p = if (n as u128).is_multiple_of(P) {
             2_305_843_009_213_693_951
         } else {
             P
