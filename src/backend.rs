@@ -496,6 +496,9 @@ impl KeyedBackend {
                     },
                     t.config.cleanup.periodic_compaction.as_secs(),
                 )?;
+                if t.config.visibility == crate::ttl::Visibility::ReturnExpiredIfNotCleanedUp {
+                    cf.keep_out_of_value_cache();
+                }
             }
         }
         let core = Arc::new(self.new_core(table, requested, ttl));

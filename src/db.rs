@@ -450,8 +450,9 @@ struct Front {
     /// access to RocksDB's data, except the reverse seek that learns a key bound (which the
     /// drain's raise of the bound covers).
     cache: WriteCache,
-    /// Values RocksDB holds, recently written or read (see [`crate::value_cache`]): each
-    /// entry equals RocksDB's value for its key once `cache` has nothing newer for it.
+    /// Values recently read from RocksDB, kept current by writes (see
+    /// [`crate::value_cache`]): each entry equals RocksDB's value for its key once `cache` has
+    /// nothing newer for it.
     values: ValueCache,
     /// Bounds of each key group's keys in RocksDB (see [`crate::key_bounds`]; a point read
     /// looks in `cache` first, and a drain raises them for what it writes); `None` when the
@@ -678,26 +679,33 @@ impl Db {
             }
             return Ok(());
         }
+        let ops = batch
+            .0
+            .iter()
+            .map(|op| (op.slot, &*op.key, op.value.as_deref()));
+        let wb = self.write_batch(ops, 0)?;
+        if self.values_on() {
+            // Held across the write, as a drain holds it: no read records a value from
+            // before the write after it, and no read finds an older cached value after it.
+            let mut front = self.front.write();
+            for op in batch.0.iter().filter(|op| op.value.is_some()) {
+                front.raise(op.slot, &op.key);
+            }
+            self.db.write_opt(wb, &self.write.0)?;
+            for op in &batch.0 {
+                front
+                    .values
+                    .record_write(op.slot, &op.key, op.value.as_deref());
+            }
+            return Ok(());
+        }
         if self.bounded {
             let mut front = self.front.write();
             for op in batch.0.iter().filter(|op| op.value.is_some()) {
                 front.raise(op.slot, &op.key);
             }
         }
-        let ops = batch
-            .0
-            .iter()
-            .map(|op| (op.slot, &*op.key, op.value.as_deref()));
-        self.db
-            .write_opt(self.write_batch(ops, 0)?, &self.write.0)?;
-        if self.values_on() {
-            let mut front = self.front.write();
-            for op in &batch.0 {
-                front
-                    .values
-                    .record_write(op.slot, &op.key, op.value.as_deref());
-            }
-        }
+        self.db.write_opt(wb, &self.write.0)?;
         Ok(())
     }
 
@@ -1037,19 +1045,22 @@ impl Cf {
         if self.db.cache_on() {
             return self.write(key, Some(value));
         }
+        if self.db.values_on() {
+            // Held across the put, as in `Db::write`.
+            let mut front = self.db.front.write();
+            front.raise(self.slot, key);
+            self.db
+                .db
+                .put_cf_opt(&self.handle, key, value, &self.db.write.0)?;
+            front.values.record_write(self.slot, key, Some(value));
+            return Ok(());
+        }
         if self.db.bounded {
             self.db.front.write().raise(self.slot, key);
         }
         self.db
             .db
             .put_cf_opt(&self.handle, key, value, &self.db.write.0)?;
-        if self.db.values_on() {
-            self.db
-                .front
-                .write()
-                .values
-                .record_write(self.slot, key, Some(value));
-        }
         Ok(())
     }
 
@@ -1058,16 +1069,18 @@ impl Cf {
         if self.db.cache_on() {
             return self.write(key, None);
         }
+        if self.db.values_on() {
+            // Held across the delete, as in `Db::write`.
+            let mut front = self.db.front.write();
+            self.db
+                .db
+                .delete_cf_opt(&self.handle, key, &self.db.write.0)?;
+            front.values.record_write(self.slot, key, None);
+            return Ok(());
+        }
         self.db
             .db
             .delete_cf_opt(&self.handle, key, &self.db.write.0)?;
-        if self.db.values_on() {
-            self.db
-                .front
-                .write()
-                .values
-                .record_write(self.slot, key, None);
-        }
         Ok(())
     }
 
@@ -1144,6 +1157,13 @@ impl Cf {
         &self.db
     }
 
+    /// Keeps this column family's values out of the value cache from now on (a state whose
+    /// reads may return expired entries until compaction drops them: a cached copy would
+    /// outlive the drop).
+    pub(crate) fn keep_out_of_value_cache(&self) {
+        self.db.front.write().values.keep_out(self.slot);
+    }
+
     /// Installs the TTL compaction filter for this column family (used from the next
     /// compaction on) and sets RocksDB's periodic compaction so every file is filtered at
     /// least every `periodic_secs` seconds (0 = off).
@@ -1172,13 +1192,20 @@ impl Cf {
         if from >= to {
             return Ok(());
         }
-        self.drain()?;
-        // Values of dropped keys leave the value cache before and after RocksDB drops them
-        // (after: a read that raced the drop cannot record what it found).
-        self.db.front.write().values.clear();
-        let dropped = self.db.db.delete_file_in_range_cf(&self.handle, from, to);
-        self.db.front.write().values.clear();
-        dropped?;
+        let mut front = self.db.front.write();
+        self.changing_rocksdb(&mut front)?;
+        self.db.db.delete_file_in_range_cf(&self.handle, from, to)?;
+        Ok(())
+    }
+
+    /// Readies the front for a change of RocksDB's data other than a write (dropped files,
+    /// range deletion, ingestion), made while the caller keeps holding `front`: drains the
+    /// write cache (so the change is newer than every cached write) and empties the value
+    /// cache. With the lock held across the change, a read that looked before it cannot
+    /// record what it found (the emptying moved the epoch), and none looks during it.
+    fn changing_rocksdb(&self, front: &mut Front) -> Result<()> {
+        self.db.write_cached(front)?;
+        front.values.clear();
         Ok(())
     }
 
@@ -1188,14 +1215,12 @@ impl Cf {
         if from >= to {
             return Ok(());
         }
-        // Drains the cache, so the tombstone is newer than every cached write in the range.
-        self.drop_files_in_range(from, to)?;
-        let deleted = self
+        let mut front = self.db.front.write();
+        self.changing_rocksdb(&mut front)?;
+        self.db.db.delete_file_in_range_cf(&self.handle, from, to)?;
+        self.db
             .db
-            .db
-            .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0);
-        self.db.front.write().values.clear();
-        deleted?;
+            .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0)?;
         Ok(())
     }
 
@@ -1221,29 +1246,21 @@ impl Cf {
         if files.is_empty() {
             return Ok(());
         }
-        self.drain()?;
         let mut opts = rocksdb::IngestExternalFileOptions::default();
         opts.set_move_files(true);
+        let mut front = self.db.front.write();
+        self.changing_rocksdb(&mut front)?;
         // Keys enter around the puts: every bound of the column family is unknown from
-        // before RocksDB takes the files until a read asks RocksDB after it has them, and
-        // the value cache is emptied before and after (as for dropped files).
-        {
-            let mut front = self.db.front.write();
-            if let Some(b) = &mut front.bounds {
-                b.begin_ingest(self.slot);
-            }
-            front.values.clear();
+        // before RocksDB takes the files until a read asks RocksDB after it has them.
+        if let Some(b) = &mut front.bounds {
+            b.begin_ingest(self.slot);
         }
         let ingested = self
             .db
             .db
             .ingest_external_file_cf_opts(&self.handle, &opts, files.to_vec());
-        {
-            let mut front = self.db.front.write();
-            if let Some(b) = &mut front.bounds {
-                b.end_ingest(self.slot);
-            }
-            front.values.clear();
+        if let Some(b) = &mut front.bounds {
+            b.end_ingest(self.slot);
         }
         ingested?;
         Ok(())

@@ -41,9 +41,10 @@ pub struct RocksDbMetrics {
     /// The bytes this backend's value cache may hold (`DbOptions::value_cache_bytes`,
     /// bounded by the budget's share for value caches); 0 when it is off.
     pub value_cache_limit_bytes: u64,
-    /// Bytes the value cache holds now (keys, values and per-entry overhead).
+    /// Bytes the value cache counts against its limit now: keys and values, and its index
+    /// and queue as their growth may leave them allocated (`value_cache` module docs).
     pub value_cache_bytes: u64,
-    /// Keys the value cache knows a value or an absence of.
+    /// Keys whose values the value cache holds.
     pub value_cache_entries: u64,
     /// Estimated number of keys, all column families (`rocksdb.estimate-num-keys`).
     pub estimated_keys: u64,

@@ -330,13 +330,14 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..120),
         write_cache_bytes in prop_oneof![Just(0usize), Just(300), Just(DEFAULT_CACHE)],
         // Off, a few entries (evicting all the time), the default.
-        value_cache_bytes in prop_oneof![Just(0usize), Just(1500), Just(DEFAULT_VALUE_CACHE)],
+        value_cache_bytes in prop_oneof![Just(0usize), Just(6000), Just(DEFAULT_VALUE_CACHE)],
     ) {
         run(ops, BackendKind::RocksDb, Caches(write_cache_bytes, value_cache_bytes));
     }
 
     #[test]
     fn heap_state_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
+        // The heap backend has neither cache; the sizes are passed and ignored.
         run(ops, BackendKind::Heap, Caches(DEFAULT_CACHE, DEFAULT_VALUE_CACHE));
     }
 }

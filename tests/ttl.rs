@@ -434,3 +434,58 @@ fn idle_state_retention_is_a_ttl_config() {
         );
     }
 }
+
+#[test]
+fn an_expired_value_read_before_compaction_drops_it_is_not_returned_after() {
+    // ReturnExpiredIfNotCleanedUp returns expired entries only until cleanup removes them:
+    // a value read (and so cached) before the compaction must not come back after it.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let b = open(dir.path(), &clock);
+    let visible = |name| {
+        b.value_state::<u32, (), u32>(desc(
+            name,
+            UpdateType::OnCreateAndWrite,
+            Visibility::ReturnExpiredIfNotCleanedUp,
+        ))
+        .unwrap()
+    };
+    let (value, hidden) = (
+        visible("v"),
+        b.value_state::<u32, (), u32>(desc(
+            "h",
+            UpdateType::OnCreateAndWrite,
+            Visibility::NeverReturnExpired,
+        ))
+        .unwrap(),
+    );
+    for i in 0..50u32 {
+        value.put(&i, &(), &i).unwrap();
+        hidden.put(&i, &(), &i).unwrap();
+    }
+    b.flush().unwrap();
+    clock.advance(TTL + Duration::from_millis(1));
+    for i in 0..50u32 {
+        assert_eq!(
+            value.get(&i, &()).unwrap(),
+            Some(i),
+            "expired, not cleaned up"
+        );
+        assert_eq!(hidden.get(&i, &()).unwrap(), None);
+    }
+    b.compact_state("v").unwrap();
+    b.compact_state("h").unwrap();
+    assert_eq!(raw_entries(&b, "v"), 0);
+    for i in 0..50u32 {
+        assert_eq!(value.get(&i, &()).unwrap(), None, "cleaned up");
+        assert_eq!(hidden.get(&i, &()).unwrap(), None);
+    }
+    // The other states' values are still cached.
+    let plain = b.value_state::<u32, (), u32>("plain").unwrap();
+    plain.put(&1, &(), &1).unwrap();
+    b.flush().unwrap();
+    let entries = || b.metrics().unwrap().rocksdb.value_cache_entries;
+    let before = entries();
+    assert_eq!(plain.get(&1, &()).unwrap(), Some(1));
+    assert_eq!(entries(), before + 1);
+}

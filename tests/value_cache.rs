@@ -35,13 +35,13 @@ fn reads_race_drains_and_evictions_without_seeing_an_older_value() {
     const KEYS: u32 = 64;
     for (write_cache, wal) in [(1000, false), (0, true)] {
         let dir = tempfile::tempdir().unwrap();
-        // A few cached values among 64 keys: reads miss, go to RocksDB and record what they
-        // found while the writer's drains (or write-through puts) change it.
+        // About 30 cached values among 64 keys: reads miss, go to RocksDB and record what
+        // they found while the writer's drains (or write-through puts) change it.
         let backend = KeyedBackend::builder(dir.path())
             .options(DbOptions {
                 write_cache_bytes: write_cache,
                 wal,
-                value_cache_bytes: 1200,
+                value_cache_bytes: 8 << 10,
                 ..DbOptions::default()
             })
             .open()
