@@ -1760,6 +1760,7 @@ mod tests {
             let options = DbOptions {
                 write_cache_bytes: cache,
                 wal,
+                value_cache_bytes: 1 << 20,
                 ..DbOptions::default()
             };
             let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
@@ -1809,6 +1810,7 @@ mod tests {
         // Files cut per key group, so each group's keys can be dropped as a whole file.
         let options = DbOptions {
             key_group_files: true,
+            value_cache_bytes: 1 << 20,
             ..DbOptions::default()
         };
         let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();

@@ -145,15 +145,20 @@ pub struct DbOptions {
     /// Bytes of values (with their keys) a backend keeps in memory to answer point reads
     /// without RocksDB: values it recently read from RocksDB, kept current by its writes
     /// (`value_cache` module docs). A hit costs one hash lookup instead of RocksDB's read path
-    /// (memtables, a filter probe per flushed file, an index and a data-block search).
-    /// 0 turns it off. Default 64 MiB. Taken out of the memory budget's block cache while the
-    /// backend is open; the value caches of all backends on one budget get at most a quarter
-    /// of it, and a backend opened when that share is used up has none. Each entry counts
-    /// its key and value bytes plus 155 bytes (index and queue slots as their growth may
-    /// leave them, allocator overhead); entries above an eighth of the cache are not kept.
-    /// `bench ops --zipf 0.99` (1M × 100 B, interleaved): get 1.80× raw RocksDB and
-    /// read-modify-write 2.01×; with uniform keys, where a third of the reads repeat a key,
-    /// get stays at raw RocksDB's speed (docs/design-notes.md, "Value cache").
+    /// (memtables, a filter probe per flushed file, an index and a data-block search); a miss
+    /// pays a lookup more, and an insert that may evict. Default 0 (off): turn it on for
+    /// skewed reads (a minority of hot keys, as most keyed streams have). `bench ops`, 1M ×
+    /// 100 B, interleaved, 64 MiB: with `--zipf 0.99` get 1.80× and read-modify-write 2.01×
+    /// raw RocksDB (1.66–1.78× and 1.84–2.36× over runs and value sizes); with uniform keys,
+    /// where a read repeats an earlier key a third of the time, get fell to 0.92 of the
+    /// same run's raw RocksDB storing rockstate's layout, against 1.00–1.09 off (two
+    /// alternating pairs), and read-modify-write to 0.90 of its speed off: a cache that
+    /// mostly misses costs its lookups and churn (docs/design-notes.md, "Value cache").
+    /// Taken out of the memory budget's block cache while the backend is open; the value
+    /// caches of all backends on one budget get at most a quarter of it, and a backend
+    /// opened when that share is used up has none. Each entry counts its key and value bytes
+    /// plus 155 bytes (index and queue slots as their growth may leave them, allocator
+    /// overhead); entries above an eighth of the cache are not kept.
     pub value_cache_bytes: usize,
 }
 
@@ -181,7 +186,7 @@ impl Default for DbOptions {
             key_group_files: false,
             write_cache_bytes: 2 << 20,
             key_bounds: true,
-            value_cache_bytes: 64 << 20,
+            value_cache_bytes: 0,
         }
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use rockstate::ttl::{Cleanup, TimeDomain, UpdateType, Visibility};
 use rockstate::{
-    AggregateFunction, BackendKind, Clock, Error, KeyedBackend, ManualClock, StateDescriptor,
-    TtlConfig,
+    AggregateFunction, BackendKind, Clock, DbOptions, Error, KeyedBackend, ManualClock,
+    StateDescriptor, TtlConfig,
 };
 
 const TTL: Duration = Duration::from_millis(1000);
@@ -441,7 +441,14 @@ fn an_expired_value_read_before_compaction_drops_it_is_not_returned_after() {
     // a value read (and so cached) before the compaction must not come back after it.
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_000_000);
-    let b = open(dir.path(), &clock);
+    let b = KeyedBackend::builder(dir.path())
+        .clock(Arc::new(clock.clone()))
+        .options(DbOptions {
+            value_cache_bytes: 1 << 20,
+            ..DbOptions::default()
+        })
+        .open()
+        .unwrap();
     let visible = |name| {
         b.value_state::<u32, (), u32>(desc(
             name,
