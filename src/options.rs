@@ -148,12 +148,12 @@ pub struct DbOptions {
     /// (memtables, a filter probe per flushed file, an index and a data-block search); a miss
     /// pays a lookup more, and an insert that may evict. Default 0 (off): turn it on for
     /// skewed reads (a minority of hot keys, as most keyed streams have). `bench ops`, 1M ×
-    /// 100 B, interleaved, 64 MiB: with `--zipf 0.99` get 1.80× and read-modify-write 2.01×
-    /// raw RocksDB (1.66–1.78× and 1.84–2.36× over runs and value sizes); with uniform keys,
-    /// where a read repeats an earlier key a third of the time, get fell to 0.92 of the
-    /// same run's raw RocksDB storing rockstate's layout, against 1.00–1.09 off (two
-    /// alternating pairs), and read-modify-write to 0.90 of its speed off: a cache that
-    /// mostly misses costs its lookups and churn (docs/design-notes.md, "Value cache").
+    /// 100 B, interleaved, 64 MiB: with `--zipf 0.99` get 1.73–1.80× and read-modify-write
+    /// 1.89–2.01× raw RocksDB (8 B: 1.71× and 2.38×); with uniform keys, where a read repeats
+    /// an earlier key a third of the time, two alternating pairs gave get 0.93 / 0.89 of the
+    /// same run's raw RocksDB storing rockstate's layout against 0.92 / 0.96 off, and
+    /// read-modify-write 1.18 / 1.21 against 1.28 / 1.34: a cache that mostly misses costs
+    /// its lookups and churn (docs/design-notes.md, "Value cache").
     /// Taken out of the memory budget's block cache while the backend is open; the value
     /// caches of all backends on one budget get at most a quarter of it, and a backend
     /// opened when that share is used up has none. Each entry counts its key and value bytes
