@@ -684,29 +684,29 @@ impl Db {
             .iter()
             .map(|op| (op.slot, &*op.key, op.value.as_deref()));
         let wb = self.write_batch(ops, 0)?;
-        if self.values_on() {
-            // Held across the write, as a drain holds it: no read records a value from
-            // before the write after it, and no read finds an older cached value after it.
-            let mut front = self.front.write();
-            for op in batch.0.iter().filter(|op| op.value.is_some()) {
-                front.raise(op.slot, &op.key);
-            }
-            self.db.write_opt(wb, &self.write.0)?;
-            for op in &batch.0 {
-                front
-                    .values
-                    .record_write(op.slot, &op.key, op.value.as_deref());
-            }
-            return Ok(());
-        }
-        if self.bounded {
-            let mut front = self.front.write();
+        let mut front = self.tracking_front();
+        if let Some(front) = &mut front {
             for op in batch.0.iter().filter(|op| op.value.is_some()) {
                 front.raise(op.slot, &op.key);
             }
         }
         self.db.write_opt(wb, &self.write.0)?;
+        if let Some(front) = &mut front {
+            for op in &batch.0 {
+                front
+                    .values
+                    .record_write(op.slot, &op.key, op.value.as_deref());
+            }
+        }
         Ok(())
+    }
+
+    /// For a write that bypasses the write cache: the front lock, when the front tracks what
+    /// RocksDB holds (key bounds or a value cache), to hold across the write as a drain
+    /// does. Bounds are raised before RocksDB has the keys; the value cache records the write
+    /// after, and no read can record an older value in between or find one after.
+    fn tracking_front(&self) -> Option<parking_lot::RwLockWriteGuard<'_, Front>> {
+        (self.bounded || self.values_on()).then(|| self.front.write())
     }
 
     /// Whether point reads are served from a value cache (the budget granted it bytes).
@@ -872,17 +872,12 @@ impl Db {
                 .unwrap_or(0),
             write_cache_limit_bytes: self.reservation.bytes as u64,
             value_cache_limit_bytes: self.value_reservation.bytes as u64,
-            value_cache_bytes: 0,
-            value_cache_entries: 0,
+            value_cache_bytes: self.front.read().values.bytes() as u64,
+            value_cache_entries: self.front.read().values.len() as u64,
             estimated_keys: sum("rocksdb.estimate-num-keys")?,
             pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
             levels: Vec::new(),
         };
-        {
-            let front = self.front.read();
-            m.value_cache_bytes = front.values.bytes() as u64;
-            m.value_cache_entries = front.values.len() as u64;
-        }
         let mut levels: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
         for f in self.db.live_files()? {
             let e = levels.entry(f.level.max(0) as u32).or_default();
@@ -1045,22 +1040,16 @@ impl Cf {
         if self.db.cache_on() {
             return self.write(key, Some(value));
         }
-        if self.db.values_on() {
-            // Held across the put, as in `Db::write`.
-            let mut front = self.db.front.write();
+        let mut front = self.db.tracking_front();
+        if let Some(front) = &mut front {
             front.raise(self.slot, key);
-            self.db
-                .db
-                .put_cf_opt(&self.handle, key, value, &self.db.write.0)?;
-            front.values.record_write(self.slot, key, Some(value));
-            return Ok(());
-        }
-        if self.db.bounded {
-            self.db.front.write().raise(self.slot, key);
         }
         self.db
             .db
             .put_cf_opt(&self.handle, key, value, &self.db.write.0)?;
+        if let Some(front) = &mut front {
+            front.values.record_write(self.slot, key, Some(value));
+        }
         Ok(())
     }
 
@@ -1069,18 +1058,13 @@ impl Cf {
         if self.db.cache_on() {
             return self.write(key, None);
         }
-        if self.db.values_on() {
-            // Held across the delete, as in `Db::write`.
-            let mut front = self.db.front.write();
-            self.db
-                .db
-                .delete_cf_opt(&self.handle, key, &self.db.write.0)?;
-            front.values.record_write(self.slot, key, None);
-            return Ok(());
-        }
+        let mut front = self.db.tracking_front();
         self.db
             .db
             .delete_cf_opt(&self.handle, key, &self.db.write.0)?;
+        if let Some(front) = &mut front {
+            front.values.record_write(self.slot, key, None);
+        }
         Ok(())
     }
 

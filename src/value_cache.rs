@@ -243,7 +243,6 @@ impl ValueCache {
                     let (gone, _) = found.remove();
                     self.data -= gone.bytes.len();
                     self.stale += 1;
-                    self.tidy();
                 }
             },
             Err(_) => {
@@ -310,18 +309,15 @@ impl ValueCache {
     /// has more than [`INDEX_SLOTS_PER_ENTRY`] slots per entry.
     fn tidy(&mut self) {
         if self.stale > self.index.len() + INDEX_BASE_SLOTS {
-            let mut order: Vec<(u64, u64)> = self.index.iter().map(|e| (e.seq, 0)).collect();
+            // Each entry's new sequence number is its rank among the old ones.
+            let mut order: Vec<u64> = self.index.iter().map(|e| e.seq).collect();
             order.sort_unstable();
-            for (i, (_, new)) in order.iter_mut().enumerate() {
-                *new = i as u64;
-            }
-            let mut queue = VecDeque::with_capacity(order.len());
-            queue.resize(order.len(), 0);
+            let mut queue = VecDeque::from(vec![0; order.len()]);
             for e in self.index.iter_mut() {
                 // Every entry's seq is in `order`, which was built from the same entries.
-                if let Ok(i) = order.binary_search_by_key(&e.seq, |&(old, _)| old) {
-                    e.seq = order[i].1;
-                    queue[i] = self.hasher.hash_one((e.slot as usize, e.key()));
+                if let Ok(rank) = order.binary_search(&e.seq) {
+                    e.seq = rank as u64;
+                    queue[rank] = self.hasher.hash_one((e.slot as usize, e.key()));
                 }
             }
             self.queue = queue;

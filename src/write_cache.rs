@@ -150,26 +150,22 @@ impl WriteCache {
             (e.slot, &self.arena[e.key.clone()])
         };
         order.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)));
-        order.into_iter().map(move |i| {
-            let e = &self.entries[i];
-            (
-                e.slot,
-                &self.arena[e.key.clone()],
-                e.value.clone().map(|r| &self.arena[r]),
-            )
-        })
+        order.into_iter().map(move |i| self.view(&self.entries[i]))
     }
 
     /// Every cached write, latest per key, as (slot, key, value or `None` for a delete), in
     /// the order the keys were first written.
     pub(crate) fn writes(&self) -> impl Iterator<Item = CachedWrite<'_>> {
-        self.entries.iter().map(|e| {
-            (
-                e.slot,
-                &self.arena[e.key.clone()],
-                e.value.clone().map(|r| &self.arena[r]),
-            )
-        })
+        self.entries.iter().map(|e| self.view(e))
+    }
+
+    /// An entry as (slot, key, value or `None` for a delete), its bytes in the arena.
+    fn view(&self, e: &Entry) -> CachedWrite<'_> {
+        (
+            e.slot,
+            &self.arena[e.key.clone()],
+            e.value.clone().map(|r| &self.arena[r]),
+        )
     }
 
     /// Forgets every write (after they reached RocksDB). The arena keeps its memory for the
