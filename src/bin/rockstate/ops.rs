@@ -24,7 +24,8 @@ pub const EXIT_STORAGE: u8 = 3;
 /// Text appended to `--help`.
 pub const EXIT_CODES_HELP: &str = "Exit codes: 0 ok; 1 problems found (verify) or gc refused; \
 2 bad command line; 3 storage or file unreadable.\n\
-STORAGE is a directory, file:///dir, or s3://bucket/prefix (S3 not built in yet).";
+STORAGE is a directory, file:///dir, or s3://bucket/prefix (endpoint and credentials from \
+AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).";
 
 /// A failed command: one line for stderr and an exit code.
 #[derive(Debug)]
