@@ -797,8 +797,10 @@ impl Db {
             b.raise(slot, key);
         }
         self.db.write_opt(wb, &self.write.0)?;
-        for (slot, key, value) in cache.writes() {
-            values.record_write(slot, key, value);
+        if values.is_on() {
+            for (slot, key, value) in cache.writes() {
+                values.record_write(slot, key, value);
+            }
         }
         cache.clear();
         Ok(())
@@ -855,6 +857,10 @@ impl Db {
             }
             Ok(total)
         };
+        let (value_cache_bytes, value_cache_entries) = {
+            let values = &self.front.read().values;
+            (values.bytes() as u64, values.len() as u64)
+        };
         let mut m = crate::metrics::RocksDbMetrics {
             memtable_bytes: sum("rocksdb.cur-size-all-mem-tables")?,
             // One cache for the whole budget: read it once.
@@ -872,8 +878,8 @@ impl Db {
                 .unwrap_or(0),
             write_cache_limit_bytes: self.reservation.bytes as u64,
             value_cache_limit_bytes: self.value_reservation.bytes as u64,
-            value_cache_bytes: self.front.read().values.bytes() as u64,
-            value_cache_entries: self.front.read().values.len() as u64,
+            value_cache_bytes,
+            value_cache_entries,
             estimated_keys: sum("rocksdb.estimate-num-keys")?,
             pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
             levels: Vec::new(),
@@ -1176,8 +1182,13 @@ impl Cf {
         if from >= to {
             return Ok(());
         }
-        let mut front = self.db.front.write();
-        self.changing_rocksdb(&mut front)?;
+        self.drop_files(&mut self.db.front.write(), from, to)
+    }
+
+    /// [`Cf::drop_files_in_range`] for a caller that holds `front` (and may go on changing
+    /// RocksDB under it).
+    fn drop_files(&self, front: &mut Front, from: &[u8], to: &[u8]) -> Result<()> {
+        self.changing_rocksdb(front)?;
         self.db.db.delete_file_in_range_cf(&self.handle, from, to)?;
         Ok(())
     }
@@ -1199,9 +1210,9 @@ impl Cf {
         if from >= to {
             return Ok(());
         }
+        // One hold of the lock across both changes: no read records a value in between.
         let mut front = self.db.front.write();
-        self.changing_rocksdb(&mut front)?;
-        self.db.db.delete_file_in_range_cf(&self.handle, from, to)?;
+        self.drop_files(&mut front, from, to)?;
         self.db
             .db
             .delete_range_cf_opt(&self.handle, from, to, &self.db.write.0)?;

@@ -2,7 +2,7 @@
 //! current by writes and served to later point reads. What a user must never notice: a read
 //! that returns an older value than RocksDB holds, whichever thread reads, whenever the write
 //! cache drains, however often entries are evicted. The model test (`tests/model.rs`) runs
-//! every state kind with the value cache off, tiny and at its default size.
+//! every state kind with the value cache off (its default), tiny and large.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -18,11 +18,13 @@ use rockstate::{DbOptions, KeyedBackend};
 fn open(
     path: &std::path::Path,
     write_cache_bytes: usize,
+    wal: bool,
     value_cache_bytes: usize,
 ) -> KeyedBackend {
     KeyedBackend::builder(path)
         .options(DbOptions {
             write_cache_bytes,
+            wal,
             value_cache_bytes,
             ..DbOptions::default()
         })
@@ -37,15 +39,7 @@ fn reads_race_drains_and_evictions_without_seeing_an_older_value() {
         let dir = tempfile::tempdir().unwrap();
         // About 30 cached values among 64 keys: reads miss, go to RocksDB and record what
         // they found while the writer's drains (or write-through puts) change it.
-        let backend = KeyedBackend::builder(dir.path())
-            .options(DbOptions {
-                write_cache_bytes: write_cache,
-                wal,
-                value_cache_bytes: 8 << 10,
-                ..DbOptions::default()
-            })
-            .open()
-            .unwrap();
+        let backend = open(dir.path(), write_cache, wal, 8 << 10);
         let done = Arc::new(AtomicBool::new(false));
         let readers: Vec<_> = (0..2u64)
             .map(|r| {
@@ -102,6 +96,7 @@ fn stored_values_read_once_are_cached_and_written_ones_are_not() {
         let backend = open(
             &dir.path().join(format!("v{value_cache}")),
             2 << 20,
+            false,
             value_cache,
         );
         let s = state(&backend);

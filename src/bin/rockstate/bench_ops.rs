@@ -306,9 +306,9 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     })?;
     let options: DbOptions = parse_override("--options", args.options.as_deref())?;
     let budget_config: MemoryBudgetConfig = parse_override("--budget", args.budget.as_deref())?;
-    let values = Workload::new(args)?;
+    let workload = Workload::new(args)?;
     if args.solo_only {
-        return run_solo(args, dir.path(), options, budget_config, &values);
+        return run_solo(args, dir.path(), options, budget_config, &workload);
     }
 
     let backend = KeyedBackend::builder(dir.path().join("rockstate"))
@@ -366,14 +366,14 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
             raw.files(),
             raw_same.files(),
         ];
-        let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
+        let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &workload)?;
         phase_line(phase, &ops, &files);
     }
     drop((ours, backend, raw, raw_same));
     if args.no_solo {
         return Ok(());
     }
-    run_solo(args, dir.path(), options, budget_config, &values)
+    run_solo(args, dir.path(), options, budget_config, &workload)
 }
 
 /// The workload through rockstate alone, one line per phase.
@@ -382,7 +382,7 @@ fn run_solo(
     dir: &std::path::Path,
     options: DbOptions,
     budget_config: MemoryBudgetConfig,
-    values: &Workload,
+    workload: &Workload,
 ) -> rockstate::Result<()> {
     // The interleaved pass runs three databases whose flushes and compactions compete for the
     // same cores; a stream task has one. Absolute figures come from this second pass.
@@ -413,7 +413,7 @@ fn run_solo(
             .map(|l| format!("L{}:{}", l.level, l.sst_files))
             .collect::<Vec<_>>()
             .join(",");
-        let ops = run_phase(&[&ours], phase, args, values)?;
+        let ops = run_phase(&[&ours], phase, args, workload)?;
         solo.push(ops[0]);
         Line::new()
             .text("solo_phase", phase.name())
@@ -444,7 +444,7 @@ fn run_solo(
     let reference = open_reference(&dir.join("reference"))?;
     for (phase, ours) in Phase::ALL.into_iter().zip(solo) {
         reference.settle()?;
-        let ops = run_phase(&[&reference], phase, args, values)?;
+        let ops = run_phase(&[&reference], phase, args, workload)?;
         Line::new()
             .text("reference_phase", phase.name())
             .num("reference_ops_s", ops[0], 0)
@@ -575,7 +575,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
     let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
     let raw = RawHeap::new(false);
     let raw_same = RawHeap::new(true);
-    let values = Workload::new(args)?;
+    let workload = Workload::new(args)?;
     Line::header()
         .label("bench ops:")
         .int("keys", args.keys)
@@ -587,7 +587,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
         )
         .print();
     for phase in Phase::ALL {
-        let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &values)?;
+        let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &workload)?;
         phase_line(phase, &ops, &Default::default());
     }
     drop((raw, raw_same));
@@ -624,7 +624,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
         ours.put(
             &key,
             &[],
-            &values.values[(updates as usize) % values.values.len()],
+            &workload.values[(updates as usize) % workload.values.len()],
         )?;
         updates += 1;
     }
