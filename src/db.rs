@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
@@ -39,7 +39,11 @@ impl From<rocksdb::Error> for Error {
 /// memtables awaiting their flush may overshoot briefly. Each open backend's write cache
 /// (`DbOptions::write_cache_bytes`) is taken out of the block cache's capacity while the
 /// backend is open; together the write caches get at most an eighth of the budget, and a
-/// backend opened when that share is used up writes straight through.
+/// backend opened when that share is used up writes straight through. The value caches
+/// (`DbOptions::value_cache_bytes`) share a quarter of the budget evenly: each open backend
+/// with one gets the quarter divided by their number, or what it asks if less, and the caches
+/// are resized (emptied) whenever a backend opens or closes; what they hold is taken out of
+/// the block cache's capacity too.
 #[derive(Clone)]
 pub struct MemoryBudget {
     cache: Cache,
@@ -49,44 +53,56 @@ pub struct MemoryBudget {
     reserved: Arc<parking_lot::Mutex<Reserved>>,
 }
 
-/// Bytes of a [`MemoryBudget`] granted out of its block cache, per pool.
-#[derive(Debug, Default)]
+/// Bytes of a [`MemoryBudget`] granted out of its block cache.
+#[derive(Default)]
 struct Reserved {
     write_caches: usize,
+    /// The open databases with a value cache, and what each was granted; the grants add up to
+    /// `value_caches`.
+    value_users: Vec<ValueUser>,
     value_caches: usize,
+    next_user: u64,
 }
 
-/// Which share of a [`MemoryBudget`] a [`Reservation`] comes out of.
-#[derive(Debug, Clone, Copy)]
-enum Pool {
-    /// Write caches: at most an eighth of the budget together.
-    WriteCaches,
-    /// Value caches: at most a quarter of the budget together.
-    ValueCaches,
+/// A database on the budget whose value cache takes a share of the value caches' quarter.
+struct ValueUser {
+    id: u64,
+    /// `DbOptions::value_cache_bytes`: the most it takes.
+    want: usize,
+    granted: usize,
+    db: Weak<Db>,
 }
 
-/// Bytes of a [`MemoryBudget`] granted to one backend's write cache or value cache; given
-/// back on drop.
+/// Bytes of a [`MemoryBudget`] granted to one backend's write cache; given back on drop.
 struct Reservation {
     budget: MemoryBudget,
-    pool: Pool,
     bytes: usize,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         let mut reserved = self.budget.reserved.lock();
-        *reserved.pool(self.pool) -= self.bytes;
+        reserved.write_caches -= self.bytes;
         self.budget.resize_cache(&reserved);
     }
 }
 
-impl Reserved {
-    fn pool(&mut self, pool: Pool) -> &mut usize {
-        match pool {
-            Pool::WriteCaches => &mut self.write_caches,
-            Pool::ValueCaches => &mut self.value_caches,
-        }
+/// A database's place among the value caches of a [`MemoryBudget`]; leaving (on drop) gives
+/// its share to the others.
+struct ValueShare {
+    budget: MemoryBudget,
+    id: u64,
+}
+
+impl Drop for ValueShare {
+    fn drop(&mut self) {
+        let resized = {
+            let mut reserved = self.budget.reserved.lock();
+            reserved.value_users.retain(|u| u.id != self.id);
+            self.budget.share_values(&mut reserved)
+        };
+        // Dropped without the lock: a database whose last handle this was leaves in turn.
+        drop(resized);
     }
 }
 
@@ -113,23 +129,71 @@ impl MemoryBudget {
         })
     }
 
-    /// Grants up to `want` bytes out of `pool`'s share of the budget (write caches an
-    /// eighth, value caches a quarter), shrinking the block cache by what it grants.
-    fn reserve(&self, pool: Pool, want: usize) -> Reservation {
-        let share = match pool {
-            Pool::WriteCaches => self.config.total_bytes / 8,
-            Pool::ValueCaches => self.config.total_bytes / 4,
-        };
+    /// Grants up to `want` bytes out of the write caches' eighth of the budget, shrinking the
+    /// block cache by what it grants.
+    fn reserve(&self, want: usize) -> Reservation {
         let mut reserved = self.reserved.lock();
-        let taken = reserved.pool(pool);
-        let bytes = want.min(share.saturating_sub(*taken));
-        *taken += bytes;
+        let bytes = want.min((self.config.total_bytes / 8).saturating_sub(reserved.write_caches));
+        reserved.write_caches += bytes;
         self.resize_cache(&reserved);
         Reservation {
             budget: self.clone(),
-            pool,
             bytes,
         }
+    }
+
+    /// Adds a database (`db`, under construction) whose value cache may take up to `want`
+    /// bytes to the value caches' quarter of the budget, which is split evenly among them;
+    /// returns its place and its grant, and resizes the others' caches to their new share.
+    fn join_values(&self, db: Weak<Db>, want: usize) -> (ValueShare, usize) {
+        let (id, granted, resized) = {
+            let mut reserved = self.reserved.lock();
+            let id = reserved.next_user;
+            reserved.next_user += 1;
+            reserved.value_users.push(ValueUser {
+                id,
+                want,
+                granted: 0,
+                db,
+            });
+            let resized = self.share_values(&mut reserved);
+            let granted = reserved.value_users.last().map_or(0, |u| u.granted);
+            (id, granted, resized)
+        };
+        drop(resized);
+        let share = ValueShare {
+            budget: self.clone(),
+            id,
+        };
+        (share, granted)
+    }
+
+    /// Splits the value caches' quarter evenly among their databases (each takes at most what
+    /// it wants), resizes each open database's cache to its grant, and sizes the block cache
+    /// by what is granted. A database under construction takes its grant as it is built; one
+    /// being dropped keeps its old grant counted until it leaves. Returns the handles it
+    /// took, to be dropped after the lock is released.
+    fn share_values(&self, reserved: &mut Reserved) -> Vec<Arc<Db>> {
+        let n = reserved.value_users.len().max(1);
+        let share = self.config.total_bytes / 4 / n;
+        let mut held = Vec::new();
+        for u in &mut reserved.value_users {
+            let grant = u.want.min(share);
+            match u.db.upgrade() {
+                Some(db) => {
+                    db.set_value_cache_limit(grant);
+                    u.granted = grant;
+                    held.push(db);
+                }
+                // Under construction: it is built with this grant.
+                None if u.granted == 0 => u.granted = grant,
+                // Being dropped, or built with an earlier grant: counted as it is.
+                None => {}
+            }
+        }
+        reserved.value_caches = reserved.value_users.iter().map(|u| u.granted).sum();
+        self.resize_cache(reserved);
+        held
     }
 
     /// Sets the block cache's capacity to the budget minus the caches' bytes. The caller
@@ -425,8 +489,8 @@ pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
     /// The write cache's share of the memory budget (held while the database is open).
     reservation: Reservation,
-    /// The value cache's share of the memory budget (held while the database is open).
-    value_reservation: Reservation,
+    /// The value cache's place among the budget's value caches (`None`: no value cache).
+    value_share: Option<ValueShare>,
     /// Writes not yet in RocksDB, values recently in it, and the key bounds: read before
     /// RocksDB by every point read.
     front: RwLock<Front>,
@@ -450,9 +514,8 @@ struct Front {
     /// access to RocksDB's data, except the reverse seek that learns a key bound (which the
     /// drain's raise of the bound covers).
     cache: WriteCache,
-    /// Values recently read from RocksDB, kept current by writes (see
-    /// [`crate::value_cache`]): each entry equals RocksDB's value for its key once `cache` has
-    /// nothing newer for it.
+    /// Values recently written to RocksDB or read from it (see [`crate::value_cache`]): each
+    /// entry equals RocksDB's value for its key once `cache` has nothing newer for it.
     values: ValueCache,
     /// Bounds of each key group's keys in RocksDB (see [`crate::key_bounds`]; a point read
     /// looks in `cache` first, and a drain raises them for what it writes); `None` when the
@@ -579,38 +642,54 @@ impl Db {
         } else {
             options.write_cache_bytes.min(options.write_buffer_size / 8)
         };
-        let reservation = budget.reserve(Pool::WriteCaches, want);
-        let value_reservation = budget.reserve(
-            Pool::ValueCaches,
-            if read_only {
-                0
-            } else {
-                options.value_cache_bytes
-            },
-        );
+        let reservation = budget.reserve(want);
+        let value_want = if read_only {
+            0
+        } else {
+            options.value_cache_bytes
+        };
+        // One hasher for both caches: a key hashed for one serves the other.
+        let hasher = std::hash::RandomState::new();
         let bounds = layout
             .filter(|_| options.key_bounds && !read_only)
             .map(|l| l.group_prefix);
-        Ok(Arc::new(Db {
-            db,
-            front: RwLock::new(Front {
-                cache: WriteCache::new(reservation.bytes),
-                values: ValueCache::new(value_reservation.bytes),
-                // Every bound starts unknown: the database may hold keys already.
-                bounds: bounds.map(KeyBounds::new),
-            }),
-            bounded: bounds.is_some(),
-            reservation,
-            value_reservation,
-            cf_names,
-            filters,
-            write: SharedWriteOptions(write),
-            read: SharedReadOptions(ReadOptions::default()),
-            options: options.clone(),
-            budget: budget.clone(),
-            partition_prefix,
-            path: path.to_path_buf(),
+        Ok(Arc::new_cyclic(|me| {
+            let (value_share, value_limit) = if value_want > 0 {
+                let (share, limit) = budget.join_values(me.clone(), value_want);
+                (Some(share), limit)
+            } else {
+                (None, 0)
+            };
+            Db {
+                db,
+                front: RwLock::new(Front {
+                    cache: WriteCache::new(reservation.bytes, hasher.clone()),
+                    values: ValueCache::new(value_limit, hasher),
+                    // Every bound starts unknown: the database may hold keys already.
+                    bounds: bounds.map(KeyBounds::new),
+                }),
+                bounded: bounds.is_some(),
+                reservation,
+                value_share,
+                cf_names,
+                filters,
+                write: SharedWriteOptions(write),
+                read: SharedReadOptions(ReadOptions::default()),
+                options: options.clone(),
+                budget: budget.clone(),
+                partition_prefix,
+                path: path.to_path_buf(),
+            }
         }))
+    }
+
+    /// Resizes the value cache to `limit` bytes (emptying it) when that is not its size:
+    /// the budget's value caches were shared anew.
+    fn set_value_cache_limit(&self, limit: usize) {
+        let mut front = self.front.write();
+        if front.values.limit() != limit {
+            front.values.resize(limit);
+        }
     }
 
     /// The directory of the database.
@@ -709,10 +788,12 @@ impl Db {
         (self.bounded || self.values_on()).then(|| self.front.write())
     }
 
-    /// Whether point reads are served from a value cache (the budget granted it bytes).
+    /// Whether point reads may be served from a value cache: the database has a share of
+    /// the budget's value caches (its size may change, to 0 too, as databases open and
+    /// close; writes that bypass the write cache lock the front whenever it could be on).
     #[inline]
     fn values_on(&self) -> bool {
-        self.value_reservation.bytes > 0
+        self.value_share.is_some()
     }
 
     /// Whether a point read takes the front lock: something in front of RocksDB may answer.
@@ -797,11 +878,7 @@ impl Db {
             b.raise(slot, key);
         }
         self.db.write_opt(wb, &self.write.0)?;
-        if values.is_on() {
-            for (slot, key, value) in cache.writes() {
-                values.record_write(slot, key, value);
-            }
-        }
+        values.record_drained(cache.writes());
         cache.clear();
         Ok(())
     }
@@ -857,9 +934,13 @@ impl Db {
             }
             Ok(total)
         };
-        let (value_cache_bytes, value_cache_entries) = {
+        let (value_cache_limit_bytes, value_cache_bytes, value_cache_entries) = {
             let values = &self.front.read().values;
-            (values.bytes() as u64, values.len() as u64)
+            (
+                values.limit() as u64,
+                values.bytes() as u64,
+                values.len() as u64,
+            )
         };
         let mut m = crate::metrics::RocksDbMetrics {
             memtable_bytes: sum("rocksdb.cur-size-all-mem-tables")?,
@@ -877,7 +958,7 @@ impl Db {
                 .property_int_value("rocksdb.block-cache-capacity")?
                 .unwrap_or(0),
             write_cache_limit_bytes: self.reservation.bytes as u64,
-            value_cache_limit_bytes: self.value_reservation.bytes as u64,
+            value_cache_limit_bytes,
             value_cache_bytes,
             value_cache_entries,
             estimated_keys: sum("rocksdb.estimate-num-keys")?,
@@ -956,9 +1037,11 @@ impl Cf {
         let mut epoch = None;
         if self.db.fronted() {
             let front = self.db.front.read();
+            // The caches share their hasher: one hash serves both.
+            let hash = front.cache.hash(self.slot, key);
             let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = front
                 .cache
-                .get(self.slot, key)
+                .get(hash, self.slot, key)
                 .map(|v| v.map(smallvec::SmallVec::from_slice));
             if let Some(pending) = cached {
                 drop(front);
@@ -970,12 +1053,12 @@ impl Cf {
             if check == Check::Absent {
                 return Ok(None);
             }
-            if let Some(v) = front.values.get(self.slot, key) {
+            if let Some(v) = front.values.get(hash, self.slot, key) {
                 let v = smallvec::SmallVec::<[u8; 256]>::from_slice(v);
                 drop(front);
                 return Ok(Some(f(&v)));
             }
-            epoch = front.values.is_on().then(|| front.values.epoch());
+            epoch = front.values.is_on().then(|| (front.values.epoch(), hash));
             drop(front);
             if let Check::Unknown { losses } = check {
                 self.learn_bound(key, losses)?;
@@ -985,24 +1068,24 @@ impl Cf {
     }
 
     /// The point read of `key` in RocksDB; with `epoch` (the value cache's when the read
-    /// looked there), a value found is recorded in the value cache.
+    /// looked there, and the key's hash), a value found is recorded in the value cache.
     #[inline]
     fn read_rocksdb<R>(
         &self,
         key: &[u8],
-        epoch: Option<u64>,
+        epoch: Option<(u64, u64)>,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<Option<R>> {
         let value = self
             .db
             .db
             .get_pinned_cf_opt(&self.handle, key, &self.db.read.0)?;
-        if let (Some(epoch), Some(v)) = (epoch, &value) {
+        if let (Some((epoch, hash)), Some(v)) = (epoch, &value) {
             self.db
                 .front
                 .write()
                 .values
-                .record_read(epoch, self.slot, key, v);
+                .record_read(epoch, hash, self.slot, key, v);
         }
         Ok(value.map(|v| f(&v)))
     }
@@ -1571,9 +1654,11 @@ mod tests {
     #[test]
     fn a_failed_drain_keeps_every_cached_write_and_refuses_the_next() {
         let dir = tempfile::tempdir().unwrap();
-        // 64 KiB memtables: the cache holds 8 KiB.
+        // 64 KiB memtables: the cache holds 8 KiB. No value cache: its place in the budget
+        // holds a weak handle, which `Arc::get_mut` below would refuse.
         let options = DbOptions {
             write_buffer_size: 64 << 10,
+            value_cache_bytes: 0,
             ..DbOptions::default()
         };
         let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
@@ -1744,12 +1829,12 @@ mod tests {
             .front
             .read()
             .values
-            .get(cf.slot, key)
+            .get(cf.db.front.read().values.hash(cf.slot, key), cf.slot, key)
             .map(<[u8]>::to_vec)
     }
 
     #[test]
-    fn reads_fill_the_value_cache_and_writes_keep_it_true() {
+    fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
         for (cache, wal) in [(2 << 20, false), (0, false), (0, true)] {
             let dir = tempfile::tempdir().unwrap();
             let options = DbOptions {
@@ -1764,14 +1849,26 @@ mod tests {
             let case = format!("cache {cache}, wal {wal}");
             cf.put(b"\x05a", b"1").unwrap();
             cf.put(b"\x05b", b"2").unwrap();
+            if cache > 0 {
+                assert_eq!(
+                    value_cached(&cf, b"\x05a"),
+                    None,
+                    "{case}: a cached write reaches the value cache with its drain"
+                );
+            }
             db.drain().unwrap();
             assert_eq!(
                 value_cached(&cf, b"\x05a"),
-                None,
-                "{case}: writes add nothing"
+                Some(b"1".to_vec()),
+                "{case}: writes add their keys"
             );
+            db.front.write().values.clear();
             assert_eq!(read(&cf, b"\x05a"), Some(b"1".to_vec()));
-            assert_eq!(value_cached(&cf, b"\x05a"), Some(b"1".to_vec()), "{case}");
+            assert_eq!(
+                value_cached(&cf, b"\x05a"),
+                Some(b"1".to_vec()),
+                "{case}: reads add their keys"
+            );
             // A put of a cached key: the value cache follows once RocksDB has it.
             cf.put(b"\x05a", b"3").unwrap();
             assert_eq!(read(&cf, b"\x05a"), Some(b"3".to_vec()), "{case}");
@@ -1790,7 +1887,7 @@ mod tests {
                 Some(b"longer".to_vec()),
                 "{case}"
             );
-            assert_eq!(value_cached(&cf, b"\x05c"), None, "{case}");
+            assert_eq!(value_cached(&cf, b"\x05c"), Some(b"4".to_vec()), "{case}");
             cf.delete(b"\x05a").unwrap();
             assert_eq!(read(&cf, b"\x05a"), None, "{case}");
             db.drain().unwrap();

@@ -38,13 +38,14 @@ pub struct RocksDbMetrics {
     /// (`DbOptions::write_cache_bytes`, bounded by the memtable size and the budget's share
     /// for write caches); 0 when writes go straight through.
     pub write_cache_limit_bytes: u64,
-    /// The bytes this backend's value cache may hold (`DbOptions::value_cache_bytes`,
-    /// bounded by the budget's share for value caches); 0 when it is off.
+    /// The bytes this backend's value cache may hold now (`DbOptions::value_cache_bytes`,
+    /// bounded by its even share of the budget's quarter for value caches, which changes as
+    /// backends open and close); 0 when it is off.
     pub value_cache_limit_bytes: u64,
-    /// Bytes the value cache counts against its limit now: keys and values, and its index
-    /// and queue as their growth may leave them allocated (`value_cache` module docs).
+    /// Bytes the value cache has allocated now: its ring (all of it from the first entry on;
+    /// the system maps its pages as they fill) and its index (`value_cache` module docs).
     pub value_cache_bytes: u64,
-    /// Keys whose values the value cache holds.
+    /// Keys whose values the value cache holds (counted over its index when asked).
     pub value_cache_entries: u64,
     /// Estimated number of keys, all column families (`rocksdb.estimate-num-keys`).
     pub estimated_keys: u64,

@@ -142,23 +142,23 @@ pub struct DbOptions {
     /// rescale); memory is one key per state and key group read or written (`key_bounds`
     /// module docs).
     pub key_bounds: bool,
-    /// Bytes of values (with their keys) a backend keeps in memory to answer point reads
-    /// without RocksDB: values it recently read from RocksDB, kept current by its writes
-    /// (`value_cache` module docs). A hit costs one hash lookup instead of RocksDB's read path
-    /// (memtables, a filter probe per flushed file, an index and a data-block search); a miss
-    /// pays a lookup more, and an insert that may evict. Default 0 (off): turn it on for
-    /// skewed reads (a minority of hot keys, as most keyed streams have). `bench ops`, 1M ×
-    /// 100 B, interleaved, 64 MiB: with `--zipf 0.99` get 1.73–1.80× and read-modify-write
-    /// 1.89–2.01× raw RocksDB (8 B: 1.71× and 2.38×); with uniform keys, where a read repeats
-    /// an earlier key a third of the time, two alternating pairs gave get 0.93 / 0.89 of the
-    /// same run's raw RocksDB storing rockstate's layout against 0.92 / 0.96 off, and
-    /// read-modify-write 1.18 / 1.21 against 1.28 / 1.34: a cache that mostly misses costs
-    /// its lookups and churn (docs/design-notes.md, "Value cache").
-    /// Taken out of the memory budget's block cache while the backend is open; the value
-    /// caches of all backends on one budget get at most a quarter of it, and a backend
-    /// opened when that share is used up has none. Each entry counts its key and value bytes
-    /// plus 155 bytes (index and queue slots as their growth may leave them, allocator
-    /// overhead); entries above an eighth of the cache are not kept.
+    /// Bytes of memory in which a backend keeps the values it most recently wrote to RocksDB
+    /// or read from it, to answer point reads without RocksDB (`value_cache` module docs):
+    /// a ring of entries, oldest overwritten first, and a hash index. A hit costs one index
+    /// probe instead of RocksDB's read path (memtables, a filter probe per flushed file, an
+    /// index and a data-block search); every write drained to RocksDB pays one probe and a
+    /// copy into the ring. The budget's value caches share a quarter of it evenly among the
+    /// open backends that have one (each gets the most this allows; `MemoryBudget`), so this
+    /// is a cap: default 128 MiB, the whole quarter of the default 512 MiB budget for a
+    /// backend alone in its process; 0 turns the cache off. `bench ops` solo, 1M keys x 100 B,
+    /// uniform keys, three alternating pairs on the idle machine: get 764k-790k against
+    /// 411k-430k ops/s off, read-modify-write 330k-334k against 256k-265k, insert 1.52M-1.56M
+    /// against 1.74M-1.75M, update 1.17M-1.21M against 1.35M-1.39M (docs/design-notes.md,
+    /// "Value cache filled by writes"). Taken out of the memory budget's block cache while
+    /// the backend is open. A quarter of a cache's bytes at most goes to the index (8 bytes a slot, at
+    /// most half of the slots used), the rest to the ring; each entry takes a 12-byte header
+    /// plus its key and value, rounded up to 8 bytes. Entries above an eighth of the ring are
+    /// not kept; below 2 KiB the cache is off.
     pub value_cache_bytes: usize,
 }
 
@@ -186,7 +186,7 @@ impl Default for DbOptions {
             key_group_files: false,
             write_cache_bytes: 2 << 20,
             key_bounds: true,
-            value_cache_bytes: 0,
+            value_cache_bytes: 128 << 20,
         }
     }
 }

@@ -1,24 +1,23 @@
-//! The value cache: values a backend recently read from RocksDB, kept current by its writes
-//! and served to later point reads without asking RocksDB.
+//! The value cache: the values a backend most recently wrote to RocksDB or read from it,
+//! kept in memory in the order they came and served to later point reads without asking
+//! RocksDB.
 //!
 //! A point read that RocksDB answers walks its read path: the memtables, a filter probe per
 //! flushed file, an index search and a data-block search in the file that holds the key, a
 //! block-cache lookup for that block. That costs microseconds even when every block is
 //! cached, and Flink's RocksDB backend pays it on every state access (its users see reads
-//! several times slower than on the heap backend). Keyed workloads are skewed: a hot key's
-//! value sits in a block-cache block among a hundred colder entries, so the block cache
-//! holds it at a hundred times its size. This cache holds the value alone, found with one
-//! hash lookup. RisingWave keeps operator caches in front of its state store for the same
-//! reason; Kafka Streams' record cache serves reads too.
+//! several times slower than on the heap backend). Streaming state is mostly read soon after
+//! it was written (a window's aggregate, a join side, a counter): this cache keeps the last
+//! writes and reads, as many as its memory holds, and answers a point read with one hash
+//! lookup. Kafka Streams' record cache and RisingWave's operator caches sit in front of
+//! their state stores for the same reason.
 //!
 //! This module only holds the data. `db` owns the cache, under the same lock as the write
 //! cache, and keeps one rule: an entry always equals what RocksDB holds for its key, once the
 //! write cache has nothing newer for the key (reads look in the write cache first).
 //! - Every write to RocksDB holds the lock exclusively from before RocksDB takes it until
 //!   it is recorded here: a drain of the write cache, and a write that bypasses the write
-//!   cache (the WAL on). A recorded put replaces the cached value of its key (in place), a
-//!   delete drops it; keys not cached are not added (writes would otherwise push out what
-//!   reads asked for, and pay for it).
+//!   cache (the WAL on). A recorded put becomes the key's entry, a delete drops it.
 //! - A value RocksDB returns to a point read (which reads RocksDB without the lock) is added
 //!   only if nothing was recorded or emptied since the read looked here
 //!   ([`ValueCache::epoch`]), so a read that raced a write cannot put back an older value.
@@ -29,79 +28,106 @@
 //!   its compaction filter changes RocksDB's data behind the lock. For every other TTL
 //!   state, a cached expired value reads as absent, as RocksDB's copy would.
 //!
-//! Eviction is CLOCK (FIFO with a second chance): a hit sets the entry's reference bit
-//! (an atomic, so hits need only the shared lock); the oldest entry is dropped when the cache
-//! is over its limit, unless its bit is set, in which case it goes to the back with the bit
-//! cleared. The limit counts key and value bytes plus [`ENTRY_OVERHEAD`] per entry, which
-//! covers the index and queue slots at the most their growth can leave allocated (the index
-//! is shrunk and the queue compacted when deletes leave them emptier than that); an entry
-//! above an eighth of the limit is not cached (one large value would empty the cache).
+//! **Layout.** Entries are appended to one byte ring at an ever-growing logical position
+//! (the ring's offset is that position modulo its length): a 12-byte header (column-family
+//! slot, key and value lengths) and the key and value, padded to 8 bytes. An entry that
+//! would cross the ring's end starts at the next lap instead. Writing at the head overwrites
+//! the oldest bytes, so eviction is free: an entry is intact while its position is within
+//! one ring length of the head (and above `floor`, see below). One open-addressing index
+//! (linear probing, deletion by backward shift) maps (slot, key) to the position of its
+//! latest entry, with 32 bits of the hash beside it (they place the slot and spare most key
+//! comparisons). A later write of a key takes over its index slot; a slot whose entry was
+//! overwritten stays until a probe reuses it or a sweep (when the index is half full)
+//! drops it. So a write costs one index probe and a copy into the ring, with no
+//! allocation, and the memory held is exactly the ring and the index, fixed by the limit:
+//! a quarter of it at most for the index (it starts small and doubles while the entries
+//! grow), the rest for the ring. When small entries fill the index before the ring, `floor`
+//! rises by an eighth of the ring at a time (dropping the oldest entries) until a sweep
+//! leaves room. An entry above an eighth of the ring is not kept (one large value would
+//! empty the cache).
 //! Its bytes come out of the memory budget, as the write cache's do.
 
-use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use hashbrown::HashTable;
+use crate::write_cache::HashedWrite;
 
-/// Bytes the allocator adds to each entry's key-and-value allocation (glibc: a 16-byte
-/// header and rounding).
-const ALLOCATION_OVERHEAD: usize = 16;
+/// Bytes of an entry's header: slot (4), key length (4), value length (4).
+const HEADER: usize = 12;
 
-/// Bytes of one index slot: the entry and its control byte.
-const INDEX_SLOT: usize = std::mem::size_of::<Entry>() + 1;
+/// Entries start at multiples of this.
+const ALIGN: usize = 8;
 
-/// Index slots counted per entry. The index grows when more than 7/8 of its slots are
-/// taken and then has about 16/7 slots per entry; it is shrunk when it has more than three
-/// per entry (plus [`INDEX_BASE_SLOTS`]), so three always covers it.
-const INDEX_SLOTS_PER_ENTRY: usize = 3;
+/// Index slots of a new index.
+const MIN_SLOTS: usize = 64;
 
-/// Index slots counted on top, so a nearly empty cache is not shrunk at every removal.
-const INDEX_BASE_SLOTS: usize = 64;
+/// Index slots at most: the 32 hash bits a slot keeps place it (24 of them at the most
+/// slots) and spare key comparisons (the rest).
+const MAX_SLOTS: usize = 1 << 24;
 
-/// Bytes of one queue slot, counted twice: the queue doubles when it is full.
-const QUEUE_SLOT: usize = 2 * std::mem::size_of::<u64>();
+/// The index is swept at least once per this many bytes written, so a stale slot's 32-bit
+/// position (in units of [`ALIGN`], so it wraps every 32 GiB) is never mistaken for a live one.
+const SWEEP_BYTES: u64 = 8 << 30;
 
-/// Bytes counted per entry on top of its key and value bytes: its index slots, its queue
-/// slot and the allocator's overhead, at the most the containers' growth can cost.
-pub(crate) const ENTRY_OVERHEAD: usize =
-    INDEX_SLOTS_PER_ENTRY * INDEX_SLOT + QUEUE_SLOT + ALLOCATION_OVERHEAD;
-
-/// One cached value, held in its index slot, so a hit reads the index and the bytes only.
-#[derive(Debug)]
-struct Entry {
-    /// Its position in the queue (see [`ValueCache::queue`]).
-    seq: u64,
-    slot: u32,
-    key_len: u32,
-    /// The key's bytes, then the value's.
-    bytes: Box<[u8]>,
-    /// Set by a hit, cleared when the entry gets its second chance.
-    referenced: AtomicBool,
+/// A zeroed buffer of `len` elements, its memory untouched until used (the allocator maps
+/// fresh pages for large buffers), with the kernel asked to back it with huge pages: the
+/// ring and the index are read and written at random, so with 4 KiB pages nearly every
+/// access would also miss the TLB, and filling them would take a page fault per 4 KiB.
+fn zeroed<T: Clone + Default>(len: usize) -> Vec<T> {
+    let v = vec![T::default(); len];
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = v.as_ptr() as usize;
+        let first = start.next_multiple_of(HUGE);
+        let end = (start + std::mem::size_of_val(v.as_slice())) / HUGE * HUGE;
+        if end > first {
+            // SAFETY: `first..end` lies within `v`'s allocation and is page-aligned;
+            // MADV_HUGEPAGE only changes how the kernel backs those pages, never their
+            // contents, and a refusal (no THP support) leaves them as they were.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    v
 }
 
-impl Entry {
-    fn key(&self) -> &[u8] {
-        &self.bytes[..self.key_len as usize]
-    }
+/// Ring bytes of an entry with `data` key and value bytes.
+fn entry_size(data: usize) -> usize {
+    (HEADER + data).div_ceil(ALIGN) * ALIGN
+}
+
+/// The 32 hash bits an index slot keeps; bit 0 is set so no slot is 0 (empty).
+fn tag(hash: u64) -> u64 {
+    (hash & 0xffff_ffff) | 1
+}
+
+/// An index slot: the low 32 bits of the entry's position in units of [`ALIGN`], above its
+/// hash's [`tag`].
+fn index_slot(pos: u64, hash: u64) -> u64 {
+    ((pos / ALIGN as u64) << 32) | tag(hash)
 }
 
 /// Cached values of every column family of one database, keyed by (slot, key) as the write
 /// cache is.
 #[derive(Debug)]
 pub(crate) struct ValueCache {
-    /// The cached entries, by hash of (slot, key).
-    index: HashTable<Entry>,
-    /// Eviction order, oldest first: the hash of the entry with sequence number `first + i`
-    /// at `i`. The slot of a dropped entry stays until it reaches the front or the queue is
-    /// compacted (when such slots outnumber the entries).
-    queue: VecDeque<u64>,
-    first: u64,
-    /// Queue slots whose entry was dropped.
-    stale: usize,
+    /// `ring_len` bytes from the first entry on, empty before.
+    ring: Vec<u8>,
+    ring_len: usize,
+    /// Logical position of the next entry; starts at one ring length, so the oldest intact
+    /// position, `head - ring_len`, is never below 0.
+    head: u64,
+    /// Entries below this position are dropped even if their bytes are intact.
+    floor: u64,
+    /// `head` at the last sweep.
+    swept_at: u64,
+    /// Open addressing, linear probing; 0 is an empty slot. Its length is a power of two.
+    index: Vec<u64>,
+    max_slots: usize,
+    /// Non-empty index slots, stale ones included.
+    occupied: usize,
     hasher: RandomState,
-    /// Key and value bytes of the entries.
-    data: usize,
     limit: usize,
     epoch: u64,
     /// Slots whose values are never cached ([`ValueCache::keep_out`]).
@@ -109,16 +135,33 @@ pub(crate) struct ValueCache {
 }
 
 impl ValueCache {
-    /// An empty cache holding at most `limit` bytes (0: the cache is off and holds nothing).
-    pub(crate) fn new(limit: usize) -> Self {
+    /// An empty cache holding at most `limit` bytes (0, or too little for a useful ring: the
+    /// cache is off and holds nothing). `hasher` is the write cache's, so one hash of a key
+    /// serves both.
+    pub(crate) fn new(limit: usize, hasher: RandomState) -> Self {
+        // The index takes at most a quarter, in a power of two of slots.
+        let quarter_slots = limit / 4 / std::mem::size_of::<u64>();
+        let max_slots = if quarter_slots < MIN_SLOTS {
+            0
+        } else {
+            (1usize << (usize::BITS - 1 - quarter_slots.leading_zeros())).min(MAX_SLOTS)
+        };
+        let ring_len = if max_slots == 0 {
+            0
+        } else {
+            (limit - max_slots * std::mem::size_of::<u64>()) / ALIGN * ALIGN
+        };
         ValueCache {
-            index: HashTable::new(),
-            queue: VecDeque::new(),
-            first: 0,
-            stale: 0,
-            hasher: RandomState::new(),
-            data: 0,
-            limit,
+            ring: Vec::new(),
+            ring_len,
+            head: ring_len as u64,
+            floor: 0,
+            swept_at: ring_len as u64,
+            index: Vec::new(),
+            max_slots,
+            occupied: 0,
+            hasher,
+            limit: if max_slots == 0 { 0 } else { limit },
             epoch: 0,
             kept_out: Vec::new(),
         }
@@ -129,23 +172,98 @@ impl ValueCache {
         self.limit > 0
     }
 
-    fn hash(&self, slot: usize, key: &[u8]) -> u64 {
+    /// The bytes it may hold (0: off).
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Empties the cache and gives it `limit` bytes from now on; the epoch moves on, so a
+    /// read that looked before records nothing.
+    pub(crate) fn resize(&mut self, limit: usize) {
+        let resized = ValueCache::new(limit, self.hasher.clone());
+        *self = ValueCache {
+            epoch: self.epoch + 1,
+            kept_out: std::mem::take(&mut self.kept_out),
+            ..resized
+        };
+    }
+
+    /// The hash of (slot, key) that [`ValueCache::get`] and the `record_` calls take: the
+    /// same as the write cache's.
+    pub(crate) fn hash(&self, slot: usize, key: &[u8]) -> u64 {
         self.hasher.hash_one((slot, key))
     }
 
-    /// The cached value of `key` in `slot`, `None` when the cache does not hold the key.
-    #[inline]
-    pub(crate) fn get(&self, slot: usize, key: &[u8]) -> Option<&[u8]> {
-        if self.index.is_empty() {
+    fn mask(&self) -> usize {
+        self.index.len() - 1
+    }
+
+    /// The index position where a slot with `tag` starts its probe.
+    fn home(&self, tag: u64) -> usize {
+        (tag as usize >> 1) & self.mask()
+    }
+
+    /// The logical position of a slot's entry, if it is intact (not overwritten, not below
+    /// the floor). Stale slots are at most [`SWEEP_BYTES`] plus a ring length old, so the 32
+    /// bits they keep name one position within the last 32 GiB.
+    fn live(&self, s: u64) -> Option<u64> {
+        let head8 = self.head / ALIGN as u64;
+        let back = head8.wrapping_sub(s >> 32) & 0xffff_ffff;
+        let pos = head8.checked_sub(back)? * ALIGN as u64;
+        (pos + self.ring_len as u64 >= self.head && pos >= self.floor).then_some(pos)
+    }
+
+    fn offset(&self, pos: u64) -> usize {
+        (pos % self.ring_len as u64) as usize
+    }
+
+    fn header(&self, at: usize) -> (usize, usize, usize) {
+        let word = |i: usize| {
+            let mut b = [0; 4];
+            b.copy_from_slice(&self.ring[at + i..at + i + 4]);
+            u32::from_le_bytes(b) as usize
+        };
+        (word(0), word(4), word(8))
+    }
+
+    /// The index position of (slot, key)'s live slot and the ring offset of its entry.
+    fn find(&self, hash: u64, slot: usize, key: &[u8]) -> Option<(usize, usize)> {
+        if self.occupied == 0 {
             return None;
         }
-        let e = self.index.find(self.hash(slot, key), |e| {
-            e.slot as usize == slot && e.key() == key
-        })?;
-        if !e.referenced.load(Ordering::Relaxed) {
-            e.referenced.store(true, Ordering::Relaxed);
+        let (tag, mask) = (tag(hash), self.mask());
+        let mut i = self.home(tag);
+        loop {
+            let s = self.index[i];
+            if s == 0 {
+                return None;
+            }
+            if s & 0xffff_ffff == tag {
+                if let Some(pos) = self.live(s) {
+                    let at = self.offset(pos);
+                    if self.holds(at, slot, key) {
+                        return Some((i, at));
+                    }
+                }
+            }
+            i = (i + 1) & mask;
         }
-        Some(&e.bytes[e.key_len as usize..])
+    }
+
+    /// Whether the entry at ring offset `at` holds `key` of `slot`.
+    fn holds(&self, at: usize, slot: usize, key: &[u8]) -> bool {
+        let (s, key_len, _) = self.header(at);
+        s == slot && key_len == key.len() && self.ring[at + HEADER..at + HEADER + key_len] == *key
+    }
+
+    /// The cached value of `key` in `slot` (`hash` is [`ValueCache::hash`] of them), `None`
+    /// when the cache does not hold the key.
+    #[inline]
+    pub(crate) fn get(&self, hash: u64, slot: usize, key: &[u8]) -> Option<&[u8]> {
+        let (_, at) = self.find(hash, slot, key)?;
+        let (_, key_len, value_len) = self.header(at);
+        let start = at + HEADER + key_len;
+        Some(&self.ring[start..start + value_len])
     }
 
     /// Counts every recorded write and every clear; a read's value is recorded only if this
@@ -154,27 +272,74 @@ impl ValueCache {
         self.epoch
     }
 
-    /// Records that RocksDB now holds `value` for `key` in `slot` (`None`: no value): a
-    /// cached value of the key is replaced (or dropped, for a delete). A key the cache does
-    /// not hold is not added: writes are kept only where reads asked for the key.
+    /// Records that RocksDB now holds `value` for `key` in `slot` (`None`: no value): the
+    /// value becomes the key's entry (a delete drops the key).
     pub(crate) fn record_write(&mut self, slot: usize, key: &[u8], value: Option<&[u8]>) {
         if !self.is_on() {
             return;
         }
         self.epoch += 1;
-        if !self.index.is_empty() {
-            self.store(slot, key, value, false);
+        self.store(self.hash(slot, key), slot, key, value);
+    }
+
+    /// [`ValueCache::record_write`] for each of a drained batch, as (hash, slot, key,
+    /// value). The index slots the batch will probe, and the entries they point at, are
+    /// loaded a group ahead, so their cache misses overlap instead of coming one after
+    /// another.
+    pub(crate) fn record_drained<'a>(&mut self, writes: impl Iterator<Item = HashedWrite<'a>>) {
+        if !self.is_on() {
+            return;
+        }
+        self.epoch += 1;
+        const GROUP: usize = 32;
+        let mut group = Vec::with_capacity(GROUP);
+        let mut writes = writes.peekable();
+        while writes.peek().is_some() {
+            group.clear();
+            group.extend(writes.by_ref().take(GROUP));
+            self.touch(&group);
+            for &(hash, slot, key, value) in &group {
+                self.store(hash, slot, key, value);
+            }
         }
     }
 
-    /// Records a value RocksDB returned for `key` to a read that looked in the cache at
-    /// `epoch`; dropped if a write was recorded since (it may be older than that write), or
-    /// if the key's slot is kept out.
-    pub(crate) fn record_read(&mut self, epoch: u64, slot: usize, key: &[u8], value: &[u8]) {
-        if !self.is_on() || epoch != self.epoch || self.kept_out.get(slot) == Some(&true) {
+    /// Loads the home index slots of `group`'s keys, then the headers of the live entries
+    /// whose tags match, so the stores that follow find them in the CPU cache (each round's
+    /// loads are independent, so their misses overlap).
+    fn touch(&self, group: &[HashedWrite<'_>]) {
+        if self.index.is_empty() {
             return;
         }
-        self.store(slot, key, Some(value), true);
+        let mut sum = 0;
+        for w in group {
+            sum ^= self.index[self.home(tag(w.0))];
+        }
+        for w in group {
+            let s = self.index[self.home(tag(w.0))];
+            if s & 0xffff_ffff == tag(w.0) {
+                if let Some(pos) = self.live(s) {
+                    sum ^= u64::from(self.ring[self.offset(pos)]);
+                }
+            }
+        }
+        std::hint::black_box(sum);
+    }
+
+    /// Records a value RocksDB returned for `key` to a read that looked in the cache at
+    /// `epoch`; dropped if a write was recorded since (it may be older than that write).
+    pub(crate) fn record_read(
+        &mut self,
+        epoch: u64,
+        hash: u64,
+        slot: usize,
+        key: &[u8],
+        value: &[u8],
+    ) {
+        if !self.is_on() || epoch != self.epoch {
+            return;
+        }
+        self.store(hash, slot, key, Some(value));
     }
 
     /// Never caches values of `slot` from now on, and forgets what is cached.
@@ -189,148 +354,188 @@ impl ValueCache {
     /// Forgets everything (RocksDB's data changed other than by a recorded write).
     pub(crate) fn clear(&mut self) {
         self.epoch += 1;
-        self.index = HashTable::new();
-        self.queue = VecDeque::new();
-        self.first = 0;
-        self.stale = 0;
-        self.data = 0;
+        self.ring = Vec::new();
+        self.index = Vec::new();
+        self.head = self.ring_len as u64;
+        self.floor = 0;
+        self.swept_at = self.head;
+        self.occupied = 0;
     }
 
-    /// Bytes held, as counted against the limit: the entries' key and value bytes plus
-    /// [`ENTRY_OVERHEAD`] each, the slots of dropped entries still queued, and a few spare
-    /// index slots. This covers what the containers have allocated, however they grew.
+    /// Bytes held: the ring and the index as allocated; at most the limit.
     pub(crate) fn bytes(&self) -> usize {
-        let base = if self.index.allocation_size() > 0 {
-            INDEX_BASE_SLOTS * INDEX_SLOT
-        } else {
-            0
-        };
-        self.data + self.index.len() * ENTRY_OVERHEAD + self.stale * QUEUE_SLOT + base
+        self.ring.len() + self.index.len() * std::mem::size_of::<u64>()
     }
 
-    /// Number of keys cached.
+    /// Number of keys cached (counted over the index).
     pub(crate) fn len(&self) -> usize {
-        self.index.len()
+        self.index
+            .iter()
+            .filter(|&&s| s != 0 && self.live(s).is_some())
+            .count()
     }
 
-    /// Sets `key`'s value in place (`Some`), drops it (`None`), or, with `add`, adds a key
-    /// the cache does not hold; then evicts down to the limit. A value whose entry would cost
-    /// more than an eighth of the limit is not kept (an older one is dropped).
-    fn store(&mut self, slot: usize, key: &[u8], value: Option<&[u8]>, add: bool) {
-        let hash = self.hash(slot, key);
-        let cost = key.len() + value.map_or(0, <[u8]>::len);
-        let fits = cost + ENTRY_OVERHEAD <= self.limit / 8;
-        match self
-            .index
-            .find_entry(hash, |e| e.slot as usize == slot && e.key() == key)
-        {
-            Ok(found) => match value {
-                Some(v) if fits => {
-                    let e = found.into_mut();
-                    let old = e.bytes.len();
-                    if old - e.key_len as usize == v.len() {
-                        // Same length (a counter, a fixed-size record): no allocation.
-                        e.bytes[e.key_len as usize..].copy_from_slice(v);
-                    } else {
-                        let mut bytes = Vec::with_capacity(cost);
-                        bytes.extend_from_slice(key);
-                        bytes.extend_from_slice(v);
-                        e.bytes = bytes.into_boxed_slice();
+    /// Makes `value` the entry of `key` (`None`: drops the key). A value too large to keep
+    /// drops the key too.
+    fn store(&mut self, hash: u64, slot: usize, key: &[u8], value: Option<&[u8]>) {
+        let fits = |v: &[u8]| {
+            entry_size(key.len() + v.len()) <= self.ring_len / 8
+                && self.kept_out.get(slot) != Some(&true)
+        };
+        let (Some(value), Ok(slot32)) = (value.filter(|v| fits(v)), u32::try_from(slot)) else {
+            if let Some((i, _)) = self.find(hash, slot, key) {
+                self.remove_slot(i);
+                self.occupied -= 1;
+            }
+            return;
+        };
+        self.make_index_room();
+        let pos = self.append(slot32, key, value);
+        // One probe: the key's older slot (taken over), else the first stale or empty one.
+        let (tag, mask) = (tag(hash), self.mask());
+        let mut i = self.home(tag);
+        let mut reuse = None;
+        loop {
+            let s = self.index[i];
+            if s == 0 {
+                if reuse.is_none() {
+                    self.occupied += 1;
+                }
+                break;
+            }
+            match self.live(s) {
+                None => {
+                    reuse.get_or_insert(i);
+                }
+                Some(old) => {
+                    if s & 0xffff_ffff == tag && self.holds(self.offset(old), slot, key) {
+                        // Taken over; a stale slot seen on the way stays for a sweep.
+                        reuse = None;
+                        break;
                     }
-                    self.data = self.data - old + cost;
                 }
-                _ => {
-                    let (gone, _) = found.remove();
-                    self.data -= gone.bytes.len();
-                    self.stale += 1;
-                }
-            },
-            Err(_) => {
-                let (Some(v), true, Ok(slot), Ok(key_len)) = (
-                    value,
-                    add && fits,
-                    u32::try_from(slot),
-                    u32::try_from(key.len()),
-                ) else {
-                    return;
-                };
-                let mut bytes = Vec::with_capacity(cost);
-                bytes.extend_from_slice(key);
-                bytes.extend_from_slice(v);
-                let seq = self.first + self.queue.len() as u64;
-                self.queue.push_back(hash);
-                let hasher = &self.hasher;
-                self.index.insert_unique(
-                    hash,
-                    Entry {
-                        seq,
-                        slot,
-                        key_len,
-                        bytes: bytes.into_boxed_slice(),
-                        referenced: AtomicBool::new(false),
-                    },
-                    |e| hasher.hash_one((e.slot as usize, e.key())),
-                );
-                self.data += cost;
             }
+            i = (i + 1) & mask;
         }
-        self.evict();
+        self.index[reuse.unwrap_or(i)] = index_slot(pos, hash);
     }
 
-    /// Drops entries from the front until the cache is within its limit, giving each
-    /// referenced entry one more round.
-    fn evict(&mut self) {
-        while self.bytes() > self.limit {
-            let Some(hash) = self.queue.pop_front() else {
-                // Nothing queued means nothing counted but the base.
-                return;
-            };
-            let seq = self.first;
-            self.first += 1;
-            let Ok(found) = self.index.find_entry(hash, |e| e.seq == seq) else {
-                // The slot of a dropped entry.
-                self.stale -= 1;
-                continue;
-            };
-            if found.get().referenced.swap(false, Ordering::Relaxed) {
-                // Second chance: to the back of the queue.
-                found.into_mut().seq = self.first + self.queue.len() as u64;
-                self.queue.push_back(hash);
+    /// Writes an entry at the head and returns its position; the bytes it overwrites (the
+    /// oldest) are evicted by that alone.
+    fn append(&mut self, slot: u32, key: &[u8], value: &[u8]) -> u64 {
+        if self.ring.is_empty() {
+            // Zeroed memory comes from the system untouched: pages are mapped as entries
+            // first reach them.
+            self.ring = zeroed(self.ring_len);
+        }
+        let size = entry_size(key.len() + value.len());
+        let mut at = self.offset(self.head);
+        if at + size > self.ring_len {
+            // Not across the end: the rest of this lap stays unused.
+            self.head += (self.ring_len - at) as u64;
+            at = 0;
+        }
+        let pos = self.head;
+        self.head += size as u64;
+        // Both below an eighth of the ring, which is at most 16 GiB (`DbOptions::validate`).
+        let (key_len, value_len) = (key.len() as u32, value.len() as u32);
+        self.ring[at..at + 4].copy_from_slice(&slot.to_le_bytes());
+        self.ring[at + 4..at + 8].copy_from_slice(&key_len.to_le_bytes());
+        self.ring[at + 8..at + 12].copy_from_slice(&value_len.to_le_bytes());
+        let data = at + HEADER;
+        self.ring[data..data + key.len()].copy_from_slice(key);
+        self.ring[data + key.len()..data + key.len() + value.len()].copy_from_slice(value);
+        if self.head - self.swept_at > SWEEP_BYTES {
+            self.sweep();
+        }
+        pos
+    }
+
+    /// Makes sure one more slot fits the index at most half full: doubles it while it may
+    /// grow (dropping stale slots), else sweeps stale slots out, and if live entries alone
+    /// fill it, drops the oldest eighth of the ring until they do not.
+    fn make_index_room(&mut self) {
+        if self.index.is_empty() {
+            self.index = vec![0; MIN_SLOTS.min(self.max_slots)];
+        }
+        if 2 * (self.occupied + 1) <= self.index.len() {
+            return;
+        }
+        if self.index.len() < self.max_slots {
+            let slots = 2 * self.index.len();
+            let old = std::mem::replace(&mut self.index, zeroed(slots));
+            self.occupied = 0;
+            for s in old {
+                if s != 0 && self.live(s).is_some() {
+                    self.insert_slot(s);
+                }
+            }
+            return;
+        }
+        self.sweep();
+        while 2 * (self.occupied + 1) > self.index.len() {
+            let oldest = self.floor.max(self.head - self.ring_len as u64);
+            self.floor = (oldest + self.ring_len as u64 / 8).min(self.head);
+            self.sweep();
+        }
+    }
+
+    /// Puts `s` into the first empty index slot of its probe sequence.
+    fn insert_slot(&mut self, s: u64) {
+        let mask = self.mask();
+        let mut i = self.home(s & 0xffff_ffff);
+        while self.index[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.index[i] = s;
+        self.occupied += 1;
+    }
+
+    /// Drops every stale slot from the index, in place.
+    fn sweep(&mut self) {
+        self.swept_at = self.head;
+        if self.occupied == 0 {
+            return;
+        }
+        // Start after an empty slot (the index is at most half full): every probe run then
+        // lies ahead, and a backward shift only moves slots not yet looked at.
+        let mask = self.mask();
+        let Some(start) = self.index.iter().position(|&s| s == 0) else {
+            return;
+        };
+        for step in 1..=self.index.len() {
+            let i = (start + step) & mask;
+            while self.index[i] != 0 && self.live(self.index[i]).is_none() {
+                self.remove_slot(i);
+                self.occupied -= 1;
+            }
+        }
+    }
+
+    /// Empties index position `i`, shifting later slots of the run back so every slot stays
+    /// reachable from its home.
+    fn remove_slot(&mut self, mut hole: usize) {
+        let mask = self.mask();
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let s = self.index[j];
+            if s == 0 {
+                break;
+            }
+            let home = self.home(s & 0xffff_ffff);
+            // `s` may fill the hole unless its home lies cyclically in (hole, j].
+            let stays = if hole <= j {
+                hole < home && home <= j
             } else {
-                let (gone, _) = found.remove();
-                self.data -= gone.bytes.len();
+                hole < home || home <= j
+            };
+            if !stays {
+                self.index[hole] = s;
+                hole = j;
             }
         }
-        self.tidy();
-    }
-
-    /// Keeps the containers within what [`ValueCache::bytes`] counts: rebuilds the queue
-    /// when the slots of dropped entries outnumber the entries, and shrinks the index when it
-    /// has more than [`INDEX_SLOTS_PER_ENTRY`] slots per entry.
-    fn tidy(&mut self) {
-        if self.stale > self.index.len() + INDEX_BASE_SLOTS {
-            // Each entry's new sequence number is its rank among the old ones.
-            let mut order: Vec<u64> = self.index.iter().map(|e| e.seq).collect();
-            order.sort_unstable();
-            let mut queue = VecDeque::from(vec![0; order.len()]);
-            for e in self.index.iter_mut() {
-                // Every entry's seq is in `order`, which was built from the same entries.
-                if let Ok(rank) = order.binary_search(&e.seq) {
-                    e.seq = rank as u64;
-                    queue[rank] = self.hasher.hash_one((e.slot as usize, e.key()));
-                }
-            }
-            self.queue = queue;
-            self.first = 0;
-            self.stale = 0;
-        }
-        let slots = self.index.allocation_size() / INDEX_SLOT;
-        if slots > INDEX_SLOTS_PER_ENTRY * self.index.len() + INDEX_BASE_SLOTS {
-            let hasher = &self.hasher;
-            self.index.shrink_to(self.index.len(), |e| {
-                hasher.hash_one((e.slot as usize, e.key()))
-            });
-        }
+        self.index[hole] = 0;
     }
 }
 
@@ -338,166 +543,201 @@ impl ValueCache {
 mod tests {
     use super::*;
 
-    /// What an entry adds to [`ValueCache::data`].
-    fn entry_data(key: &[u8], value: &[u8]) -> usize {
-        key.len() + value.len()
-    }
-
     /// Adds `key` as a read does that raced nothing.
     fn read(c: &mut ValueCache, key: &[u8], value: &[u8]) {
-        c.record_read(c.epoch(), 0, key, value);
+        c.record_read(c.epoch(), c.hash(0, key), 0, key, value);
+    }
+
+    /// The cached value of `key` in `slot`.
+    fn get<'a>(c: &'a ValueCache, slot: usize, key: &[u8]) -> Option<&'a [u8]> {
+        c.get(c.hash(slot, key), slot, key)
+    }
+
+    /// Checks the index: every live slot's entry is found by its key at that slot, one live
+    /// slot per key, the counts and bounds hold.
+    fn check(c: &ValueCache) {
+        let mut keys = std::collections::HashSet::new();
+        let mut occupied = 0;
+        for (i, &s) in c.index.iter().enumerate() {
+            if s == 0 {
+                continue;
+            }
+            occupied += 1;
+            if let Some(pos) = c.live(s) {
+                let at = c.offset(pos);
+                let (slot, key_len, _) = c.header(at);
+                let key = c.ring[at + HEADER..at + HEADER + key_len].to_vec();
+                let found = c.find(c.hash(slot, &key), slot, &key).map(|f| f.0);
+                assert_eq!(found, Some(i), "slot {i}");
+                assert!(keys.insert((slot, key)), "one live slot per key");
+            }
+        }
+        assert_eq!(occupied, c.occupied);
+        assert_eq!(keys.len(), c.len());
+        assert!(c.bytes() <= c.limit, "{} > {}", c.bytes(), c.limit);
+        assert!(2 * c.occupied <= c.index.len() || c.index.is_empty());
     }
 
     #[test]
-    fn reads_add_and_writes_replace_or_drop() {
-        let mut c = ValueCache::new(1 << 20);
-        assert_eq!(c.get(0, b"k"), None);
+    fn writes_and_reads_add_and_later_ones_replace() {
+        let mut c = ValueCache::new(1 << 20, RandomState::new());
+        assert_eq!(get(&c, 0, b"k"), None);
         c.record_write(0, b"k", Some(b"v0"));
-        assert_eq!(c.get(0, b"k"), None, "a write does not add a key");
-        read(&mut c, b"k", b"v1");
-        assert_eq!(c.get(0, b"k"), Some(&b"v1"[..]));
-        assert_eq!(c.get(1, b"k"), None, "slots are separate");
-        c.record_write(0, b"k", Some(b"v2"));
-        assert_eq!(c.get(0, b"k"), Some(&b"v2"[..]), "same length: in place");
-        assert_eq!(c.data, entry_data(b"k", b"v2"));
-        c.record_write(0, b"k", Some(b"longer"));
-        assert_eq!(c.get(0, b"k"), Some(&b"longer"[..]));
+        assert_eq!(get(&c, 0, b"k"), Some(&b"v0"[..]), "a write adds its key");
+        assert_eq!(get(&c, 1, b"k"), None, "slots are separate");
+        c.record_write(0, b"k", Some(b"longer value"));
+        assert_eq!(get(&c, 0, b"k"), Some(&b"longer value"[..]));
         assert_eq!(c.len(), 1);
-        assert_eq!(c.data, entry_data(b"k", b"longer"));
-        assert_eq!(c.queue.len(), 1, "replaced in place, in its queue slot");
         c.record_write(0, b"k", None);
-        assert_eq!(c.get(0, b"k"), None, "a delete drops the value");
+        assert_eq!(get(&c, 0, b"k"), None, "a delete drops the value");
         assert_eq!(c.len(), 0);
-        assert_eq!(
-            (c.data, c.stale),
-            (0, 1),
-            "its queue slot stays until the front"
-        );
         read(&mut c, b"k", b"again");
         read(&mut c, b"k", b"twice");
-        assert_eq!(c.get(0, b"k"), Some(&b"twice"[..]), "the later read wins");
+        assert_eq!(get(&c, 0, b"k"), Some(&b"twice"[..]), "the later read wins");
         assert_eq!(c.len(), 1);
+        check(&c);
     }
 
     #[test]
     fn a_read_that_raced_a_write_is_not_recorded() {
-        let mut c = ValueCache::new(1 << 20);
+        let mut c = ValueCache::new(1 << 20, RandomState::new());
         read(&mut c, b"k", b"old");
         let before = c.epoch();
         c.record_write(0, b"k", None);
-        c.record_read(before, 0, b"k", b"old");
-        assert_eq!(c.get(0, b"k"), None, "the read began before the delete");
+        c.record_read(before, c.hash(0, b"k"), 0, b"k", b"old");
+        assert_eq!(get(&c, 0, b"k"), None, "the read began before the delete");
         let before = c.epoch();
         c.record_write(0, b"unrelated", Some(b"v"));
-        c.record_read(before, 0, b"k", b"old");
-        assert_eq!(c.get(0, b"k"), None, "any recorded write moves the epoch");
+        c.record_read(before, c.hash(0, b"k"), 0, b"k", b"old");
+        assert_eq!(get(&c, 0, b"k"), None, "any recorded write moves the epoch");
         read(&mut c, b"j", b"read");
-        assert_eq!(c.get(0, b"j"), Some(&b"read"[..]));
+        assert_eq!(get(&c, 0, b"j"), Some(&b"read"[..]));
         let before = c.epoch();
         c.clear();
-        assert_eq!(c.get(0, b"j"), None);
-        c.record_read(before, 0, b"j", b"read");
-        assert_eq!(c.get(0, b"j"), None, "a clear moves the epoch too");
+        assert_eq!(get(&c, 0, b"j"), None);
+        c.record_read(before, c.hash(0, b"j"), 0, b"j", b"read");
+        assert_eq!(get(&c, 0, b"j"), None, "a clear moves the epoch too");
     }
 
     #[test]
-    fn the_oldest_unreferenced_entries_leave_first() {
-        let mut c = ValueCache::new(1 << 20);
-        for i in 0..10u8 {
-            read(&mut c, &[b'k', b'0' + i], &[7; 100]);
+    fn the_oldest_entries_leave_first() {
+        let mut c = ValueCache::new(1 << 20, RandomState::new());
+        let fit = c.ring_len / entry_size(4 + 100);
+        let n = 2 * fit as u32 + 7;
+        for i in 0..n {
+            c.record_write(0, &i.to_be_bytes(), Some(&[i as u8; 100]));
         }
-        // Exactly these ten fit from now on (the containers have room for more entries:
-        // one more read adds only its own bytes).
-        c.limit = c.bytes();
-        assert_eq!(c.len(), 10);
-        assert!(c.get(0, b"k0").is_some(), "k0 is referenced");
-        read(&mut c, b"kA", &[7; 100]);
-        assert_eq!(c.len(), 10);
-        assert!(c.get(0, b"k0").is_some(), "k0 got a second chance");
-        assert!(c.get(0, b"k1").is_none(), "k1 was the oldest unreferenced");
-        assert!(c.bytes() <= c.limit);
-        // Queue now k2..k9, kA, k0 (referenced again): nine more reads drop k2..kA.
-        for i in 0..9u8 {
-            read(&mut c, &[b'm', b'0' + i], &[7; 100]);
-        }
-        assert!(c.get(0, b"k2").is_none());
-        assert!(c.get(0, b"kA").is_none());
-        assert!(c.get(0, b"k0").is_some());
-        assert!(c.get(0, b"m0").is_some());
-        assert_eq!(c.len(), 10);
-        assert!(c.bytes() <= c.limit);
+        // The newest entries, as many as the ring holds (less the unused end of a lap).
+        let kept: Vec<u32> = (0..n)
+            .filter(|i| get(&c, 0, &i.to_be_bytes()).is_some())
+            .collect();
+        assert!(
+            kept.len() + 1 >= fit && kept.len() <= fit,
+            "{} of {fit}",
+            kept.len()
+        );
+        assert_eq!(kept, (n - kept.len() as u32..n).collect::<Vec<_>>());
+        assert_eq!(
+            get(&c, 0, &(n - 1).to_be_bytes()),
+            Some(&[(n - 1) as u8; 100][..])
+        );
+        check(&c);
     }
 
     #[test]
     fn an_oversized_value_is_not_cached_and_drops_the_older_one() {
-        let mut c = ValueCache::new(8 * 1024);
+        let mut c = ValueCache::new(64 * 1024, RandomState::new());
         read(&mut c, b"k", b"small");
-        c.record_write(0, b"k", Some(&[0; 2048]));
-        assert_eq!(c.get(0, b"k"), None);
-        read(&mut c, b"k", &[0; 2048]);
-        assert_eq!(c.get(0, b"k"), None);
+        c.record_write(0, b"k", Some(&[0; 8192]));
+        assert_eq!(get(&c, 0, b"k"), None);
+        read(&mut c, b"k", &[0; 8192]);
+        assert_eq!(get(&c, 0, b"k"), None);
         assert_eq!(c.len(), 0);
     }
 
     #[test]
     fn a_kept_out_slot_is_never_cached() {
-        let mut c = ValueCache::new(1 << 20);
+        let mut c = ValueCache::new(1 << 20, RandomState::new());
         read(&mut c, b"k", b"v");
         c.keep_out(3);
         assert_eq!(
-            c.get(0, b"k"),
+            get(&c, 0, b"k"),
             None,
             "keeping a slot out forgets everything"
         );
-        c.record_read(c.epoch(), 3, b"k", b"v");
-        assert_eq!(c.get(3, b"k"), None);
+        c.record_read(c.epoch(), c.hash(3, b"k"), 3, b"k", b"v");
+        c.record_write(3, b"w", Some(b"v"));
+        assert_eq!(get(&c, 3, b"k"), None);
+        assert_eq!(get(&c, 3, b"w"), None);
         read(&mut c, b"k", b"v");
-        assert_eq!(c.get(0, b"k"), Some(&b"v"[..]), "other slots are cached");
+        assert_eq!(get(&c, 0, b"k"), Some(&b"v"[..]), "other slots are cached");
     }
 
     #[test]
-    fn deletes_and_rereads_do_not_grow_the_queue_without_bound() {
-        let mut c = ValueCache::new(1 << 20);
-        for i in 0..10_000u32 {
-            let key = (i % 7).to_be_bytes();
-            read(&mut c, &key, b"value");
-            c.record_write(0, &key, None);
-        }
-        assert_eq!(c.len(), 0);
-        assert!(c.queue.len() <= INDEX_BASE_SLOTS + 2, "{}", c.queue.len());
-        assert!(c.index.allocation_size() <= (INDEX_BASE_SLOTS + 8) * INDEX_SLOT);
-    }
-
-    #[test]
-    #[cfg(target_pointer_width = "64")]
-    fn the_entry_overhead_is_the_documented_one() {
-        // `DbOptions::value_cache_bytes` names this figure.
-        assert_eq!(ENTRY_OVERHEAD, 155);
+    fn a_resize_empties_the_cache_and_moves_the_epoch() {
+        let mut c = ValueCache::new(1 << 20, RandomState::new());
+        c.keep_out(2);
+        read(&mut c, b"k", b"v");
+        let before = c.epoch();
+        c.resize(64 << 10);
+        assert_eq!((c.limit(), c.len(), c.bytes()), (64 << 10, 0, 0));
+        c.record_read(before, c.hash(0, b"k"), 0, b"k", b"v");
+        assert_eq!(get(&c, 0, b"k"), None, "a read from before the resize");
+        c.record_write(2, b"k", Some(b"v"));
+        assert_eq!(get(&c, 2, b"k"), None, "slot 2 is still kept out");
+        c.record_write(0, b"k", Some(b"v"));
+        assert_eq!(get(&c, 0, b"k"), Some(&b"v"[..]));
+        c.resize(0);
+        assert!(!c.is_on());
+        assert_eq!(get(&c, 0, b"k"), None);
     }
 
     #[test]
     fn an_off_cache_holds_nothing() {
-        let mut c = ValueCache::new(0);
-        read(&mut c, b"k", b"v");
-        c.record_write(0, b"k", Some(b"v"));
-        assert_eq!(c.get(0, b"k"), None);
-        assert_eq!(c.bytes(), 0);
+        for limit in [0, 1000] {
+            let mut c = ValueCache::new(limit, RandomState::new());
+            assert!(!c.is_on(), "{limit}");
+            read(&mut c, b"k", b"v");
+            c.record_write(0, b"k", Some(b"v"));
+            assert_eq!(get(&c, 0, b"k"), None);
+            assert_eq!(c.bytes(), 0);
+        }
     }
 
     #[test]
-    fn churn_keeps_the_index_and_the_count_true() {
-        // A model of every key's latest write; the cache must never contradict it and must
-        // stay within its limit.
-        let mut c = ValueCache::new(8192);
+    fn the_index_stays_within_a_quarter_and_half_full() {
+        // Tiny entries: the index, not the ring, bounds the count.
+        let mut c = ValueCache::new(64 * 1024, RandomState::new());
+        assert_eq!(c.max_slots, 2048);
+        assert!(
+            c.ring_len / entry_size(4) > 2048,
+            "the ring could hold more"
+        );
+        for i in 0..10_000u32 {
+            c.record_write(0, &i.to_be_bytes(), Some(b""));
+            assert!(2 * c.occupied <= c.index.len());
+        }
+        assert_eq!(c.index.len(), 2048);
+        let kept = c.len();
+        assert!((512..1024).contains(&kept), "{kept}");
+        for i in 10_000 - kept as u32..10_000 {
+            assert!(get(&c, 0, &i.to_be_bytes()).is_some(), "{i}");
+        }
+        check(&c);
+    }
+
+    /// Random writes, deletes, reads and clears against a model of every key's latest
+    /// write; the cache must never contradict it and its index must stay true.
+    fn churn(c: &mut ValueCache, steps: usize) {
         let mut model = std::collections::HashMap::new();
         let mut x: u64 = 1;
-        for _ in 0..20_000 {
+        for step in 0..steps {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let key = [(x % 61) as u8];
-            let v = vec![(x >> 8) as u8; (x >> 16) as usize % 40];
-            match (x >> 24) % 4 {
+            let key = [(x % 251) as u8, (x >> 40) as u8 % 3];
+            let v = vec![(x >> 8) as u8; (x >> 16) as usize % 300];
+            match (x >> 24) % 6 {
                 0 => {
                     c.record_write(0, &key, None);
                     model.insert(key, None);
@@ -505,35 +745,50 @@ mod tests {
                 1 => {
                     if let Some(Some(stored)) = model.get(&key) {
                         let stored: Vec<u8> = Vec::clone(stored);
-                        read(&mut c, &key, &stored);
+                        read(c, &key, &stored);
                     }
+                }
+                2 if step % 5000 == 0 => c.clear(),
+                3 => {
+                    let hash = c.hash(0, &key);
+                    c.record_drained(std::iter::once((hash, 0, &key[..], Some(&v[..]))));
+                    model.insert(key, Some(v));
                 }
                 _ => {
                     c.record_write(0, &key, Some(&v));
                     model.insert(key, Some(v));
                 }
             }
-            assert!(c.bytes() <= 8192);
-            assert!(c.stale <= c.len() + INDEX_BASE_SLOTS + 1, "queue compacted");
-            let slots = c.index.allocation_size() / INDEX_SLOT;
-            assert!(slots <= INDEX_SLOTS_PER_ENTRY * c.len() + INDEX_BASE_SLOTS);
+            if step % 97 == 0 {
+                check(c);
+            }
+            if step % 1001 == 0 {
+                c.sweep();
+                assert_eq!(c.occupied, c.len(), "a sweep leaves live slots only");
+            }
             for (k, want) in &model {
-                if let Some(got) = c.get(0, k) {
-                    assert_eq!(Some(got), want.as_deref());
+                if let Some(got) = get(c, 0, k) {
+                    assert_eq!(Some(got), want.as_deref(), "step {step}");
                 }
             }
         }
-        assert!(c.len() > 0, "reads kept some keys");
-        let counted: usize = c.index.iter().map(|e| e.bytes.len()).sum();
-        assert_eq!(counted, c.data);
-        assert_eq!(c.queue.len(), c.len() + c.stale);
-        for e in c.index.iter() {
-            let at = (e.seq - c.first) as usize;
-            assert_eq!(
-                c.queue[at],
-                c.hash(e.slot as usize, e.key()),
-                "queue slot of {e:?}"
-            );
-        }
+        assert!(c.len() > 10, "writes kept keys");
+        check(c);
+    }
+
+    #[test]
+    fn churn_keeps_the_index_and_the_ring_true() {
+        churn(&mut ValueCache::new(16 * 1024, RandomState::new()), 40_000);
+    }
+
+    #[test]
+    fn positions_past_32_bits_of_index_units_read_true() {
+        // The index keeps the low 32 bits of a position / 8, so they wrap every 32 GiB
+        // written: start just below the first wrap.
+        let mut c = ValueCache::new(16 * 1024, RandomState::new());
+        c.head = (1 << 35) - 64 * 1024;
+        c.swept_at = c.head;
+        churn(&mut c, 20_000);
+        assert!(c.head > 1 << 35, "crossed the wrap");
     }
 }

@@ -38,6 +38,10 @@ pub(crate) const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 8;
 /// delete).
 pub(crate) type CachedWrite<'a> = (usize, &'a [u8], Option<&'a [u8]>);
 
+/// A cached write with its key's hash, as [`WriteCache::writes`] yields it: (hash, slot, key,
+/// value or `None` for a delete).
+pub(crate) type HashedWrite<'a> = (u64, usize, &'a [u8], Option<&'a [u8]>);
+
 /// One cached write. Its key and value bytes live in the cache's arena.
 #[derive(Debug)]
 struct Entry {
@@ -64,15 +68,21 @@ pub(crate) struct WriteCache {
 }
 
 impl WriteCache {
-    /// An empty cache that counts as full from `limit` bytes on.
-    pub(crate) fn new(limit: usize) -> Self {
+    /// An empty cache that counts as full from `limit` bytes on, hashing keys with `hasher`
+    /// (the value cache's too, so one hash serves both).
+    pub(crate) fn new(limit: usize, hasher: RandomState) -> Self {
         WriteCache {
             arena: Vec::new(),
             entries: Vec::new(),
             index: HashTable::new(),
-            hasher: RandomState::new(),
+            hasher,
             limit,
         }
+    }
+
+    /// The hash of (slot, key) that [`WriteCache::get`] takes.
+    pub(crate) fn hash(&self, slot: usize, key: &[u8]) -> u64 {
+        self.hasher.hash_one((slot, key))
     }
 
     fn find(&self, hash: u64, slot: usize, key: &[u8]) -> Option<usize> {
@@ -91,14 +101,15 @@ impl WriteCache {
         start..self.arena.len()
     }
 
-    /// The cached write of `key` in `slot`: `Some(Some(value))` for a put, `Some(None)` for a
-    /// delete, `None` when the cache has nothing for the key (RocksDB has the answer).
+    /// The cached write of `key` in `slot` (`hash` is [`WriteCache::hash`] of them):
+    /// `Some(Some(value))` for a put, `Some(None)` for a delete, `None` when the cache has
+    /// nothing for the key (RocksDB has the answer).
     #[inline]
-    pub(crate) fn get(&self, slot: usize, key: &[u8]) -> Option<Option<&[u8]>> {
+    pub(crate) fn get(&self, hash: u64, slot: usize, key: &[u8]) -> Option<Option<&[u8]>> {
         if self.entries.is_empty() {
             return None;
         }
-        let i = self.find(self.hasher.hash_one((slot, key)), slot, key)?;
+        let i = self.find(hash, slot, key)?;
         Some(self.entries[i].value.clone().map(|r| &self.arena[r]))
     }
 
@@ -153,10 +164,13 @@ impl WriteCache {
         order.into_iter().map(move |i| self.view(&self.entries[i]))
     }
 
-    /// Every cached write, latest per key, as (slot, key, value or `None` for a delete), in
-    /// the order the keys were first written.
-    pub(crate) fn writes(&self) -> impl Iterator<Item = CachedWrite<'_>> {
-        self.entries.iter().map(|e| self.view(e))
+    /// Every cached write, latest per key, as (hash, slot, key, value or `None` for a
+    /// delete), in the order the keys were first written.
+    pub(crate) fn writes(&self) -> impl Iterator<Item = HashedWrite<'_>> {
+        self.entries.iter().map(|e| {
+            let (slot, key, value) = self.view(e);
+            (e.hash, slot, key, value)
+        })
     }
 
     /// An entry as (slot, key, value or `None` for a delete), its bytes in the arena.
@@ -184,19 +198,24 @@ impl WriteCache {
 mod tests {
     use super::*;
 
+    /// The cached write of `key` in `slot`.
+    fn get<'a>(c: &'a WriteCache, slot: usize, key: &[u8]) -> Option<Option<&'a [u8]>> {
+        c.get(c.hash(slot, key), slot, key)
+    }
+
     #[test]
     fn latest_write_wins_and_bytes_follow_it() {
-        let mut c = WriteCache::new(1 << 20);
-        assert_eq!(c.get(0, b"k"), None);
+        let mut c = WriteCache::new(1 << 20, RandomState::new());
+        assert_eq!(get(&c, 0, b"k"), None);
         c.write(2, b"k", Some(b"v1"));
-        assert_eq!(c.get(2, b"k"), Some(Some(&b"v1"[..])));
-        assert_eq!(c.get(0, b"k"), None, "slots are separate");
+        assert_eq!(get(&c, 2, b"k"), Some(Some(&b"v1"[..])));
+        assert_eq!(get(&c, 0, b"k"), None, "slots are separate");
         assert_eq!(c.bytes(), 1 + 2 + ENTRY_OVERHEAD);
         c.write(2, b"k", None);
-        assert_eq!(c.get(2, b"k"), Some(None));
+        assert_eq!(get(&c, 2, b"k"), Some(None));
         assert_eq!(c.bytes(), 1 + 2 + ENTRY_OVERHEAD, "a delete adds no bytes");
         c.write(2, b"k", Some(b"longer value"));
-        assert_eq!(c.get(2, b"k"), Some(Some(&b"longer value"[..])));
+        assert_eq!(get(&c, 2, b"k"), Some(Some(&b"longer value"[..])));
         assert_eq!(
             c.bytes(),
             1 + 2 + 12 + ENTRY_OVERHEAD,
@@ -207,7 +226,7 @@ mod tests {
 
     #[test]
     fn sorted_by_slot_then_key_latest_only_then_cleared() {
-        let mut c = WriteCache::new(1 << 20);
+        let mut c = WriteCache::new(1 << 20, RandomState::new());
         for k in [&b"c"[..], b"a", b"bb", b"b"] {
             c.write(1, k, Some(k));
         }
@@ -227,13 +246,13 @@ mod tests {
         c.clear();
         assert!(c.is_empty());
         assert_eq!(c.bytes(), 0);
-        assert_eq!(c.get(1, b"a"), None);
+        assert_eq!(get(&c, 1, b"a"), None);
         assert_eq!(c.sorted().count(), 0);
     }
 
     #[test]
     fn full_from_the_limit_on() {
-        let mut c = WriteCache::new(2 * (4 + ENTRY_OVERHEAD));
+        let mut c = WriteCache::new(2 * (4 + ENTRY_OVERHEAD), RandomState::new());
         c.write(0, b"aa", Some(b"11"));
         assert!(!c.is_full());
         c.write(0, b"aa", None);
@@ -243,22 +262,22 @@ mod tests {
         c.clear();
         assert!(!c.is_full());
         // A zero limit is full at once (db does not use the cache then).
-        assert!(WriteCache::new(0).is_full());
+        assert!(WriteCache::new(0, RandomState::new()).is_full());
     }
 
     #[test]
     fn many_keys_each_found() {
-        let mut c = WriteCache::new(usize::MAX);
+        let mut c = WriteCache::new(usize::MAX, RandomState::new());
         for i in 0u32..10_000 {
             c.write((i % 3) as usize, &i.to_be_bytes(), Some(&i.to_le_bytes()));
         }
         for i in 0u32..10_000 {
             let want = i.to_le_bytes();
             assert_eq!(
-                c.get((i % 3) as usize, &i.to_be_bytes()),
+                get(&c, (i % 3) as usize, &i.to_be_bytes()),
                 Some(Some(&want[..]))
             );
-            assert_eq!(c.get((i % 3 + 1) as usize, &i.to_be_bytes()), None);
+            assert_eq!(get(&c, (i % 3 + 1) as usize, &i.to_be_bytes()), None);
         }
         let sorted: Vec<_> = c.sorted().map(|(s, k, _)| (s, k.to_vec())).collect();
         assert!(sorted.windows(2).all(|w| w[0] < w[1]));

@@ -489,10 +489,10 @@ fn an_expired_value_read_before_compaction_drops_it_is_not_returned_after() {
     }
     // The other states' values are still cached.
     let plain = b.value_state::<u32, (), u32>("plain").unwrap();
-    plain.put(&1, &(), &1).unwrap();
-    b.flush().unwrap();
     let entries = || b.metrics().unwrap().rocksdb.value_cache_entries;
     let before = entries();
+    plain.put(&1, &(), &1).unwrap();
+    b.flush().unwrap();
+    assert_eq!(entries(), before + 1, "written, so cached");
     assert_eq!(plain.get(&1, &()).unwrap(), Some(1));
-    assert_eq!(entries(), before + 1);
 }

@@ -1,8 +1,8 @@
-//! The value cache (`DbOptions::value_cache_bytes`): values recently read from RocksDB, kept
-//! current by writes and served to later point reads. What a user must never notice: a read
-//! that returns an older value than RocksDB holds, whichever thread reads, whenever the write
-//! cache drains, however often entries are evicted. The model test (`tests/model.rs`) runs
-//! every state kind with the value cache off (its default), tiny and large.
+//! The value cache (`DbOptions::value_cache_bytes`): values recently written to RocksDB or read
+//! from it, served to later point reads. What a user must never notice: a read that returns an
+//! older value than RocksDB holds, whichever thread reads, whenever the write cache drains,
+//! however often entries are evicted. The model test (`tests/model.rs`) runs every state kind
+//! with the value cache off, tiny and at its default size.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -32,88 +32,163 @@ fn open(
         .unwrap()
 }
 
-#[test]
-fn reads_race_drains_and_evictions_without_seeing_an_older_value() {
+/// Two readers and a writer on 64 keys whose values only grow: no reader may see a value go
+/// back, and the writer's reads must match what it wrote.
+fn race_readers_and_a_writer(backend: &KeyedBackend) {
     const KEYS: u32 = 64;
-    for (write_cache, wal) in [(1000, false), (0, true)] {
-        let dir = tempfile::tempdir().unwrap();
-        // About 30 cached values among 64 keys: reads miss, go to RocksDB and record what
-        // they found while the writer's drains (or write-through puts) change it.
-        let backend = open(dir.path(), write_cache, wal, 8 << 10);
-        let done = Arc::new(AtomicBool::new(false));
-        let readers: Vec<_> = (0..2u64)
-            .map(|r| {
-                let (backend, done) = (backend.clone(), done.clone());
-                std::thread::spawn(move || {
-                    let s = state(&backend);
-                    let mut rng = SmallRng::seed_from_u64(r);
-                    // Values of a key only grow: a reader must never see one go back.
-                    let mut last = [0u64; KEYS as usize];
-                    let mut reads = 0u64;
-                    while !done.load(Ordering::Acquire) || reads < 1000 {
-                        let k = rng.random_range(0..KEYS);
-                        let v = s.get(&k, &()).unwrap().unwrap_or(0);
-                        assert!(
-                            v >= last[k as usize],
-                            "key {k}: {v} after {}",
-                            last[k as usize]
-                        );
-                        last[k as usize] = v;
-                        reads += 1;
-                    }
-                    reads
-                })
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u64)
+        .map(|r| {
+            let (backend, done) = (backend.clone(), done.clone());
+            std::thread::spawn(move || {
+                let s = state(&backend);
+                let mut rng = SmallRng::seed_from_u64(r);
+                let mut last = [0u64; KEYS as usize];
+                let mut reads = 0u64;
+                while !done.load(Ordering::Acquire) || reads < 1000 {
+                    let k = rng.random_range(0..KEYS);
+                    let v = s.get(&k, &()).unwrap().unwrap_or(0);
+                    assert!(
+                        v >= last[k as usize],
+                        "key {k}: {v} after {}",
+                        last[k as usize]
+                    );
+                    last[k as usize] = v;
+                    reads += 1;
+                }
+                reads
             })
-            .collect();
-        // The writer knows every key's value: its own reads of other keys must match it.
-        let s = state(&backend);
-        let mut truth = [0u64; KEYS as usize];
-        let mut rng = SmallRng::seed_from_u64(99);
-        for i in 1..=30_000u64 {
-            let k = rng.random_range(0..KEYS);
-            s.put(&k, &(), &i).unwrap();
-            truth[k as usize] = i;
-            let j = rng.random_range(0..KEYS);
-            let want = (truth[j as usize] > 0).then_some(truth[j as usize]);
-            assert_eq!(s.get(&j, &()).unwrap(), want, "key {j} after write {i}");
-        }
-        done.store(true, Ordering::Release);
-        for r in readers {
-            assert!(r.join().unwrap() >= 1000);
-        }
-        for k in 0..KEYS {
-            let want = (truth[k as usize] > 0).then_some(truth[k as usize]);
-            assert_eq!(s.get(&k, &()).unwrap(), want);
-        }
+        })
+        .collect();
+    let s = state(backend);
+    let mut truth = [0u64; KEYS as usize];
+    let mut rng = SmallRng::seed_from_u64(99);
+    for i in 1..=30_000u64 {
+        let k = rng.random_range(0..KEYS);
+        s.put(&k, &(), &i).unwrap();
+        truth[k as usize] = i;
+        let j = rng.random_range(0..KEYS);
+        let want = (truth[j as usize] > 0).then_some(truth[j as usize]);
+        assert_eq!(s.get(&j, &()).unwrap(), want, "key {j} after write {i}");
+    }
+    done.store(true, Ordering::Release);
+    for r in readers {
+        assert!(r.join().unwrap() >= 1000);
+    }
+    for k in 0..KEYS {
+        let want = (truth[k as usize] > 0).then_some(truth[k as usize]);
+        assert_eq!(s.get(&k, &()).unwrap(), want);
     }
 }
 
 #[test]
-fn stored_values_read_once_are_cached_and_written_ones_are_not() {
+fn reads_race_drains_and_evictions_without_seeing_an_older_value() {
+    for (write_cache, wal) in [(1000, false), (0, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        // At most 32 cached values among 64 keys (the smallest cache: a 64-slot index at most
+        // half full): reads miss, go to RocksDB and record what they found while the
+        // writer's drains (or write-through puts) change it.
+        race_readers_and_a_writer(&open(dir.path(), write_cache, wal, 2 << 10));
+    }
+}
+
+#[test]
+fn reads_race_resizes_as_backends_open_and_close() {
+    use rockstate::{MemoryBudget, MemoryBudgetConfig};
+    for (write_cache, wal) in [(1000, false), (0, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        // A quarter of 32 MiB for value caches: 8 MiB for the racing backend alone, half of
+        // it while another is open, so every open and close empties its cache.
+        let budget = MemoryBudget::new(MemoryBudgetConfig {
+            total_bytes: 32 << 20,
+            ..MemoryBudgetConfig::default()
+        })
+        .unwrap();
+        let open_on_budget = |name: &str, write_cache_bytes, wal| {
+            KeyedBackend::builder(dir.path().join(name))
+                .options(DbOptions {
+                    write_cache_bytes,
+                    wal,
+                    value_cache_bytes: 8 << 20,
+                    ..DbOptions::default()
+                })
+                .memory_budget(budget.clone())
+                .open()
+                .unwrap()
+        };
+        let backend = open_on_budget("racing", write_cache, wal);
+        let done = Arc::new(AtomicBool::new(false));
+        let resizer = {
+            let (done, budget, path) = (done.clone(), budget.clone(), dir.path().join("other"));
+            std::thread::spawn(move || {
+                let mut rounds = 0u32;
+                while !done.load(Ordering::Acquire) || rounds < 5 {
+                    let other = KeyedBackend::builder(&path)
+                        .options(DbOptions {
+                            value_cache_bytes: 8 << 20,
+                            ..DbOptions::default()
+                        })
+                        .memory_budget(budget.clone())
+                        .open()
+                        .unwrap();
+                    other.close().unwrap();
+                    rounds += 1;
+                }
+                rounds
+            })
+        };
+        race_readers_and_a_writer(&backend);
+        done.store(true, Ordering::Release);
+        assert!(resizer.join().unwrap() >= 5);
+        assert_eq!(
+            backend.metrics().unwrap().rocksdb.value_cache_limit_bytes,
+            8 << 20,
+            "alone again"
+        );
+    }
+}
+
+#[test]
+fn written_and_read_values_are_cached_and_deleted_ones_dropped() {
+    use rockstate::{MemoryBudget, MemoryBudgetConfig};
     let dir = tempfile::tempdir().unwrap();
+    // A budget of its own: backends that other tests open on the process's budget would
+    // resize (and so empty) this one's cache.
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let open = |path: &std::path::Path, value_cache_bytes| {
+        KeyedBackend::builder(path)
+            .options(DbOptions {
+                value_cache_bytes,
+                ..DbOptions::default()
+            })
+            .memory_budget(budget.clone())
+            .open()
+            .unwrap()
+    };
     let entries = |b: &KeyedBackend| b.metrics().unwrap().rocksdb.value_cache_entries;
     for value_cache in [1 << 20, 0] {
-        let backend = open(
-            &dir.path().join(format!("v{value_cache}")),
-            2 << 20,
-            false,
-            value_cache,
-        );
+        let path = dir.path().join(format!("v{value_cache}"));
+        let on = |n: u64| if value_cache > 0 { n } else { 0 };
+        let backend = open(&path, value_cache);
+        // The state's registration wrote (and so cached) its metadata.
         let s = state(&backend);
+        let base = entries(&backend);
         for k in 0..100u32 {
             s.put(&k, &(), &u64::from(k)).unwrap();
         }
-        // `metrics` drains the write cache: only RocksDB holds the values now.
-        assert_eq!(entries(&backend), 0);
+        // `metrics` drains the write cache, and the drain records what it wrote.
+        assert_eq!(entries(&backend), base + on(100), "{value_cache} bytes");
+        drop(s);
+        backend.close().unwrap();
+        // A reopened backend starts empty; reads fill it.
+        let backend = open(&path, value_cache);
+        let s = state(&backend);
+        let base = entries(&backend);
+        assert!(base < 10, "the metadata read at registration only");
         for k in 0..50u32 {
             assert_eq!(s.get(&k, &()).unwrap(), Some(u64::from(k)));
         }
-        let want = if value_cache > 0 { 50 } else { 0 };
-        assert_eq!(
-            entries(&backend),
-            want,
-            "value cache of {value_cache} bytes"
-        );
+        assert_eq!(entries(&backend), base + on(50), "{value_cache} bytes");
         // Deletes drop cached values; reads of absent keys add nothing.
         for k in 0..10u32 {
             s.clear(&k, &()).unwrap();
@@ -121,7 +196,7 @@ fn stored_values_read_once_are_cached_and_written_ones_are_not() {
         for k in 0..10u32 {
             assert_eq!(s.get(&k, &()).unwrap(), None);
         }
-        assert_eq!(entries(&backend), want.saturating_sub(10));
+        assert_eq!(entries(&backend), base + on(40), "{value_cache} bytes");
         let m = backend.metrics().unwrap().rocksdb;
         assert_eq!(m.value_cache_limit_bytes, value_cache as u64);
         assert!(m.value_cache_bytes <= m.value_cache_limit_bytes);

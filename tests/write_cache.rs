@@ -174,7 +174,7 @@ fn write_and_value_caches_come_out_of_the_memory_budget() {
     use rockstate::{MemoryBudget, MemoryBudgetConfig};
     const MIB: u64 = 1 << 20;
     // 64 MiB: the write caches may take 8 MiB together, four backends' 2 MiB each; the value
-    // caches 16 MiB, four backends' 4 MiB each.
+    // caches share 16 MiB evenly, each backend taking at most the 8 MiB it asks for.
     let budget = MemoryBudget::new(MemoryBudgetConfig {
         total_bytes: 64 << 20,
         ..MemoryBudgetConfig::default()
@@ -182,7 +182,7 @@ fn write_and_value_caches_come_out_of_the_memory_budget() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let options = DbOptions {
-        value_cache_bytes: 4 << 20,
+        value_cache_bytes: 8 << 20,
         ..DbOptions::default()
     };
     let open = |i: u32, options: DbOptions| {
@@ -200,35 +200,63 @@ fn write_and_value_caches_come_out_of_the_memory_budget() {
             m.block_cache_capacity_bytes,
         )
     };
-    let mut open_ones = Vec::new();
-    for i in 0..4u32 {
-        let b = open(i, options.clone());
-        assert_eq!(
-            figures(&b),
-            (2 * MIB, 4 * MIB, (64 - 6 * u64::from(i + 1)) * MIB)
-        );
-        open_ones.push(b);
-    }
-    // The shares are used up: the fifth backend writes straight through and has no value
-    // cache, and still works.
-    let fifth = open(4, options.clone());
-    assert_eq!(figures(&fifth), (0, 0, 40 * MIB));
-    let s = state(&fifth);
+    let first = open(0, options.clone());
+    assert_eq!(figures(&first), (2 * MIB, 8 * MIB, 54 * MIB));
+    let entries = |b: &KeyedBackend| b.metrics().unwrap().rocksdb.value_cache_entries;
+    let s = state(&first);
+    let before = entries(&first);
     s.put(&1, &(), &7).unwrap();
-    assert_eq!(s.get(&1, &()).unwrap(), Some(7));
-    // Closing one gives its shares back to the block cache; with the WAL on, a backend takes
-    // no write cache, but a value cache.
-    open_ones.pop().unwrap().close().unwrap();
-    assert_eq!(figures(&fifth).2, 46 * MIB);
-    let logged = open(
-        5,
+    assert_eq!(entries(&first), before + 1);
+    // A second and a third backend: each of the three gets a third of 16 MiB, and the first
+    // one's cache starts over at its new size.
+    let mut open_ones = vec![first];
+    for i in 1..3u32 {
+        open_ones.push(open(i, options.clone()));
+    }
+    let third = 16 * MIB / 3;
+    for b in &open_ones {
+        assert_eq!(figures(b), (2 * MIB, third, 64 * MIB - 6 * MIB - 3 * third));
+    }
+    assert_eq!(entries(&open_ones[0]), 0);
+    assert_eq!(
+        s.get(&1, &()).unwrap(),
+        Some(7),
+        "resized, not lost: RocksDB has it"
+    );
+    // One that asks for less gets that; with the WAL on, a backend takes no write cache, but
+    // a value cache.
+    let small = open(
+        3,
         DbOptions {
+            value_cache_bytes: MIB as usize,
             wal: true,
             ..options.clone()
         },
     );
-    assert_eq!(figures(&logged), (0, 4 * MIB, 42 * MIB));
-    drop(open_ones);
-    drop(logged);
-    assert_eq!(figures(&fifth).2, 64 * MIB);
+    assert_eq!(figures(&small).0, 0);
+    assert_eq!(figures(&small).1, MIB);
+    assert_eq!(figures(&open_ones[0]).1, 4 * MIB);
+    // Three write caches so far (the logged backend has none): a fourth fills their share,
+    // and a fifth writes straight through. Six value caches share the quarter now.
+    let fourth = open(4, options.clone());
+    assert_eq!(figures(&fourth).0, 2 * MIB);
+    let fifth = open(5, options.clone());
+    assert_eq!(figures(&fifth).0, 0);
+    assert_eq!(figures(&fifth).1, 16 * MIB / 6);
+    let s5 = state(&fifth);
+    s5.put(&1, &(), &7).unwrap();
+    assert_eq!(s5.get(&1, &()).unwrap(), Some(7));
+    // Closing gives the shares back; alone, the fifth has its 8 MiB cap, and the block
+    // cache the rest.
+    open_ones.pop().unwrap().close().unwrap();
+    assert_eq!(figures(&fifth).1, 16 * MIB / 5);
+    drop((s, open_ones, small, fourth));
+    assert_eq!(figures(&fifth), (0, 8 * MIB, 64 * MIB - 8 * MIB));
+    drop((s5, fifth));
+    let last = open(6, DbOptions::default());
+    assert_eq!(
+        figures(&last).1,
+        16 * MIB,
+        "alone: the whole quarter, below its cap"
+    );
 }
