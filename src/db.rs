@@ -181,8 +181,10 @@ impl MemoryBudget {
             let grant = u.want.min(share);
             match u.db.upgrade() {
                 Some(db) => {
-                    db.set_value_cache_limit(grant);
-                    u.granted = grant;
+                    if u.granted != grant {
+                        db.set_value_cache_limit(grant);
+                        u.granted = grant;
+                    }
                     held.push(db);
                 }
                 // Under construction: it is built with this grant.
@@ -683,13 +685,10 @@ impl Db {
         }))
     }
 
-    /// Resizes the value cache to `limit` bytes (emptying it) when that is not its size:
-    /// the budget's value caches were shared anew.
+    /// Resizes the value cache to `limit` bytes, emptying it: the budget's value caches were
+    /// shared anew.
     fn set_value_cache_limit(&self, limit: usize) {
-        let mut front = self.front.write();
-        if front.values.limit() != limit {
-            front.values.resize(limit);
-        }
+        self.front.write().values.resize(limit);
     }
 
     /// The directory of the database.

@@ -155,10 +155,10 @@ pub struct DbOptions {
     /// 411k-430k ops/s off, read-modify-write 330k-334k against 256k-265k, insert 1.52M-1.56M
     /// against 1.74M-1.75M, update 1.17M-1.21M against 1.35M-1.39M (docs/design-notes.md,
     /// "Value cache filled by writes"). Taken out of the memory budget's block cache while
-    /// the backend is open. A quarter of a cache's bytes at most goes to the index (8 bytes a slot, at
-    /// most half of the slots used), the rest to the ring; each entry takes a 12-byte header
-    /// plus its key and value, rounded up to 8 bytes. Entries above an eighth of the ring are
-    /// not kept; below 2 KiB the cache is off.
+    /// the backend is open. A quarter of a cache's bytes at most goes to the index (8 bytes
+    /// a slot, at most half of the slots used), the rest to the ring; each entry takes a
+    /// 12-byte header plus its key and value, rounded up to 8 bytes. Entries above an eighth
+    /// of the ring are not kept; below 2 KiB the cache is off.
     pub value_cache_bytes: usize,
 }
 
