@@ -39,9 +39,9 @@
 //! comparisons). A later write of a key takes over its index slot; a slot whose entry was
 //! overwritten stays until a probe reuses it or a sweep (when the index is half full)
 //! drops it. So a write costs one index probe and a copy into the ring, with no
-//! allocation, and the memory held is exactly the ring and the index, fixed by the limit:
-//! a quarter of it at most for the index (it starts small and doubles while the entries
-//! grow), the rest for the ring. When small entries fill the index before the ring, `floor`
+//! allocation, and the memory held is exactly the ring and the index, fixed by the limit
+//! and allocated with the first entry: a quarter of it at most for the index, the rest for
+//! the ring. When small entries fill the index before the ring, `floor`
 //! rises by an eighth of the ring at a time (dropping the oldest entries) until a sweep
 //! leaves room. An entry above an eighth of the ring is not kept (one large value would
 //! empty the cache).
@@ -57,7 +57,7 @@ const HEADER: usize = 12;
 /// Entries start at multiples of this.
 const ALIGN: usize = 8;
 
-/// Index slots of a new index.
+/// Index slots at the least: a smaller limit leaves the cache off.
 const MIN_SLOTS: usize = 64;
 
 /// Index slots at most: the 32 hash bits a slot keeps place it (24 of them at the most
@@ -451,25 +451,14 @@ impl ValueCache {
         pos
     }
 
-    /// Makes sure one more slot fits the index at most half full: doubles it while it may
-    /// grow (dropping stale slots), else sweeps stale slots out, and if live entries alone
-    /// fill it, drops the oldest eighth of the ring until they do not.
+    /// Makes sure one more slot fits the index at most half full: sweeps stale slots out,
+    /// and if live entries alone fill it, drops the oldest eighth of the ring until they do
+    /// not.
     fn make_index_room(&mut self) {
         if self.index.is_empty() {
-            self.index = vec![0; MIN_SLOTS.min(self.max_slots)];
+            self.index = zeroed(self.max_slots);
         }
         if 2 * (self.occupied + 1) <= self.index.len() {
-            return;
-        }
-        if self.index.len() < self.max_slots {
-            let slots = 2 * self.index.len();
-            let old = std::mem::replace(&mut self.index, zeroed(slots));
-            self.occupied = 0;
-            for s in old {
-                if s != 0 && self.live(s).is_some() {
-                    self.insert_slot(s);
-                }
-            }
             return;
         }
         self.sweep();
@@ -478,17 +467,6 @@ impl ValueCache {
             self.floor = (oldest + self.ring_len as u64 / 8).min(self.head);
             self.sweep();
         }
-    }
-
-    /// Puts `s` into the first empty index slot of its probe sequence.
-    fn insert_slot(&mut self, s: u64) {
-        let mask = self.mask();
-        let mut i = self.home(s & 0xffff_ffff);
-        while self.index[i] != 0 {
-            i = (i + 1) & mask;
-        }
-        self.index[i] = s;
-        self.occupied += 1;
     }
 
     /// Drops every stale slot from the index, in place.
