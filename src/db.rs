@@ -70,7 +70,9 @@ struct ValueUser {
     /// `DbOptions::value_cache_bytes`: the most it takes.
     want: usize,
     granted: usize,
-    db: Weak<Db>,
+    /// Its front, not the database: the budget must never be what keeps a closed database
+    /// (its RocksDB handle, its directory lock) alive.
+    front: Weak<RwLock<Front>>,
 }
 
 /// Bytes of a [`MemoryBudget`] granted to one backend's write cache; given back on drop.
@@ -96,13 +98,9 @@ struct ValueShare {
 
 impl Drop for ValueShare {
     fn drop(&mut self) {
-        let resized = {
-            let mut reserved = self.budget.reserved.lock();
-            reserved.value_users.retain(|u| u.id != self.id);
-            self.budget.share_values(&mut reserved)
-        };
-        // Dropped without the lock: a database whose last handle this was leaves in turn.
-        drop(resized);
+        let mut reserved = self.budget.reserved.lock();
+        reserved.value_users.retain(|u| u.id != self.id);
+        self.budget.share_values(&mut reserved);
     }
 }
 
@@ -142,68 +140,55 @@ impl MemoryBudget {
         }
     }
 
-    /// Adds a database (`db`, under construction) whose value cache may take up to `want`
-    /// bytes to the value caches' quarter of the budget, which is split evenly among them;
-    /// returns its place and its grant, and resizes the others' caches to their new share.
-    fn join_values(&self, db: Weak<Db>, want: usize) -> (ValueShare, usize) {
-        let (id, granted, resized) = {
-            let mut reserved = self.reserved.lock();
-            let id = reserved.next_user;
-            reserved.next_user += 1;
-            reserved.value_users.push(ValueUser {
-                id,
-                want,
-                granted: 0,
-                db,
-            });
-            let resized = self.share_values(&mut reserved);
-            let granted = reserved.value_users.last().map_or(0, |u| u.granted);
-            (id, granted, resized)
-        };
-        drop(resized);
-        let share = ValueShare {
+    /// Adds a database's `front` (its value cache empty so far) whose value cache may take
+    /// up to `want` bytes to the value caches' quarter of the budget, which is split evenly
+    /// among them; sizes every cache to its new share, this one included.
+    fn join_values(&self, front: &Arc<RwLock<Front>>, want: usize) -> ValueShare {
+        let mut reserved = self.reserved.lock();
+        let id = reserved.next_user;
+        reserved.next_user += 1;
+        reserved.value_users.push(ValueUser {
+            id,
+            want,
+            granted: 0,
+            front: Arc::downgrade(front),
+        });
+        self.share_values(&mut reserved);
+        ValueShare {
             budget: self.clone(),
             id,
-        };
-        (share, granted)
+        }
     }
 
     /// Splits the value caches' quarter evenly among their databases (each takes at most what
-    /// it wants), resizes each open database's cache to its grant, and sizes the block cache
-    /// by what is granted. A database under construction takes its grant as it is built; one
-    /// being dropped keeps its old grant counted until it leaves. Returns the handles it
-    /// took, to be dropped after the lock is released.
-    fn share_values(&self, reserved: &mut Reserved) -> Vec<Arc<Db>> {
+    /// it wants), resizes each cache whose grant changed, and sizes the block cache by what
+    /// is granted. A front already gone (its database is being dropped) keeps its grant
+    /// counted until the database leaves.
+    fn share_values(&self, reserved: &mut Reserved) {
         let n = reserved.value_users.len().max(1);
         let share = self.config.total_bytes / 4 / n;
-        let mut held = Vec::new();
         for u in &mut reserved.value_users {
             let grant = u.want.min(share);
-            match u.db.upgrade() {
-                Some(db) => {
-                    if u.granted != grant {
-                        db.set_value_cache_limit(grant);
-                        u.granted = grant;
-                    }
-                    held.push(db);
+            if u.granted != grant {
+                if let Some(front) = u.front.upgrade() {
+                    front.write().values.resize(grant);
+                    u.granted = grant;
                 }
-                // Under construction: it is built with this grant.
-                None if u.granted == 0 => u.granted = grant,
-                // Being dropped, or built with an earlier grant: counted as it is.
-                None => {}
             }
         }
         reserved.value_caches = reserved.value_users.iter().map(|u| u.granted).sum();
         self.resize_cache(reserved);
-        held
     }
 
     /// Sets the block cache's capacity to the budget minus the caches' bytes. The caller
     /// holds the `reserved` lock, so capacity changes apply in order.
     fn resize_cache(&self, reserved: &Reserved) {
-        self.cache
-            .clone()
-            .set_capacity(self.config.total_bytes - reserved.write_caches - reserved.value_caches);
+        // Never negative: the shares add up to at most three eighths of the budget.
+        self.cache.clone().set_capacity(
+            self.config
+                .total_bytes
+                .saturating_sub(reserved.write_caches + reserved.value_caches),
+        );
     }
 
     /// The budget's settings.
@@ -489,13 +474,15 @@ fn descriptors(
 /// An open RocksDB database.
 pub(crate) struct Db {
     db: DBWithThreadMode<MultiThreaded>,
+    /// Writes not yet in RocksDB, values recently in it, and the key bounds: read before
+    /// RocksDB by every point read. Declared before the budget shares below, so its memory is
+    /// freed before they hand it back to the budget. The budget holds it weakly, to resize
+    /// the value cache.
+    front: Arc<RwLock<Front>>,
     /// The write cache's share of the memory budget (held while the database is open).
     reservation: Reservation,
     /// The value cache's place among the budget's value caches (`None`: no value cache).
     value_share: Option<ValueShare>,
-    /// Writes not yet in RocksDB, values recently in it, and the key bounds: read before
-    /// RocksDB by every point read.
-    front: RwLock<Front>,
     /// Names of every column family (kept here so a flush needs no directory read).
     cf_names: parking_lot::Mutex<Vec<String>>,
     filters: FilterRegistry,
@@ -655,40 +642,29 @@ impl Db {
         let bounds = layout
             .filter(|_| options.key_bounds && !read_only)
             .map(|l| l.group_prefix);
-        Ok(Arc::new_cyclic(|me| {
-            let (value_share, value_limit) = if value_want > 0 {
-                let (share, limit) = budget.join_values(me.clone(), value_want);
-                (Some(share), limit)
-            } else {
-                (None, 0)
-            };
-            Db {
-                db,
-                front: RwLock::new(Front {
-                    cache: WriteCache::new(reservation.bytes, hasher.clone()),
-                    values: ValueCache::new(value_limit, hasher),
-                    // Every bound starts unknown: the database may hold keys already.
-                    bounds: bounds.map(KeyBounds::new),
-                }),
-                bounded: bounds.is_some(),
-                reservation,
-                value_share,
-                cf_names,
-                filters,
-                write: SharedWriteOptions(write),
-                read: SharedReadOptions(ReadOptions::default()),
-                options: options.clone(),
-                budget: budget.clone(),
-                partition_prefix,
-                path: path.to_path_buf(),
-            }
+        let front = Arc::new(RwLock::new(Front {
+            cache: WriteCache::new(reservation.bytes, hasher.clone()),
+            // Sized by the budget as it joins (below).
+            values: ValueCache::new(0, hasher),
+            // Every bound starts unknown: the database may hold keys already.
+            bounds: bounds.map(KeyBounds::new),
+        }));
+        let value_share = (value_want > 0).then(|| budget.join_values(&front, value_want));
+        Ok(Arc::new(Db {
+            db,
+            front,
+            bounded: bounds.is_some(),
+            reservation,
+            value_share,
+            cf_names,
+            filters,
+            write: SharedWriteOptions(write),
+            read: SharedReadOptions(ReadOptions::default()),
+            options: options.clone(),
+            budget: budget.clone(),
+            partition_prefix,
+            path: path.to_path_buf(),
         }))
-    }
-
-    /// Resizes the value cache to `limit` bytes, emptying it: the budget's value caches were
-    /// shared anew.
-    fn set_value_cache_limit(&self, limit: usize) {
-        self.front.write().values.resize(limit);
     }
 
     /// The directory of the database.
@@ -1653,11 +1629,9 @@ mod tests {
     #[test]
     fn a_failed_drain_keeps_every_cached_write_and_refuses_the_next() {
         let dir = tempfile::tempdir().unwrap();
-        // 64 KiB memtables: the cache holds 8 KiB. No value cache: its place in the budget
-        // holds a weak handle, which `Arc::get_mut` below would refuse.
+        // 64 KiB memtables: the cache holds 8 KiB.
         let options = DbOptions {
             write_buffer_size: 64 << 10,
-            value_cache_bytes: 0,
             ..DbOptions::default()
         };
         let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();

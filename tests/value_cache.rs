@@ -203,3 +203,37 @@ fn written_and_read_values_are_cached_and_deleted_ones_dropped() {
         backend.close().unwrap();
     }
 }
+
+#[test]
+fn a_closed_backend_can_be_reopened_while_others_open_and_close() {
+    use rockstate::{MemoryBudget, MemoryBudgetConfig};
+    // Each open and close resizes the other backends' value caches; that must never keep a
+    // closed backend's database (and its directory lock) alive on another thread.
+    let budget = MemoryBudget::new(MemoryBudgetConfig {
+        total_bytes: 32 << 20,
+        ..MemoryBudgetConfig::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let threads: Vec<_> = (0..3)
+        .map(|t| {
+            let (budget, path) = (budget.clone(), dir.path().join(format!("b{t}")));
+            std::thread::spawn(move || {
+                for round in 0..100u64 {
+                    let b = KeyedBackend::builder(&path)
+                        .memory_budget(budget.clone())
+                        .open()
+                        .unwrap();
+                    let s = state(&b);
+                    s.put(&1, &(), &round).unwrap();
+                    assert_eq!(s.get(&1, &()).unwrap(), Some(round));
+                    drop(s);
+                    b.close().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
