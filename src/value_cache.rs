@@ -353,13 +353,7 @@ impl ValueCache {
 
     /// Forgets everything (RocksDB's data changed other than by a recorded write).
     pub(crate) fn clear(&mut self) {
-        self.epoch += 1;
-        self.ring = Vec::new();
-        self.index = Vec::new();
-        self.head = self.ring_len as u64;
-        self.floor = 0;
-        self.swept_at = self.head;
-        self.occupied = 0;
+        self.resize(self.limit);
     }
 
     /// Bytes held: the ring and the index as allocated; at most the limit.
