@@ -95,6 +95,9 @@ pub struct BackendBuilder {
     clock: Arc<dyn Clock>,
     checkpoint_storage: Option<Arc<dyn CheckpointStorage>>,
     checkpoint_options: CheckpointOptions,
+    ownership: crate::checkpoint::Ownership,
+    restore_source: Option<Arc<dyn CheckpointStorage>>,
+    checkpoint_clock: Arc<dyn Clock>,
     kind: BackendKind,
     incremental_cleanup: usize,
     compact_clipped: bool,
@@ -160,8 +163,12 @@ impl BackendBuilder {
         self
     }
 
-    /// Opens or creates the backend.
+    /// Opens or creates the backend. A directory that holds an unfinished restore (killed
+    /// before it ended) is [`Error::RestoreIncomplete`], never opened.
     pub fn open(self) -> Result<KeyedBackend> {
+        if crate::restore::restore_marker(&self.path).exists() {
+            return Err(Error::RestoreIncomplete(self.path.clone()));
+        }
         self.open_inner(None)
     }
 
@@ -238,6 +245,8 @@ impl BackendBuilder {
                 cf,
                 self.checkpoint_storage,
                 &self.checkpoint_options,
+                self.ownership,
+                Arc::clone(&self.checkpoint_clock),
                 restored,
             )?,
             Table::Heap(_) => (crate::checkpoint::layout::new_backend_id(), None),
@@ -344,6 +353,9 @@ impl KeyedBackend {
             clock: Arc::new(SystemClock),
             checkpoint_storage: None,
             checkpoint_options: CheckpointOptions::default(),
+            ownership: Default::default(),
+            restore_source: None,
+            checkpoint_clock: Arc::new(SystemClock),
             kind: BackendKind::RocksDb,
             incremental_cleanup: 0,
             compact_clipped: false,
@@ -741,6 +753,42 @@ impl BackendBuilder {
         self
     }
 
+    /// This backend is a task of a job whose coordinator, in this process, completes its
+    /// checkpoints through `owner` (`docs/ownership.md`): `notify_checkpoint_complete` then
+    /// writes no job record and deletes nothing, and the owner's garbage passes see this
+    /// backend's attempts in flight. Without this (or [`BackendBuilder::job_coordinated`]) a
+    /// backend is a job of one task with its own owner.
+    pub fn job_owner(mut self, owner: Arc<crate::checkpoint::JobOwner>) -> Self {
+        self.ownership = crate::checkpoint::Ownership::Job(Some(owner));
+        self
+    }
+
+    /// The clock checkpoint storage ages are read on (default: the wall clock): the time a
+    /// shared file's put began and a restore pin's time, and, for a backend without a
+    /// coordinator, its owner's garbage decisions. A backend linked to a job owner
+    /// ([`BackendBuilder::job_owner`]) uses that owner's clock instead. Separate from
+    /// [`BackendBuilder::clock`] (processing time for TTL), which tests and engines often
+    /// drive by hand.
+    pub fn checkpoint_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.checkpoint_clock = clock;
+        self
+    }
+
+    /// Restores from `source` instead of the checkpoint storage, without claiming (Flink's
+    /// NO_CLAIM): the restored checkpoint belongs to another job and is never deleted by this
+    /// one, and the first checkpoint into this backend's own storage reuses none of its files.
+    pub fn restore_source(mut self, source: Arc<dyn CheckpointStorage>) -> Self {
+        self.restore_source = Some(source);
+        self
+    }
+
+    /// This backend is a task of a job whose owner lives in another process (it commits the
+    /// job records and deletes); see [`BackendBuilder::job_owner`].
+    pub fn job_coordinated(mut self) -> Self {
+        self.ownership = crate::checkpoint::Ownership::Job(None);
+        self
+    }
+
     /// After a rescaling restore, also compact the clipped key-group ranges (drops their data
     /// from disk now instead of at the next natural compaction; the rewritten files make the
     /// first checkpoint upload more). Default false.
@@ -781,12 +829,17 @@ impl BackendBuilder {
             max_parallelism: self.max_parallelism,
             key_groups: self.key_groups,
             storage: self.checkpoint_storage.clone(),
+            source: self.restore_source.clone(),
             transfer_threads: self.checkpoint_options.transfer_threads,
             options: self.options.clone(),
             budget: self.budget.clone(),
             compact_clipped: self.compact_clipped,
             staging_dir: self.checkpoint_options.staging_dir.clone(),
             local_recovery: self.checkpoint_options.local_recovery,
+            clock: match &self.ownership {
+                crate::checkpoint::Ownership::Job(Some(owner)) => Arc::clone(owner.clock()),
+                _ => Arc::clone(&self.checkpoint_clock),
+            },
         }
     }
 }
@@ -797,12 +850,14 @@ pub(crate) struct RestoreParams {
     pub(crate) max_parallelism: u32,
     pub(crate) key_groups: Option<KeyGroupRange>,
     pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
+    pub(crate) source: Option<Arc<dyn CheckpointStorage>>,
     pub(crate) transfer_threads: usize,
     pub(crate) options: DbOptions,
     pub(crate) budget: Option<MemoryBudget>,
     pub(crate) compact_clipped: bool,
     pub(crate) staging_dir: Option<PathBuf>,
     pub(crate) local_recovery: bool,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// Crate-internal access for the checkpoint module.

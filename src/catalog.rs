@@ -5,12 +5,18 @@
 //!
 //! * [`verify`] reads every referenced file and checks size, CRC-32 and, for SSTs, the footer,
 //!   properties and unique id against the manifest; it also checks every job record;
-//! * [`gc_plan`] lists what garbage collection would delete, and [`gc_apply`] deletes it. A
-//!   plan never contains a file that a committed manifest references, and is refused while any
-//!   manifest cannot be decoded (its references are unknown).
+//! * [`classify`] is the one garbage classification of the crate: the job's checkpoint owner
+//!   (`checkpoint::JobOwner`) runs it after every completion and in its sweep, and
+//!   `rockstate gc` through [`gc_plan`]; [`gc_apply`] deletes a plan in a crash-safe order.
+//!   Its rules are in `docs/ownership.md` §4. A plan never contains an object that a retained
+//!   or possibly pending checkpoint needs, and is refused while such a manifest or any job
+//!   record cannot be decoded (its references are unknown).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, SystemTime};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
 
 use sst_format::{CheckpointManifest, JobCheckpoint};
 
@@ -27,7 +33,7 @@ pub struct CommittedCheckpoint {
     /// Size of the manifest object.
     pub manifest_bytes: u64,
     /// The decoded manifest.
-    pub manifest: CheckpointManifest,
+    pub manifest: Arc<CheckpointManifest>,
 }
 
 impl CommittedCheckpoint {
@@ -76,6 +82,8 @@ pub struct JobRecordEntry {
     pub id: u64,
     /// The decoded record, or why it could not be decoded.
     pub record: std::result::Result<JobCheckpoint, String>,
+    /// The object.
+    pub info: ObjectInfo,
 }
 
 /// Everything in a checkpoint storage, classified (see the module docs).
@@ -91,14 +99,28 @@ pub struct Catalog {
     pub shared: Vec<SharedObject>,
     /// Job records, by id.
     pub job_records: Vec<JobRecordEntry>,
+    /// Restore pins `(checkpoint id, ms the restore began, object)`.
+    pub pins: Vec<(u64, u64, ObjectInfo)>,
     /// Objects that fit no known name.
     pub other: Vec<ObjectInfo>,
+    /// Every checkpoint directory's objects (manifest included), by directory prefix.
+    dirs: BTreeMap<String, Vec<ObjectInfo>>,
 }
+
+/// Decoded manifests by object name: objects are immutable, so a manifest read once never
+/// needs reading again (the checkpoint owner keeps one across its passes).
+pub type ManifestCache = Mutex<HashMap<String, Arc<CheckpointManifest>>>;
 
 impl Catalog {
     /// Lists and classifies every object of `storage`, decoding every manifest and job record.
     /// A listing failure is an error; a damaged manifest or record is recorded, not an error.
     pub fn load(storage: &dyn CheckpointStorage) -> Result<Catalog> {
+        Catalog::load_cached(storage, &ManifestCache::default())
+    }
+
+    /// [`Catalog::load`], taking decoded manifests from `cache` and adding the ones it reads
+    /// (entries of manifests no longer in storage are dropped).
+    pub fn load_cached(storage: &dyn CheckpointStorage, cache: &ManifestCache) -> Result<Catalog> {
         let mut objects = storage.list("")?;
         objects.sort_by(|a, b| a.name.cmp(&b.name));
         let mut cat = Catalog::default();
@@ -113,18 +135,28 @@ impl Catalog {
                     .and_then(|b| sst_format::decode_job_checkpoint(&b).map_err(Error::from))
                     .map_err(|e| e.to_string());
                 cat.job_records.push(JobRecordEntry {
-                    name: o.name,
+                    name: o.name.clone(),
                     id,
                     record,
+                    info: o,
                 });
             } else if let Some(p) = layout::parse_checkpoint_object(&o.name) {
                 let key = (p.id, p.backend_id.to_string());
                 dirs.entry(key).or_default().push(o);
+            } else if let Some((id, ms)) = layout::parse_pin(&o.name) {
+                cat.pins.push((id, ms, o));
             } else {
                 cat.other.push(o);
             }
         }
+        let live: HashSet<String> = dirs
+            .keys()
+            .map(|(id, backend)| layout::metadata_name(*id, backend))
+            .collect();
+        cache.lock().retain(|name, _| live.contains(name));
         for ((id, backend_id), objs) in dirs {
+            cat.dirs
+                .insert(layout::checkpoint_dir(id, &backend_id), objs.clone());
             let meta = layout::metadata_name(id, &backend_id);
             let Some(m) = objs.iter().find(|o| o.name == meta) else {
                 cat.uncommitted.push(UncommittedDir {
@@ -134,9 +166,18 @@ impl Catalog {
                 });
                 continue;
             };
-            let decoded = storage
-                .get_bytes(&meta)
-                .and_then(|b| decode_manifest_named(&meta, &b));
+            let cached = cache.lock().get(&meta).cloned();
+            let decoded = match cached {
+                Some(m) => Ok(m),
+                None => storage
+                    .get_bytes(&meta)
+                    .and_then(|b| decode_manifest_named(&meta, &b))
+                    .map(|m| {
+                        let m = Arc::new(m);
+                        cache.lock().insert(meta.clone(), Arc::clone(&m));
+                        m
+                    }),
+            };
             match decoded {
                 Ok(manifest) => cat.checkpoints.push(CommittedCheckpoint {
                     name: meta,
@@ -163,6 +204,18 @@ impl Catalog {
         Ok(cat)
     }
 
+    /// The objects of checkpoint directory `dir` (a prefix from
+    /// `layout::checkpoint_dir`), manifest first.
+    fn dir_objects(&self, dir: &str) -> impl Iterator<Item = ObjectInfo> + '_ {
+        let objects = self.dirs.get(dir).map(Vec::as_slice).unwrap_or(&[]);
+        let is_meta = |o: &ObjectInfo| o.name.ends_with(layout::METADATA_FILE);
+        objects
+            .iter()
+            .filter(move |o| is_meta(o))
+            .chain(objects.iter().filter(move |o| !is_meta(o)))
+            .cloned()
+    }
+
     /// Every object name a committed manifest references.
     pub fn referenced(&self) -> HashSet<&str> {
         self.checkpoints
@@ -180,6 +233,100 @@ impl Catalog {
                     )
             })
             .collect()
+    }
+}
+
+/// Storage split the way bounded storage is stated (`docs/ownership.md` §3 rule 5).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Bytes of every object.
+    pub total_bytes: u64,
+    /// The newest `retained` job records, the manifests they name and every file those
+    /// reference.
+    pub retained_bytes: u64,
+    /// Objects of checkpoint ids above the newest job record (attempts in flight or
+    /// acknowledgements that may still complete).
+    pub newer_bytes: u64,
+    /// Restore pins.
+    pub pins: usize,
+    /// Everything else: garbage a garbage pass removes.
+    pub garbage_bytes: u64,
+    /// The checkpoint ids that garbage belongs to (0 for objects whose name has none).
+    pub garbage_ids: BTreeSet<u64>,
+    /// Job records in storage.
+    pub records: usize,
+}
+
+impl Footprint {
+    /// Whether storage is within the bound of `docs/ownership.md` §3 rule 5, given the
+    /// largest retained size seen so far (`live_max`): garbage is at most what one interrupted
+    /// pass leaves (a subsumed checkpoint's own files and the last run's finished attempts),
+    /// at most twice the largest live state.
+    pub fn within_bound(&self, live_max: u64) -> bool {
+        self.garbage_bytes <= 2 * live_max.max(self.retained_bytes)
+    }
+}
+
+impl Catalog {
+    /// Splits every object by [`Footprint`]'s classes, taking the newest `retained` job
+    /// records as retained.
+    pub fn footprint(&self, retained: usize) -> Footprint {
+        let mut ids: Vec<u64> = self.job_records.iter().map(|j| j.id).collect();
+        ids.sort_unstable();
+        let newest = ids.last().copied().unwrap_or(0);
+        let kept: BTreeSet<u64> = ids.iter().rev().take(retained).copied().collect();
+        let mut named: HashSet<&str> = HashSet::new();
+        for j in self.job_records.iter().filter(|j| kept.contains(&j.id)) {
+            named.insert(&j.name);
+            let Ok(r) = &j.record else { continue };
+            for m in r.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
+                named.insert(m);
+                if let Some(c) = self.checkpoints.iter().find(|c| c.name == m) {
+                    named.extend(
+                        c.manifest
+                            .shared_files
+                            .iter()
+                            .map(|f| f.remote_name.as_str()),
+                    );
+                    named.extend(
+                        c.manifest
+                            .private_files
+                            .iter()
+                            .map(|f| f.remote_name.as_str()),
+                    );
+                }
+            }
+        }
+        let mut f = Footprint {
+            records: ids.len(),
+            ..Footprint::default()
+        };
+        let objects = self
+            .dirs
+            .values()
+            .flatten()
+            .chain(self.shared.iter().map(|s| &s.info))
+            .chain(self.job_records.iter().map(|j| &j.info))
+            .chain(self.pins.iter().map(|(_, _, o)| o))
+            .chain(self.other.iter());
+        for o in objects {
+            f.total_bytes += o.size;
+            let id = layout::parse_checkpoint_object(&o.name)
+                .map(|p| p.id)
+                .or_else(|| layout::parse_shared_name(&o.name).and_then(|s| s.checkpoint_id))
+                .or_else(|| layout::parse_job_record_name(&o.name));
+            if named.contains(o.name.as_str()) {
+                f.retained_bytes += o.size;
+            } else if layout::parse_pin(&o.name).is_some() {
+                f.pins += 1;
+            } else if id.is_some_and(|id| id > newest) {
+                f.newer_bytes += o.size;
+            } else {
+                f.garbage_bytes += o.size;
+                f.garbage_ids.insert(id.unwrap_or(0));
+            }
+        }
+        f
     }
 }
 
@@ -295,22 +442,69 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
     Ok(v)
 }
 
-/// Why [`gc_plan`] would delete an object.
+/// Why [`classify`] deletes an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GcReason {
-    /// A shared file no committed manifest references.
-    UnreferencedShared,
-    /// An object of a checkpoint directory that has no manifest.
+    /// A job record older than the newest `retained`: the checkpoint is subsumed.
+    SubsumedRecord,
+    /// An object of a task checkpoint whose id is not above the newest completed checkpoint
+    /// and that no retained job record names: its attempt was subsumed, aborted or died,
+    /// and can never complete.
+    Finished,
+    /// An object of a checkpoint directory without a manifest whose id is above the newest
+    /// completed checkpoint, older than the minimum age (an attempt that died).
     Uncommitted,
+    /// A shared file nothing retained, pending or pinned references, uploaded by an attempt
+    /// whose id is not above the newest completed checkpoint.
+    FinishedShared,
+    /// A shared file nothing references whose put began at least the minimum age ago (or,
+    /// for a name without a time, whose storage time is that old).
+    UnreferencedShared,
+    /// A restore pin at least the minimum age old: its restore finished or died.
+    ExpiredPin,
+}
+
+/// What a garbage classification may delete.
+#[derive(Debug, Clone, Default)]
+pub struct GcPolicy {
+    /// Job records kept (the newest). `usize::MAX` keeps every record (`rockstate gc`: the
+    /// job's retention is the owner's business).
+    pub retained: usize,
+    /// Garbage that may still belong to an attempt in flight is deleted once it is this old;
+    /// `None` never deletes it (what the owner does right after a completion).
+    pub min_age: Option<Duration>,
+    /// Now, ms since the Unix epoch on the deciding clock.
+    pub now_ms: u64,
+    /// Shared names attempts in flight in this process may reference, and their checkpoint
+    /// directories (`layout::checkpoint_dir`).
+    pub protected: HashSet<String>,
+    /// Pins whose restore began before this time (ms) are released whatever their age: the
+    /// owner's open time, since every restore of the job's current run began after it and
+    /// one that began before belongs to a run that is gone.
+    pub pins_before_ms: Option<u64>,
+    /// Checkpoint ids up to this one are finished even above the newest record: the highest
+    /// id in storage when the owner opened (its run never completes those ids; attempts in
+    /// flight in its process are protected).
+    pub finished_up_to: Option<u64>,
 }
 
 /// What garbage collection would delete.
 #[derive(Debug, Clone, Default)]
 pub struct GcPlan {
-    /// Objects to delete, with why.
+    /// Objects to delete, with why, in the order to delete them: job records, then
+    /// manifests, then the other objects of checkpoint directories, then shared files, then
+    /// pins (so a crash between two deletes never leaves a record or manifest that names a
+    /// deleted object).
     pub delete: Vec<(ObjectInfo, GcReason)>,
     /// Garbage younger than the minimum age, kept (it may belong to a checkpoint in flight).
     pub too_young: Vec<ObjectInfo>,
+    /// The retained job record ids, ascending.
+    pub retained: Vec<u64>,
+    /// The policy it was made with ([`gc_apply`] classifies again with it).
+    pub policy: GcPolicy,
+    /// Checkpoint ids a restore pin protected.
+    pub pinned: BTreeSet<u64>,
 }
 
 impl GcPlan {
@@ -320,77 +514,205 @@ impl GcPlan {
     }
 }
 
-/// Plans garbage collection: shared files no committed manifest references, and objects of
-/// checkpoint directories without a manifest, each at least `min_age` old at `now` (younger
-/// ones may belong to a checkpoint in flight). Refused with [`Error::CheckpointCorrupt`] while
-/// any manifest cannot be decoded, since what it references is unknown.
-pub fn gc_plan(catalog: &Catalog, min_age: Duration, now: SystemTime) -> Result<GcPlan> {
-    if let Some((name, e)) = catalog.bad_manifests.first() {
-        return Err(Error::CheckpointCorrupt {
-            file: name.clone(),
-            detail: format!("{e}; refusing to collect garbage while references are unknown"),
-        });
-    }
-    let referenced = catalog.referenced();
-    let old_enough = |o: &ObjectInfo| {
-        now.duration_since(o.last_modified)
-            .map(|age| age >= min_age)
-            .unwrap_or(min_age.is_zero())
+fn ms_of(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Classifies every object of `catalog` as kept or garbage under `policy` (rules in
+/// `docs/ownership.md` §4):
+///
+/// 1. the newest `retained` job records are retained, older ones are subsumed; `L` is the
+///    newest record's id;
+/// 2. a task checkpoint named by a retained record, or of a pinned id, is live; one with an
+///    id above `L` and a manifest is pending (it may still complete); one with an id up to
+///    `L` is finished and deleted whatever its age; one above `L` without a manifest is an
+///    attempt in flight until it is `min_age` old;
+/// 3. a shared file referenced by a live, pending or pinned manifest or protected in memory
+///    is kept; otherwise it is deleted if its uploader's checkpoint id is up to `L`, or once
+///    it is `min_age` old;
+/// 4. pins are deleted once `min_age` old, or when their restore began before
+///    `pins_before_ms`; only the others protect their checkpoint.
+///
+/// Refused with [`Error::CheckpointCorrupt`] while a job record, or a manifest that is live,
+/// pending or pinned, cannot be decoded: what it references is unknown.
+pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
+    let refuse = |name: &str, e: &str| Error::CheckpointCorrupt {
+        file: name.to_string(),
+        detail: format!("{e}; refusing to collect garbage while references are unknown"),
     };
-    let mut plan = GcPlan::default();
-    let candidates = catalog
-        .shared
-        .iter()
-        .filter(|s| s.references == 0)
-        .map(|s| (&s.info, GcReason::UnreferencedShared))
-        .chain(
-            catalog
-                .uncommitted
-                .iter()
-                .flat_map(|d| d.objects.iter().map(|o| (o, GcReason::Uncommitted))),
-        );
-    for (o, why) in candidates {
-        if referenced.contains(o.name.as_str()) {
-            continue; // never: a committed manifest needs it
+    let mut records: Vec<(u64, &JobCheckpoint, &ObjectInfo)> = Vec::new();
+    for j in &catalog.job_records {
+        match &j.record {
+            Ok(r) => records.push((j.id, r, &j.info)),
+            Err(e) => return Err(refuse(&j.name, e)),
         }
-        if old_enough(o) {
-            plan.delete.push((o.clone(), why));
+    }
+    records.sort_by_key(|(id, _, _)| *id);
+    let keep_from = records.len().saturating_sub(policy.retained);
+    let retained = &records[keep_from..];
+    let newest = retained.last().map(|(id, _, _)| *id);
+    let old_enough = |put_ms: u64| match policy.min_age {
+        Some(age) => policy.now_ms.saturating_sub(put_ms) >= age.as_millis() as u64,
+        None => false,
+    };
+    let expired_pin = |ms: u64| old_enough(ms) || policy.pins_before_ms.is_some_and(|b| ms < b);
+    let pinned: BTreeSet<u64> = catalog
+        .pins
+        .iter()
+        .filter(|(_, ms, _)| !expired_pin(*ms))
+        .map(|(id, _, _)| *id)
+        .collect();
+    let live_manifests: HashSet<&str> = retained
+        .iter()
+        .flat_map(|(_, r, _)| r.tasks.iter().filter_map(|t| t.manifest.as_deref()))
+        .collect();
+    let finished_up_to = newest.max(policy.finished_up_to);
+    let finished = |id: u64| finished_up_to.is_some_and(|l| id <= l);
+    let kept_dir = |id: u64, name: &str| {
+        live_manifests.contains(name) || pinned.contains(&id) || !finished(id)
+    };
+    for (name, e) in &catalog.bad_manifests {
+        if let Some(p) = layout::parse_checkpoint_object(name) {
+            if kept_dir(p.id, name) {
+                return Err(refuse(name, e));
+            }
+        }
+    }
+
+    let mut plan = GcPlan {
+        retained: retained.iter().map(|(id, _, _)| *id).collect(),
+        policy: policy.clone(),
+        pinned: pinned.clone(),
+        ..GcPlan::default()
+    };
+    for (id, _, info) in &records[..keep_from] {
+        if !pinned.contains(id) {
+            plan.delete
+                .push(((*info).clone(), GcReason::SubsumedRecord));
+        }
+    }
+
+    // Task checkpoints: manifests first, then their other objects.
+    let mut live_shared: HashSet<&str> = policy.protected.iter().map(String::as_str).collect();
+    let mut dir_objects: Vec<(ObjectInfo, GcReason)> = Vec::new();
+    let mut manifests: Vec<(ObjectInfo, GcReason)> = Vec::new();
+    for c in &catalog.checkpoints {
+        // The directory is the one the object's name says (a manifest whose content names
+        // another checkpoint must not make another directory garbage).
+        let Some(named) = layout::parse_checkpoint_object(&c.name) else {
+            continue;
+        };
+        let id = named.id;
+        if kept_dir(id, &c.name) || c.manifest.checkpoint_id != id {
+            live_shared.extend(
+                c.manifest
+                    .shared_files
+                    .iter()
+                    .map(|f| f.remote_name.as_str()),
+            );
+            continue;
+        }
+        let dir = layout::checkpoint_dir(id, named.backend_id);
+        for o in catalog.dir_objects(&dir) {
+            let into = if o.name == c.name {
+                &mut manifests
+            } else {
+                &mut dir_objects
+            };
+            into.push((o, GcReason::Finished));
+        }
+    }
+    for (name, _) in &catalog.bad_manifests {
+        // Only finished ones get here (see the refusal above).
+        if let Some(p) = layout::parse_checkpoint_object(name) {
+            for o in catalog.dir_objects(&layout::checkpoint_dir(p.id, p.backend_id)) {
+                let into = if o.name == *name {
+                    &mut manifests
+                } else {
+                    &mut dir_objects
+                };
+                into.push((o, GcReason::Finished));
+            }
+        }
+    }
+    for d in &catalog.uncommitted {
+        let dir = layout::checkpoint_dir(d.id, &d.backend_id);
+        if pinned.contains(&d.id) || policy.protected.contains(&dir) {
+            continue;
+        }
+        if finished(d.id) {
+            dir_objects.extend(d.objects.iter().cloned().map(|o| (o, GcReason::Finished)));
+        } else if d.objects.iter().all(|o| old_enough(ms_of(o.last_modified))) {
+            dir_objects.extend(
+                d.objects
+                    .iter()
+                    .cloned()
+                    .map(|o| (o, GcReason::Uncommitted)),
+            );
         } else {
-            plan.too_young.push(o.clone());
+            plan.too_young.extend(d.objects.iter().cloned());
+        }
+    }
+    plan.delete.extend(manifests);
+    plan.delete.extend(dir_objects);
+
+    for s in &catalog.shared {
+        if live_shared.contains(s.info.name.as_str()) {
+            continue;
+        }
+        let parsed = layout::parse_shared_name(&s.info.name);
+        let uploader = parsed.and_then(|p| p.checkpoint_id);
+        let put_ms = parsed
+            .and_then(|p| p.put_ms)
+            .unwrap_or_else(|| ms_of(s.info.last_modified));
+        if uploader.is_some_and(|c| finished(c) && !pinned.contains(&c)) {
+            plan.delete.push((s.info.clone(), GcReason::FinishedShared));
+        } else if old_enough(put_ms) {
+            plan.delete
+                .push((s.info.clone(), GcReason::UnreferencedShared));
+        } else {
+            plan.too_young.push(s.info.clone());
+        }
+    }
+    for (_, ms, info) in &catalog.pins {
+        if expired_pin(*ms) {
+            plan.delete.push((info.clone(), GcReason::ExpiredPin));
         }
     }
     Ok(plan)
 }
 
-/// Deletes what `plan` lists, after reloading the catalog and dropping from the plan anything
-/// that is referenced now or whose checkpoint directory got a manifest meanwhile. Returns the
+/// Plans garbage collection for `rockstate gc`: [`classify`] keeping every job record, with
+/// `min_age` as the age garbage of attempts in flight must reach, at `now`.
+pub fn gc_plan(catalog: &Catalog, min_age: Duration, now: SystemTime) -> Result<GcPlan> {
+    classify(
+        catalog,
+        &GcPolicy {
+            retained: usize::MAX,
+            min_age: Some(min_age),
+            now_ms: ms_of(now),
+            protected: HashSet::new(),
+            pins_before_ms: None,
+            finished_up_to: None,
+        },
+    )
+}
+
+/// Deletes what `plan` lists, after loading the catalog again and classifying it with the
+/// plan's policy: only objects that are garbage in both are deleted (anything a checkpoint
+/// completed or a restore pinned meanwhile is kept), in the order of the new plan. Returns the
 /// objects deleted.
 pub fn gc_apply(storage: &dyn CheckpointStorage, plan: &GcPlan) -> Result<Vec<ObjectInfo>> {
-    let now = Catalog::load(storage)?;
-    if let Some((name, e)) = now.bad_manifests.first() {
-        return Err(Error::CheckpointCorrupt {
-            file: name.clone(),
-            detail: format!("{e}; refusing to collect garbage while references are unknown"),
-        });
-    }
-    let referenced = now.referenced();
-    let committed_dirs: HashSet<(u64, &str)> = now
-        .checkpoints
-        .iter()
-        .map(|c| (c.manifest.checkpoint_id, c.manifest.backend_id.as_str()))
-        .collect();
+    let again = classify(&Catalog::load(storage)?, &plan.policy)?;
+    let planned: HashSet<&str> = plan.delete.iter().map(|(o, _)| o.name.as_str()).collect();
     let mut deleted = Vec::new();
-    for (o, _) in &plan.delete {
-        if referenced.contains(o.name.as_str()) {
-            continue;
+    for (o, _) in again.delete {
+        if planned.contains(o.name.as_str()) {
+            storage.delete(&o.name)?;
+            deleted.push(o);
         }
-        if let Some(p) = layout::parse_checkpoint_object(&o.name) {
-            if committed_dirs.contains(&(p.id, p.backend_id)) {
-                continue;
-            }
-        }
-        storage.delete(&o.name)?;
-        deleted.push(o.clone());
     }
     Ok(deleted)
 }

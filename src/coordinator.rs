@@ -18,10 +18,14 @@
 //!   that checkpoint (an exactly-once sink);
 //! * [`TaskCommand::Abort`]: `notify_checkpoint_aborted`, discard staged side effects.
 //!
-//! Backends should be opened with `CheckpointOptions::retained` equal to the coordinator's
-//! `retained`, so every retained job record names manifests that still exist.
+//! The coordinator commits through the job's [`JobOwner`] ([`Coordinator::owner`]): the owner
+//! checks that every file the acknowledged manifests name is in storage, writes the job record
+//! and is the only one that deletes committed objects (`docs/ownership.md`). Backends of the
+//! job are opened with `BackendBuilder::job_owner(coordinator.owner())` when they live in this
+//! process, or `BackendBuilder::job_coordinated()` when they do not; they delete nothing a
+//! completed checkpoint needs.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +33,7 @@ use std::time::Duration;
 use sst_format::{JobCheckpoint, OperatorListState, TaskCheckpoint};
 
 use crate::backend::KeyedBackend;
-use crate::checkpoint::{layout, CheckpointStats};
+use crate::checkpoint::{layout, CheckpointStats, JobOwner};
 use crate::error::{Error, Result};
 use crate::storage::CheckpointStorage;
 use crate::ttl::Clock;
@@ -298,53 +302,51 @@ struct Pending {
 #[derive(Debug)]
 pub struct Coordinator {
     config: CoordinatorConfig,
-    storage: Arc<dyn CheckpointStorage>,
+    owner: Arc<JobOwner>,
     clock: Arc<dyn Clock>,
     commands: Vec<Option<Sender<TaskCommand>>>,
     reports_tx: Sender<TaskReport>,
     reports_rx: Receiver<TaskReport>,
-    next_id: u64,
     pending: BTreeMap<u64, Pending>,
-    /// Ids of the retained job records, oldest first.
-    completed: VecDeque<u64>,
+    /// Checkpoints whose job record may or may not be in storage
+    /// ([`Error::CommitInDoubt`]); [`Coordinator::tick`] asks the owner until it knows.
+    in_doubt: BTreeMap<u64, JobCheckpoint>,
 }
 
 impl Coordinator {
-    /// A coordinator over `storage`. Job records already there are taken as completed
-    /// checkpoints (the newest `retained` are kept); new ids start above every checkpoint id
-    /// found in storage (job records and task checkpoint directories), so a restarted job
-    /// never reuses an id.
+    /// A coordinator over `storage`, with a new [`JobOwner`] of it keeping `retained` job
+    /// records. Job records already there are taken as completed checkpoints of this job
+    /// (a restart); new ids start above every checkpoint id found in storage (job records,
+    /// task checkpoint directories and shared files), so a restarted job never reuses an id,
+    /// and what earlier runs left is deleted now ([`JobOwner::open_and_collect`]).
     pub fn new(
         config: CoordinatorConfig,
         storage: Arc<dyn CheckpointStorage>,
         clock: Arc<dyn Clock>,
     ) -> Result<Coordinator> {
         config.validate()?;
-        let records = list_job_checkpoints(storage.as_ref())?;
-        let max_task_id = storage
-            .list(layout::CHECKPOINT_PREFIX)?
-            .iter()
-            .filter_map(|o| layout::parse_checkpoint_object(&o.name).map(|p| p.id))
-            .max();
-        let next_id = records
-            .last()
-            .copied()
-            .max(max_task_id)
-            .map_or(1, |m| m.saturating_add(1));
+        let owner = Arc::new(JobOwner::open_and_collect(
+            storage,
+            config.retained,
+            Arc::clone(&clock),
+        )?);
         let (reports_tx, reports_rx) = mpsc::channel();
-        let mut c = Coordinator {
+        Ok(Coordinator {
             commands: vec![None; config.tasks as usize],
             config,
-            storage,
+            owner,
             clock,
             reports_tx,
             reports_rx,
-            next_id,
             pending: BTreeMap::new(),
-            completed: records.into_iter().collect(),
-        };
-        c.subsume()?;
-        Ok(c)
+            in_doubt: BTreeMap::new(),
+        })
+    }
+
+    /// The job's checkpoint owner (link in-process backends to it with
+    /// `BackendBuilder::job_owner`).
+    pub fn owner(&self) -> &Arc<JobOwner> {
+        &self.owner
     }
 
     /// Creates the endpoint of task `task` (replacing an earlier one: commands then go to the
@@ -368,32 +370,37 @@ impl Coordinator {
         &self.config
     }
 
-    /// Ids of checkpoints triggered and neither completed nor aborted, ascending.
+    /// Ids of checkpoints triggered and neither completed nor aborted (including those whose
+    /// commit is in doubt), ascending.
     pub fn pending(&self) -> Vec<u64> {
-        self.pending.keys().copied().collect()
+        let mut ids: Vec<u64> = self
+            .pending
+            .keys()
+            .chain(self.in_doubt.keys())
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Ids of the retained completed checkpoints (job records in storage), oldest first.
     pub fn completed(&self) -> Vec<u64> {
-        self.completed.iter().copied().collect()
+        self.owner.retained()
     }
 
     /// The newest completed checkpoint id.
     pub fn latest_completed(&self) -> Option<u64> {
-        self.completed.back().copied()
+        self.owner.retained().last().copied()
     }
 
     /// Starts a checkpoint: takes the next id and sends [`TaskCommand::Trigger`] to every
     /// source. [`Triggered::Busy`] when `max_concurrent` checkpoints are already in flight;
     /// if a source is gone the checkpoint is aborted at once ([`Triggered::Failed`]).
     pub fn trigger(&mut self) -> Result<Triggered> {
-        if self.pending.len() >= self.config.max_concurrent {
+        if self.pending.len() + self.in_doubt.len() >= self.config.max_concurrent {
             return Ok(Triggered::Busy);
         }
-        let id = self.next_id;
-        self.next_id = id
-            .checked_add(1)
-            .ok_or_else(|| Error::Coordinator("checkpoint ids exhausted".into()))?;
+        let id = self.owner.next_checkpoint_id()?;
         let _span = tracing::info_span!("checkpoint.trigger", id).entered();
         self.pending.insert(
             id,
@@ -471,8 +478,34 @@ impl Coordinator {
         Ok(out)
     }
 
-    /// Aborts every pending checkpoint triggered `timeout` or longer ago (by the clock).
+    /// Settles commits in doubt (the owner reads storage again: the record is there →
+    /// completed, absent → aborted, no answer → still in doubt), then aborts every pending
+    /// checkpoint triggered `timeout` or longer ago (by the clock).
     pub fn tick(&mut self) -> Result<Vec<Outcome>> {
+        let mut out = Vec::new();
+        let doubtful: Vec<u64> = self.in_doubt.keys().copied().collect();
+        for id in doubtful {
+            match self.owner.resolve(id) {
+                Ok(true) => {
+                    if let Some(record) = self.in_doubt.remove(&id) {
+                        out.extend(self.finish(record));
+                    }
+                }
+                Ok(false) => {
+                    self.in_doubt.remove(&id);
+                    out.push(self.notify_abort(
+                        id,
+                        AbortReason::CommitFailed("the job record is not in storage".into()),
+                    ));
+                }
+                Err(e) => tracing::warn!(id, error = %e, "commit still in doubt"),
+            }
+        }
+        out.extend(self.abort_expired()?);
+        Ok(out)
+    }
+
+    fn abort_expired(&mut self) -> Result<Vec<Outcome>> {
         let now = self.clock.now_ms();
         let timeout = self.config.timeout.as_millis() as u64;
         let expired: Vec<u64> = self
@@ -544,18 +577,36 @@ impl Coordinator {
             completed_at_ms: self.clock.now_ms(),
             tasks: p.acks.into_values().collect(),
         };
-        let written = {
+        let committed = {
             let _span = tracing::info_span!("checkpoint.commit", id).entered();
-            sst_format::encode_job_checkpoint(&record)
-                .map_err(Error::from)
-                .and_then(|bytes| self.storage.put_bytes(&layout::job_record_name(id), &bytes))
+            self.owner.commit(&record)
         };
-        if let Err(e) = written {
+        match committed {
+            Ok(c) => {
+                if let Some(e) = c.gc_error {
+                    // Completed; only deleting what it subsumed failed (the next pass retries).
+                    tracing::warn!(id, error = %e, "deleting subsumed checkpoints failed");
+                }
+                Ok(self.finish(record))
+            }
+            // The record may be in storage: the tasks keep their snapshots until `tick` knows.
+            Err(Error::CommitInDoubt { .. }) => {
+                self.in_doubt.insert(id, record);
+                Ok(Vec::new())
+            }
             // Nothing was committed: the tasks discard their snapshots.
-            return Ok(vec![
-                self.notify_abort(id, AbortReason::CommitFailed(e.to_string()))
-            ]);
+            Err(e) => {
+                Ok(vec![self.notify_abort(
+                    id,
+                    AbortReason::CommitFailed(e.to_string()),
+                )])
+            }
         }
+    }
+
+    /// `record` is in storage: tell every task, abort older pending checkpoints.
+    fn finish(&mut self, record: JobCheckpoint) -> Vec<Outcome> {
+        let id = record.checkpoint_id;
         let mut out = Vec::new();
         {
             let _span = tracing::info_span!("checkpoint.notify", id).entered();
@@ -568,44 +619,20 @@ impl Coordinator {
         for k in older {
             out.extend(self.abort_pending(k, AbortReason::Subsumed));
         }
-        self.completed.push_back(id);
         out.insert(0, Outcome::Completed(record));
-        self.subsume()?;
-        Ok(out)
-    }
-
-    /// Deletes job records beyond the newest `retained`.
-    fn subsume(&mut self) -> Result<()> {
-        let _span = tracing::info_span!("checkpoint.gc").entered();
-        while self.completed.len() > self.config.retained {
-            if let Some(old) = self.completed.pop_front() {
-                self.storage.delete(&layout::job_record_name(old))?;
-            }
-        }
-        Ok(())
+        out
     }
 }
 
 /// Ids of every job record in `storage`, ascending.
 pub fn list_job_checkpoints(storage: &dyn CheckpointStorage) -> Result<Vec<u64>> {
-    let mut ids: Vec<u64> = storage
-        .list(layout::JOB_PREFIX)?
-        .iter()
-        .filter_map(|o| layout::parse_job_record_name(&o.name))
-        .collect();
-    ids.sort_unstable();
-    Ok(ids)
+    crate::checkpoint::owner::record_ids(storage)
 }
 
 /// Reads and decodes job record `id`; a damaged record is [`Error::CheckpointCorrupt`] naming
 /// it.
 pub fn read_job_checkpoint(storage: &dyn CheckpointStorage, id: u64) -> Result<JobCheckpoint> {
-    let name = layout::job_record_name(id);
-    let bytes = storage.get_bytes(&name)?;
-    sst_format::decode_job_checkpoint(&bytes).map_err(|e| Error::CheckpointCorrupt {
-        file: name,
-        detail: e.to_string(),
-    })
+    crate::checkpoint::owner::read_record(storage, id)
 }
 
 /// The newest job record in `storage`, if any (what a job restores from).

@@ -201,6 +201,27 @@ pub enum Error {
     /// an acknowledgement for another checkpoint than it names), or was configured wrongly.
     #[error("checkpoint coordinator: {0}")]
     Coordinator(String),
+
+    /// Checkpoint storage holds another job's or owner's checkpoints in a way that would make
+    /// this one collide with them (`docs/ownership.md`).
+    #[error("checkpoint storage conflict: {0}")]
+    StorageConflict(String),
+
+    /// Writing the job record of checkpoint `id` failed and storage could not say whether it
+    /// landed: the checkpoint may be complete. Its tasks must keep it; `JobOwner::resolve`
+    /// tells once storage answers.
+    #[error("whether checkpoint {id} completed is unknown: {detail}")]
+    CommitInDoubt {
+        /// The checkpoint id.
+        id: u64,
+        /// What failed.
+        detail: String,
+    },
+
+    /// The directory holds a restore that did not finish (its marker is still there): restore
+    /// into it again, or remove it.
+    #[error("{0} holds an unfinished restore; restore into it again or remove it")]
+    RestoreIncomplete(PathBuf),
     /// An on-disk format error from the `sst-format` crate.
     #[error(transparent)]
     Format(#[from] sst_format::Error),

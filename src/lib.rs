@@ -45,11 +45,11 @@ mod value_cache;
 mod write_cache;
 
 pub use backend::{BackendBuilder, BackendKind, KeyedBackend};
-pub use checkpoint::RestoreReport;
 pub use checkpoint::{
     verify_checkpoints, CheckpointOptions, CheckpointStats, PendingSnapshot, RestoreFrom,
     SweepStats,
 };
+pub use checkpoint::{GcStats, JobOwner, RestoreReport};
 #[doc(hidden)]
 pub use db::rocksdb_options_for_benchmarks;
 pub use db::MemoryBudget;
@@ -62,7 +62,7 @@ pub use state::{
     RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,
 };
 pub use storage::{
-    open_storage, Fault, FaultyStorage, ObjectStorage, ObjectStorageOptions, OpKind,
+    open_storage, Fault, FaultyStorage, ObjectStorage, ObjectStorageOptions, OpKind, ScopedStorage,
 };
 pub use storage::{CheckpointStorage, LocalStorage, ObjectDigest, ObjectInfo};
 pub use ttl::{Clock, ManualClock, SystemClock, TtlConfig};

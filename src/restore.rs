@@ -10,9 +10,15 @@
 //! the base (downloaded into the target directory), the others go to a scratch directory next
 //! to it, and `crate::rescale` clips the base and ingests the others' in-range key groups.
 //! A manifest whose range equals the target is restored as is. The base's files stay the
-//! restored backend's reuse base, so its first checkpoint is incremental; every source
-//! manifest is claimed in storage (see `crate::checkpoint::registry`) so no backend deletes
-//! what another restored backend still needs. `docs/rescale.md` describes the whole procedure.
+//! restored backend's reuse base, so its first checkpoint is incremental.
+//! `docs/rescale.md` describes the whole procedure.
+//!
+//! Protection and crash safety (`docs/ownership.md` §5): before reading anything, a restore
+//! puts a pin `pins/<id>/…` on the checkpoint it reads, which every owner's garbage pass
+//! honours, and deletes it when it ends (a pin of a restore that died is swept once older
+//! than the sweep's minimum age). The target directory carries a marker from the first byte
+//! written until the restored database is open and every file is fsynced; a directory with
+//! the marker is never opened as a backend, and a new restore into it starts over.
 //!
 //! This module owns selection, verification and download.
 
@@ -25,6 +31,7 @@ use sst_format::{CheckpointManifest, SstUniqueId};
 use crate::backend::{BackendBuilder, KeyedBackend};
 use crate::checkpoint::layout;
 use crate::checkpoint::local_recovery::{LocalSource, RestoreReport};
+use crate::checkpoint::owner::{read_record, record_ids};
 use crate::checkpoint::registry::{decode_manifest_named, list_committed, RestoredBase};
 use crate::checkpoint::uploader::run_parallel;
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
@@ -35,6 +42,119 @@ use crate::storage::{validate_object_name, CheckpointStorage};
 
 /// A chosen manifest: its object name and contents.
 type Chosen = (String, CheckpointManifest);
+
+/// Name of the marker file an unfinished restore leaves in its target directory.
+const RESTORE_MARKER: &str = ".rockstate-restore-incomplete";
+
+/// The marker of an unfinished restore into `dir`.
+pub(crate) fn restore_marker(dir: &Path) -> PathBuf {
+    dir.join(RESTORE_MARKER)
+}
+
+/// fsyncs the directory `dir` (its entries become durable).
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))
+}
+
+/// Prepares the target directory: missing or empty, or holding an unfinished restore (whose
+/// leftovers are removed); then writes the marker durably.
+fn prepare_target(target: &Path) -> Result<bool> {
+    let existed = target.exists();
+    if existed {
+        let marker = restore_marker(target);
+        let entries: Vec<_> = std::fs::read_dir(target)
+            .map_err(|e| Error::io(target, e))?
+            .collect::<std::io::Result<_>>()
+            .map_err(|e| Error::io(target, e))?;
+        if !entries.is_empty() && !marker.exists() {
+            return Err(Error::RestoreTargetNotEmpty(target.to_path_buf()));
+        }
+        for e in entries {
+            if e.path() != marker {
+                let path = e.path();
+                std::fs::remove_file(&path)
+                    .or_else(|_| std::fs::remove_dir_all(&path))
+                    .map_err(|err| Error::io(&path, err))?;
+            }
+        }
+    } else {
+        std::fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
+    }
+    let marker = restore_marker(target);
+    std::fs::File::create(&marker)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(&marker, e))?;
+    sync_dir(target)?;
+    Ok(existed)
+}
+
+/// Puts a pin on the checkpoint `from` names, then selects its manifests (so nothing is read
+/// before the pin is in storage). `Latest` pins the newest job record's id and, if that
+/// record is gone by the time it is read (a newer one subsumed it), tries again.
+fn pin_and_select(
+    storage: &dyn CheckpointStorage,
+    from: &RestoreFrom,
+    key_groups: KeyGroupRange,
+    max_parallelism: u32,
+    now_ms: &dyn Fn() -> u64,
+) -> Result<(String, Vec<Chosen>)> {
+    const ATTEMPTS: usize = 5;
+    for attempt in 1..=ATTEMPTS {
+        let (id, pinned_from) = match from {
+            RestoreFrom::Latest => {
+                let id = match record_ids(storage)?.last() {
+                    Some(&id) => id,
+                    // No job record at all: the newest manifests covering the range (an
+                    // engine that keeps completion elsewhere; see `RestoreFrom::Latest`).
+                    None => select(storage, from, key_groups, max_parallelism)?
+                        .first()
+                        .map(|(_, m)| m.checkpoint_id)
+                        .ok_or_else(|| Error::CheckpointNotFound("no checkpoint".into()))?,
+                };
+                (id, RestoreFrom::Checkpoint(id))
+            }
+            RestoreFrom::Checkpoint(id) => (*id, from.clone()),
+            RestoreFrom::Exact { checkpoint_id, .. }
+            | RestoreFrom::Handles { checkpoint_id, .. } => (*checkpoint_id, from.clone()),
+        };
+        let had_record = record_ids(storage)?.contains(&id);
+        let pin = layout::new_pin_name(id, now_ms());
+        storage.put_bytes(&pin, b"")?;
+        // The record may have been deleted by a pass that listed before the pin landed: then
+        // what it names may be going too.
+        if had_record && !record_ids(storage)?.contains(&id) {
+            let _ = storage.delete(&pin);
+            if matches!(from, RestoreFrom::Latest) && attempt < ATTEMPTS {
+                continue;
+            }
+            return Err(Error::CheckpointNotFound(format!(
+                "checkpoint {id} was subsumed while the restore began"
+            )));
+        }
+        match select(storage, &pinned_from, key_groups, max_parallelism) {
+            Ok(chosen) => return Ok((pin, chosen)),
+            Err(e) => {
+                let _ = storage.delete(&pin);
+                let raced = matches!(from, RestoreFrom::Latest)
+                    && matches!(
+                        e,
+                        Error::CheckpointNotFound(_)
+                            | Error::ObjectNotFound { .. }
+                            | Error::CheckpointCorrupt { .. }
+                    )
+                    && record_ids(storage)?.last() != Some(&id);
+                if !raced || attempt == ATTEMPTS {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Err(Error::CheckpointNotFound(
+        "the newest checkpoint kept changing".into(),
+    ))
+}
 
 /// Restores per `from` and opens the backend `builder` describes.
 pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<KeyedBackend> {
@@ -47,27 +167,44 @@ pub(crate) fn restore_with_report(
     from: RestoreFrom,
 ) -> Result<(KeyedBackend, RestoreReport)> {
     let p = builder.restore_params();
-    let storage = p.storage.clone().ok_or(Error::NoCheckpointStorage)?;
+    let claim = p.source.is_none();
+    let storage = match &p.source {
+        Some(s) => Arc::clone(s),
+        None => p.storage.clone().ok_or(Error::NoCheckpointStorage)?,
+    };
     keygroup::validate_max_parallelism(p.max_parallelism)?;
     let key_groups = match p.key_groups {
         Some(r) => r,
         None => KeyGroupRange::all(p.max_parallelism)?,
     };
-    let chosen = select(storage.as_ref(), &from, key_groups, p.max_parallelism)?;
+    let clock = Arc::clone(&p.clock);
+    let (pin, chosen) = pin_and_select(
+        storage.as_ref(),
+        &from,
+        key_groups,
+        p.max_parallelism,
+        &|| clock.now_ms(),
+    )?;
+    let result = restore_pinned(builder, &p, storage.as_ref(), key_groups, chosen, claim);
+    // The restored backend's owner keeps what it needs from here on (or the restore failed).
+    let _ = storage.delete(&pin);
+    result
+}
+
+fn restore_pinned(
+    builder: BackendBuilder,
+    p: &crate::backend::RestoreParams,
+    storage: &dyn CheckpointStorage,
+    key_groups: KeyGroupRange,
+    chosen: Vec<Chosen>,
+    claim: bool,
+) -> Result<(KeyedBackend, RestoreReport)> {
     for (name, m) in &chosen {
         validate_manifest(name, m)?;
     }
 
     let target = p.path.clone();
-    let existed = target.exists();
-    if existed {
-        let mut entries = std::fs::read_dir(&target).map_err(|e| Error::io(&target, e))?;
-        if entries.next().is_some() {
-            return Err(Error::RestoreTargetNotEmpty(target));
-        }
-    } else {
-        std::fs::create_dir_all(&target).map_err(|e| Error::io(&target, e))?;
-    }
+    let existed = prepare_target(&target)?;
     let mut chosen = chosen.into_iter().map(|(n, m)| (n, Arc::new(m)));
     let (metadata_name, manifest) = chosen.next().ok_or_else(|| {
         Error::CheckpointNotFound(format!("any checkpoint for key groups {key_groups}"))
@@ -117,7 +254,15 @@ pub(crate) fn restore_with_report(
                 dirs.push((m, dir, locals[i + 1].as_ref()));
             }
         }
-        let counts = download_all(storage.as_ref(), &dirs, p.transfer_threads)?;
+        let counts = download_all(storage, &dirs, p.transfer_threads)?;
+        // If a manifest left storage while it was read (an owner that did not see the pin
+        // yet), its files may be gone too: restore them, but reuse none of them.
+        let mut reusable = claim;
+        for name in std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n)) {
+            if !storage.exists(name)? {
+                reusable = false;
+            }
+        }
         (report.files_local, report.bytes_local) = counts.local;
         (report.files_downloaded, report.bytes_downloaded) = counts.downloaded;
         {
@@ -159,9 +304,10 @@ pub(crate) fn restore_with_report(
         }
         drop(scratch);
         let backend = builder.open_inner(Some(RestoredBase {
-            metadata_name: metadata_name.clone(),
             manifest: Arc::clone(&manifest),
-            others: others.clone(),
+            others: others.iter().map(|(_, m)| Arc::clone(m)).collect(),
+            reusable,
+            claimed: claim,
         }))?;
         let mut have: Vec<_> = backend.states()?.iter().map(to_manifest_state).collect();
         let mut want: BTreeMap<&str, &sst_format::StateMeta> = BTreeMap::new();
@@ -177,19 +323,30 @@ pub(crate) fn restore_with_report(
                 detail: "the manifests' state list differs from the restored database's".into(),
             });
         }
+        // Every restored file was fsynced as it was placed; the marker goes last.
+        sync_dir(&target)?;
+        let marker = restore_marker(&target);
+        std::fs::remove_file(&marker).map_err(|e| Error::io(&marker, e))?;
+        sync_dir(&target)?;
         Ok(backend)
     })();
     if result.is_err() {
-        // Best effort: leave the target as it was (empty or missing).
-        if existed {
-            if let Ok(entries) = std::fs::read_dir(&target) {
-                for e in entries.flatten() {
-                    let _ = std::fs::remove_file(e.path())
-                        .or_else(|_| std::fs::remove_dir_all(e.path()));
+        // Best effort: leave the target as it was (empty or missing). The marker goes last,
+        // and only once everything else is gone: a directory that still holds part of a
+        // restore keeps it, so it is never opened as a backend.
+        let marker = restore_marker(&target);
+        let mut emptied = true;
+        if let Ok(entries) = std::fs::read_dir(&target) {
+            for e in entries.flatten() {
+                if e.path() != marker {
+                    emptied &= std::fs::remove_file(e.path())
+                        .or_else(|_| std::fs::remove_dir_all(e.path()))
+                        .is_ok();
                 }
             }
-        } else {
-            let _ = std::fs::remove_dir_all(&target);
+        }
+        if emptied && std::fs::remove_file(&marker).is_ok() && !existed {
+            let _ = std::fs::remove_dir(&target);
         }
     }
     let backend = result?;
@@ -328,6 +485,40 @@ pub(crate) fn select(
             })
         }
         RestoreFrom::Latest | RestoreFrom::Checkpoint(_) => {
+            let records = record_ids(storage)?;
+            let record = match from {
+                RestoreFrom::Checkpoint(id) => records.contains(id).then_some(*id),
+                _ => records.last().copied(),
+            };
+            // A completed checkpoint: the manifests its job record names (for `Latest`, the
+            // newest record only: one consistent cut for every instance).
+            if let Some(id) = record {
+                let record = read_record(storage, id)?;
+                let all = record
+                    .tasks
+                    .iter()
+                    .filter_map(|t| t.manifest.as_deref())
+                    .filter_map(|name| {
+                        let p = layout::parse_checkpoint_object(name)?;
+                        Some((name.to_string(), p.backend_id.to_string()))
+                    })
+                    .map(|(name, backend)| match load(storage, &name, id, &backend) {
+                        Ok(m) => Ok((name, m)),
+                        Err(Error::ObjectNotFound { .. }) => Err(Error::CheckpointCorrupt {
+                            detail: format!("job record {id} names it, but it is missing"),
+                            file: name,
+                        }),
+                        Err(e) => Err(e),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                return choose(id, all, key_groups, max_parallelism)?.ok_or_else(|| {
+                    Error::CheckpointNotFound(format!(
+                        "completed checkpoint {id} has no manifests covering {describe}"
+                    ))
+                });
+            }
+            // No job record for it: the manifests of that id (for `Latest`, when storage holds
+            // no record at all, the newest id whose manifests cover the range).
             let mut ids: Vec<u64> = committed.iter().map(|(_, id, _)| *id).collect();
             ids.dedup();
             ids.reverse();
@@ -449,9 +640,15 @@ pub(crate) fn download_all(
             detail,
         };
         let local = job.dir.join(job.local);
+        let durable = |from_local: bool| {
+            std::fs::File::open(&local)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::io(&local, e))
+                .map(|()| from_local)
+        };
         if let Some(source) = job.source {
             if source.fetch(job.local, job.size, job.crc32, job.sst_id, &local)? {
-                return Ok(true);
+                return durable(true);
             }
         }
         let digest = match storage.get_file(job.remote, &local) {
@@ -483,7 +680,7 @@ pub(crate) fn download_all(
                 )));
             }
         }
-        Ok(false)
+        durable(false)
     })?;
     let mut counts = FetchCounts::default();
     for (job, from_local) in jobs.iter().zip(from_local) {

@@ -79,7 +79,7 @@ fn sweep_deletes_orphans_older_than_min_age_only(fx: Fixture) {
 
     // Garbage: an unreferenced shared file, an uncommitted directory of a crashed attempt of
     // another backend, and one of this backend.
-    let orphan = layout::new_shared_name();
+    let orphan = layout::new_shared_name(50, rockstate::Clock::now_ms(&rockstate::SystemClock));
     fx.storage.put_bytes(&orphan, b"orphan sst").unwrap();
     fx.storage
         .put_bytes("chk-5/deadbeef/CURRENT", b"MANIFEST-000001\n")
@@ -105,8 +105,8 @@ fn sweep_deletes_orphans_older_than_min_age_only(fx: Fixture) {
     );
 }
 
-/// The sweep never deletes files of other backends' committed checkpoints, and an
-/// undecodable manifest stops it before it deletes anything.
+/// The sweep never deletes files of any task's checkpoint the job completed, and an
+/// undecodable manifest that may still complete stops it before it deletes anything.
 fn sweep_respects_every_backend_and_refuses_to_guess(fx: Fixture) {
     let mut model_a = Model::new();
     let mut model_b = Model::new();
@@ -114,37 +114,69 @@ fn sweep_respects_every_backend_and_refuses_to_guess(fx: Fixture) {
     let a = KeyedBackendPair::open(&fx);
     random_writes(&a.0, &mut model_a, &mut r, 2000);
     random_writes(&a.1, &mut model_b, &mut r, 2000);
-    a.0.checkpoint(1).unwrap();
-    a.1.checkpoint(1).unwrap();
-    a.0.notify_checkpoint_complete(1).unwrap();
+    a.complete(1);
     let before = fx.objects();
-    a.0.sweep_orphans(Duration::ZERO).unwrap();
+    a.2.sweep(Duration::ZERO).unwrap();
     assert_eq!(fx.objects(), before);
     assert!(assert_verified(fx.storage.as_ref()).is_empty());
 
-    let orphan = layout::new_shared_name();
+    let orphan = layout::new_shared_name(2, 0);
     fx.storage.put_bytes(&orphan, b"orphan").unwrap();
     fx.storage
         .put_bytes("chk-3/bad/_metadata", b"RSTM garbage")
         .unwrap();
-    let err = a.0.sweep_orphans(Duration::ZERO).unwrap_err();
+    let err = a.2.sweep(Duration::ZERO).unwrap_err();
     assert!(err.to_string().contains("chk-3/bad/_metadata"), "{err}");
     assert!(fx.storage.get_bytes(&orphan).is_ok());
 }
 
-struct KeyedBackendPair(rockstate::KeyedBackend, rockstate::KeyedBackend);
+/// Two operator instances of one job (different key groups) sharing the storage, and the
+/// job's owner.
+struct KeyedBackendPair(
+    rockstate::KeyedBackend,
+    rockstate::KeyedBackend,
+    std::sync::Arc<rockstate::JobOwner>,
+);
 
 impl KeyedBackendPair {
-    /// Two operator instances of one job (different key groups) sharing the storage.
     fn open(fx: &Fixture) -> KeyedBackendPair {
+        let owner = std::sync::Arc::new(
+            rockstate::JobOwner::open(
+                fx.storage_dyn(),
+                1,
+                std::sync::Arc::new(rockstate::SystemClock),
+            )
+            .unwrap(),
+        );
         let open = |name: &str, index| {
             rockstate::KeyedBackend::builder(fx.path(name))
                 .options(small_options())
                 .key_groups(rockstate::KeyGroupRange::for_operator(128, 2, index).unwrap())
                 .checkpoint_storage(fx.storage_dyn())
+                .job_owner(owner.clone())
                 .open()
                 .unwrap()
         };
-        KeyedBackendPair(open("p0", 0), open("p1", 1))
+        KeyedBackendPair(open("p0", 0), open("p1", 1), owner)
+    }
+
+    /// Both take checkpoint `id`; the owner commits it; both are notified.
+    fn complete(&self, id: u64) {
+        let s0 = self.0.checkpoint(id).unwrap();
+        let s1 = self.1.checkpoint(id).unwrap();
+        let record = sst_format::JobCheckpoint {
+            checkpoint_id: id,
+            job_name: "pair".into(),
+            max_parallelism: 128,
+            triggered_at_ms: 0,
+            completed_at_ms: 0,
+            tasks: vec![
+                rockstate::coordinator::task_checkpoint(0, Some((&self.0, &s0)), Vec::new()),
+                rockstate::coordinator::task_checkpoint(1, Some((&self.1, &s1)), Vec::new()),
+            ],
+        };
+        self.2.commit(&record).unwrap();
+        self.0.notify_checkpoint_complete(id).unwrap();
+        self.1.notify_checkpoint_complete(id).unwrap();
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rockstate::checkpoint::layout;
 use rockstate::coordinator::{task_checkpoint, Coordinator, CoordinatorConfig, Outcome};
-use rockstate::{CheckpointOptions, KeyedBackend, LocalStorage, ManualClock};
+use rockstate::{KeyedBackend, LocalStorage, ManualClock};
 
 fn rockstate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_rockstate"))
@@ -40,44 +40,41 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let storage_dir = dir.path().join("cp");
         let storage = Arc::new(LocalStorage::new(&storage_dir).unwrap().with_fsync(false));
+        let mut config = CoordinatorConfig::new("cli-test", 1, 128);
+        config.retained = 2;
+        let mut c =
+            Coordinator::new(config, storage.clone(), Arc::new(ManualClock::new(5))).unwrap();
+        let ep = c.endpoint(0).unwrap();
         let backend = KeyedBackend::builder(dir.path().join("op"))
             .checkpoint_storage(storage.clone())
-            .checkpoint_options(CheckpointOptions {
-                retained: 2,
-                ..CheckpointOptions::default()
-            })
+            .job_owner(c.owner().clone())
             .open()
             .unwrap();
         let counts = backend.value_state::<u64, (), u64>("count").unwrap();
+        let checkpoint = |c: &mut Coordinator| {
+            let id = match c.trigger().unwrap() {
+                rockstate::coordinator::Triggered::Started(id) => id,
+                other => panic!("{other:?}"),
+            };
+            let s = backend.checkpoint(id).unwrap();
+            ep.ack(id, task_checkpoint(0, Some((&backend, &s)), vec![]));
+            assert!(matches!(
+                c.poll().unwrap().as_slice(),
+                [Outcome::Completed(_)]
+            ));
+            backend.notify_checkpoint_complete(id).unwrap();
+            (id, s)
+        };
         for k in 0..300u64 {
             counts.put(&k, &(), &k).unwrap();
         }
-        let s1 = backend.checkpoint(1).unwrap();
-        backend.notify_checkpoint_complete(1).unwrap();
+        let (first, s1) = checkpoint(&mut c);
+        assert!(s1.files_uploaded > 0);
         for k in 0..10u64 {
             counts.put(&k, &(), &(k + 1)).unwrap();
         }
-        let mut c = Coordinator::new(
-            CoordinatorConfig::new("cli-test", 1, 128),
-            storage.clone(),
-            Arc::new(ManualClock::new(5)),
-        )
-        .unwrap();
-        let ep = c.endpoint(0).unwrap();
-        assert!(s1.files_uploaded > 0);
-        // The coordinator's next id is above the backend's checkpoint 1.
-        let id = match c.trigger().unwrap() {
-            rockstate::coordinator::Triggered::Started(id) => id,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(id, 2);
-        let s2 = backend.checkpoint(id).unwrap();
-        ep.ack(id, task_checkpoint(0, Some((&backend, &s2)), vec![]));
-        assert!(matches!(
-            c.poll().unwrap().as_slice(),
-            [Outcome::Completed(_)]
-        ));
-        backend.notify_checkpoint_complete(id).unwrap();
+        let (id, _) = checkpoint(&mut c);
+        assert_eq!((first, id), (1, 2));
         backend
             .write_savepoint(&dir.path().join("sp.rssp"))
             .unwrap();
@@ -134,7 +131,7 @@ fn inspect_shows_checkpoints_reference_counts_and_savepoints() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
-        out.contains("1 job record(s), 2 committed checkpoint(s)"),
+        out.contains("2 job record(s), 2 committed checkpoint(s)"),
         "{out}"
     );
     assert!(out.contains("states: count(value)"), "{out}");
@@ -154,7 +151,7 @@ fn inspect_shows_checkpoints_reference_counts_and_savepoints() {
         .iter()
         .all(|s| s["references"].as_u64().unwrap() >= 1));
     assert_eq!(
-        v["job_records"][0]["tasks"][0]["manifest"],
+        v["job_records"][1]["tasks"][0]["manifest"],
         cps[1]["manifest"]
     );
 
@@ -169,7 +166,7 @@ fn verify_passes_then_names_each_corrupted_file() {
     let f = Fixture::new();
     let o = rockstate(&["verify", f.arg()]);
     assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).starts_with("ok: 3 record(s)"), "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("ok: 4 record(s)"), "{}", stdout(&o));
 
     // Flip one byte in a shared SST (same size: only the CRC can tell).
     let sst = f.objects("shared/")[0].clone();
@@ -467,4 +464,78 @@ fn bench_lines_are_key_value_text_without_json() {
         "{out}"
     );
     assert!(!out.contains('{'), "{out}");
+}
+
+/// The job namespace a demo run printed (`jobs/<id>`).
+fn demo_job_prefix(o: &Output) -> String {
+    let err = stderr(o);
+    let start = err.find("jobs/").expect("the demo names its job namespace");
+    let rest = &err[start..];
+    let end = rest.find('/').map(|i| {
+        let after = &rest[i + 1..];
+        i + 1 + after.find('/').unwrap_or(after.len())
+    });
+    rest[..end.unwrap_or(rest.len())].to_string()
+}
+
+/// Two runs on one storage are two jobs: the second neither hangs on nor restores the
+/// first's checkpoints, and each run's namespace verifies on its own.
+#[test]
+fn demo_runs_twice_on_one_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("shared-storage");
+    let arg = storage.to_str().unwrap();
+    let mut prefixes = Vec::new();
+    for run in 0..2 {
+        let o = rockstate(
+            &[
+                SMALL_DEMO.as_slice(),
+                &["--crash-at", "2500", "--storage", arg],
+            ]
+            .concat(),
+        );
+        let out = stdout(&o);
+        assert!(
+            out.lines()
+                .last()
+                .unwrap_or_default()
+                .starts_with("verdict: PASS"),
+            "run {run}:\n{out}\n{}",
+            stderr(&o)
+        );
+        let prefix = demo_job_prefix(&o);
+        let v = rockstate(&["verify", storage.join(&prefix).to_str().unwrap()]);
+        assert_eq!(code(&v), 0, "{}{}", stdout(&v), stderr(&v));
+        prefixes.push(prefix);
+    }
+    assert_ne!(prefixes[0], prefixes[1]);
+}
+
+/// Several crashes, each restore but the first at a random parallelism: exactly-once, and
+/// storage bounded after every crash.
+#[test]
+fn demo_with_many_crashes_stays_exactly_once_and_bounded() {
+    let o = rockstate(&[
+        "demo",
+        "--impressions",
+        "6000",
+        "--users",
+        "100",
+        "--ads",
+        "5",
+        "--crashes",
+        "5",
+        "--crash-seed",
+        "11",
+    ]);
+    let out = stdout(&o);
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("verdict: PASS")
+            && last.contains("restores 5")
+            && last.contains("storage bounded"),
+        "{out}\n{}",
+        stderr(&o)
+    );
+    assert_eq!(code(&o), 0);
 }

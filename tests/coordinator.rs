@@ -63,6 +63,7 @@ fn commit_needs_every_ack_then_writes_the_record_and_notifies_every_task() {
             KeyedBackend::builder(dir.path().join(format!("op-{t}")))
                 .key_groups(KeyGroupRange::for_operator(128, 2, t).unwrap())
                 .checkpoint_storage(storage.clone())
+                .job_owner(c.owner().clone())
                 .open()
                 .unwrap()
         })
@@ -274,10 +275,12 @@ fn threaded_job_restores_from_the_job_record() {
         let ep = c.endpoint(t).unwrap();
         let path = dir.path().join(format!("op-{t}"));
         let storage = storage.clone();
+        let owner = c.owner().clone();
         handles.push(std::thread::spawn(move || {
             let backend = KeyedBackend::builder(&path)
                 .key_groups(KeyGroupRange::for_operator(128, 3, t).unwrap())
                 .checkpoint_storage(storage)
+                .job_owner(owner)
                 .open()
                 .unwrap();
             let state = backend.value_state::<u64, (), u64>("count").unwrap();

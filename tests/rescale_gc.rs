@@ -1,9 +1,9 @@
-//! Garbage collection across rescaled backends (design.md §10 invariant 2): 1 → 2 → 1 with
-//! `retained = 1`. Two backends restored from one checkpoint share its shared files; the
-//! first to subsume it must not delete what the other still needs (its claim keeps the
-//! manifest, storage references keep the files); the last claimer deletes it. Then 2 → 1,
-//! an orphan sweep, and restores at parallelism 1 and 3 compared with the model. Local
-//! storage and the S3 test server.
+//! Garbage collection across rescales (`docs/ownership.md`): 1 → 2 → 1 with `retained = 1`.
+//! A rescale is the same job restarting at another parallelism, so the job's one owner keeps
+//! the checkpoint the halves restored from until the job completes a newer one: a half that
+//! fails before that is restored again from it, and the files both halves reuse live while any
+//! kept checkpoint references them. Then 2 → 1, an orphan sweep, and restores at parallelism
+//! 1 and 3 compared with the model. Local storage and the S3 test server.
 
 mod rescale_common;
 
@@ -14,7 +14,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rescale_common::*;
 use rockstate::checkpoint::layout;
-use rockstate::{CheckpointOptions, CheckpointStorage, KeyGroupRange, KeyedBackend, RestoreFrom};
+use rockstate::{CheckpointOptions, CheckpointStorage, KeyGroupRange, RestoreFrom};
 
 fn shared_of(storage: &dyn CheckpointStorage, id: u64, backend: &str) -> BTreeSet<String> {
     let bytes = storage
@@ -55,14 +55,15 @@ fn one_to_two_to_one_with_gc(store: Store) {
     let src = s.backend_id().to_string();
     for id in 1..=2 {
         random_ops(&s, &mut model, &mut rng, 2000);
-        s.checkpoint(id).unwrap();
-        s.notify_checkpoint_complete(id).unwrap();
+        checkpoint_job(&storage, &[&s], id);
     }
     assert!(!exists(storage.as_ref(), &layout::metadata_name(1, &src)));
+    assert!(!exists(storage.as_ref(), &layout::job_record_name(1)));
     let base_files = shared_of(storage.as_ref(), 2, &src);
     drop(s);
 
-    // 1 → 2: both claim checkpoint 2 of the source.
+    // 1 → 2. A half uploads 3, the other fails first: the job did not complete 3, so
+    // checkpoint 2 and all its files stay, and the job restarts from it again.
     let ab = restore_all(
         dir.path(),
         &storage,
@@ -72,81 +73,45 @@ fn one_to_two_to_one_with_gc(store: Store) {
         RestoreFrom::Checkpoint(2),
     );
     check_all(&ab, &model);
-    let (a, b) = (&ab[0], &ab[1]);
-    for x in [a, b] {
-        assert!(exists(
-            storage.as_ref(),
-            &layout::claim_name(2, &src, x.backend_id())
-        ));
-        assert_eq!(x.retained_checkpoints(), vec![(2, src.clone())]);
-    }
-
-    // A completes 3 before B has even uploaded 3. A releases its claim, B's keeps checkpoint
-    // 2 and all its files.
-    random_ops(a, &mut model, &mut rng, 500);
-    let stats = a.checkpoint(3).unwrap();
-    assert!(stats.files_reused > 0, "{stats:?}");
-    a.notify_checkpoint_complete(3).unwrap();
-    assert!(exists(storage.as_ref(), &layout::metadata_name(2, &src)));
-    assert!(!exists(
-        storage.as_ref(),
-        &layout::claim_name(2, &src, a.backend_id())
-    ));
+    let uploaded = ab[0].checkpoint(3).unwrap();
+    assert!(uploaded.files_reused > 0, "{uploaded:?}");
+    drop(ab);
     for f in &base_files {
-        assert!(exists(storage.as_ref(), f), "{f} deleted while B needs it");
+        assert!(
+            exists(storage.as_ref(), f),
+            "{f} deleted while the job needs it"
+        );
     }
-    assert!(rockstate::verify_checkpoints(storage.as_ref())
-        .unwrap()
-        .problems
-        .is_empty());
-    // B's part is still restorable from checkpoint 2.
-    let again = KeyedBackend::builder(dir.path().join("b-again"))
-        .options(small_options())
-        .key_groups(b.key_groups())
-        .checkpoint_storage(Arc::clone(&storage))
-        .restore(RestoreFrom::Exact {
-            checkpoint_id: 2,
-            backend_id: src.clone(),
-        })
-        .unwrap();
-    assert!(check(&again, &model) > 0);
-    // `again` claimed checkpoint 2 too; as a backend that never completes anything, its
-    // claim keeps checkpoint 2 alive. Release it like a finished backend would: here by
-    // checkpointing and completing once.
-    again.checkpoint(3).unwrap();
-    again.notify_checkpoint_complete(3).unwrap();
-    drop(again);
+    let ab = restore_all(dir.path(), &storage, "ab2", 2, &opts, RestoreFrom::Latest);
+    check_all(&ab, &model);
 
-    // B completes 3: the last claim goes, checkpoint 2's manifest goes; the files A's and B's
-    // checkpoints still reference stay.
-    random_ops(b, &mut model, &mut rng, 500);
-    let stats = b.checkpoint(3).unwrap();
-    assert!(stats.files_reused > 0, "{stats:?}");
-    b.notify_checkpoint_complete(3).unwrap();
+    // Both halves complete 4 together: checkpoint 2 goes, its files that both halves reuse
+    // stay, and the abandoned upload of 3 is garbage of a finished id.
+    for x in &ab {
+        random_ops(x, &mut model, &mut rng, 500);
+    }
+    let refs: Vec<_> = ab.iter().collect();
+    for st in checkpoint_job(&storage, &refs, 4) {
+        assert!(st.files_reused > 0, "{st:?}");
+    }
     assert!(!exists(storage.as_ref(), &layout::metadata_name(2, &src)));
-    let shared_ab: BTreeSet<String> = shared_of(storage.as_ref(), 3, a.backend_id())
-        .intersection(&shared_of(storage.as_ref(), 3, b.backend_id()))
+    assert!(storage.list("chk-3/").unwrap().is_empty());
+    let shared_ab: BTreeSet<String> = shared_of(storage.as_ref(), 4, ab[0].backend_id())
+        .intersection(&shared_of(storage.as_ref(), 4, ab[1].backend_id()))
         .cloned()
         .collect();
     assert!(
         !shared_ab.is_empty(),
-        "A's and B's checkpoints share the restored base files"
+        "the halves' checkpoints share the restored base files"
     );
+    assert_clean(storage.as_ref());
     check_all(&ab, &model);
-
-    // More checkpoints: own ones subsumed, shared files survive while referenced.
-    for id in 4..=5 {
-        for x in &ab {
-            random_ops(x, &mut model, &mut rng, 500);
-            x.checkpoint(id).unwrap();
-        }
-        for x in &ab {
-            x.notify_checkpoint_complete(id).unwrap();
-        }
-    }
-    // `again`'s checkpoint 3 stays in storage (its backend is gone); it only keeps its own
-    // files alive.
     let ids: Vec<String> = ab.iter().map(|x| x.backend_id().to_string()).collect();
+    for x in &ab {
+        random_ops(x, &mut model, &mut rng, 500);
+    }
+    checkpoint_job(&storage, &refs, 5);
+    drop(refs);
     drop(ab);
 
     // 2 → 1.
@@ -164,22 +129,19 @@ fn one_to_two_to_one_with_gc(store: Store) {
     .remove(0);
     assert_eq!(check(&c, &model), model_pairs(&model));
     random_ops(&c, &mut model, &mut rng, 500);
-    let stats = c.checkpoint(6).unwrap();
+    let stats = checkpoint_job(&storage, &[&c], 6).remove(0);
     assert!(stats.files_reused > 0, "{stats:?}");
-    c.notify_checkpoint_complete(6).unwrap();
     for id in &ids {
         assert!(!exists(storage.as_ref(), &layout::metadata_name(5, id)));
-        assert!(storage.list(&layout::claim_dir(5, id)).unwrap().is_empty());
     }
 
     // An orphan is swept; nothing referenced is.
-    let orphan = layout::new_shared_name();
+    let orphan = layout::new_shared_name(99, 0);
     storage.put_bytes(&orphan, b"orphan").unwrap();
-    let swept = c.sweep_orphans(Duration::ZERO).unwrap();
+    let swept = owner_of(&storage, 1).sweep(Duration::ZERO).unwrap();
     assert_eq!(swept.shared_deleted, 1, "{swept:?}");
     assert!(!exists(storage.as_ref(), &orphan));
-    let report = rockstate::verify_checkpoints(storage.as_ref()).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_clean(storage.as_ref());
     drop(c);
 
     // Restore everything at parallelism 1 and 3 and compare with the model.
@@ -208,8 +170,8 @@ fn one_to_two_to_one_with_gc(store: Store) {
     );
 }
 
-/// With every backend completing its checkpoints, nothing is left behind: after 1 → 2 → 1
-/// the storage holds exactly the last checkpoint's files.
+/// With every checkpoint completing, nothing is left behind: after 1 → 2 → 1 the storage
+/// holds exactly the last checkpoint's record, manifest and files.
 fn no_leftovers_after_rescales(store: Store) {
     let (dir, storage) = (&store.dir, store.storage.clone());
     let opts = CheckpointOptions::default();
@@ -222,11 +184,8 @@ fn no_leftovers_after_rescales(store: Store) {
             id += 1;
             for x in &backends {
                 random_ops(x, &mut model, &mut rng, 800);
-                x.checkpoint(id).unwrap();
             }
-            for x in &backends {
-                x.notify_checkpoint_complete(id).unwrap();
-            }
+            checkpoint_job(&storage, &backends.iter().collect::<Vec<_>>(), id);
         }
         drop(backends);
         backends = restore_all(
@@ -240,19 +199,18 @@ fn no_leftovers_after_rescales(store: Store) {
         check_all(&backends, &model);
     }
     id += 1;
-    backends[0].checkpoint(id).unwrap();
-    backends[0].notify_checkpoint_complete(id).unwrap();
+    checkpoint_job(&storage, &[&backends[0]], id);
     assert_clean(storage.as_ref());
-    let manifests: Vec<String> = storage
-        .list(layout::CHECKPOINT_PREFIX)
+    let mut names: Vec<String> = storage
+        .list("")
         .unwrap()
         .into_iter()
-        .filter(|o| o.name.ends_with(layout::METADATA_FILE))
         .map(|o| o.name)
+        .filter(|n| !layout::is_shared_name(n))
+        .filter(|n| !n.starts_with(&layout::checkpoint_dir(id, backends[0].backend_id())))
         .collect();
-    assert_eq!(
-        manifests,
-        vec![layout::metadata_name(id, backends[0].backend_id())]
-    );
-    assert!(storage.list(layout::CLAIM_PREFIX).unwrap().is_empty());
+    names.sort();
+    assert_eq!(names, vec![layout::job_record_name(id)]);
+    assert!(storage.list(layout::PIN_PREFIX).unwrap().is_empty());
+    let _ = Arc::clone(&storage);
 }

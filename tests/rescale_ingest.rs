@@ -37,6 +37,7 @@ fn restore_one(
         .max_parallelism(M)
         .key_groups(KeyGroupRange::all(M).unwrap())
         .checkpoint_storage(Arc::clone(storage))
+        .job_owner(owner_of(storage, 1))
         .restore_with_report(RestoreFrom::Checkpoint(id))
         .unwrap()
 }
@@ -63,10 +64,7 @@ fn clean_sources_are_linked_not_rewritten() {
             b.flush().unwrap();
         }
     }
-    for b in &halves {
-        b.checkpoint(1).unwrap();
-        b.notify_checkpoint_complete(1).unwrap();
-    }
+    checkpoint_job(&storage, &halves.iter().collect::<Vec<_>>(), 1);
     let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
     drop(halves);
 
@@ -87,8 +85,7 @@ fn clean_sources_are_linked_not_rewritten() {
         .flat_map(|id| manifest(&storage, 1, id).shared_files)
         .map(|f| (f.sst_id.clone(), f))
         .collect();
-    let stats = merged.checkpoint(2).unwrap();
-    merged.notify_checkpoint_complete(2).unwrap();
+    let stats = checkpoint_job(&storage, &[&merged], 2).remove(0);
     let m2 = manifest(&storage, 2, merged.backend_id());
     let mut renamed_reused = 0;
     for f in &m2.shared_files {
@@ -130,8 +127,7 @@ fn straddling_files_take_the_fallback() {
     let mut model = Model::default();
     let src = open_fresh(dir.path(), &storage, "src", 1, &opts).remove(0);
     random_ops(&src, &mut model, &mut rng, 3000);
-    src.checkpoint(1).unwrap();
-    src.notify_checkpoint_complete(1).unwrap();
+    checkpoint_job(&storage, &[&src], 1);
     drop(src);
     let halves = restore_all(
         dir.path(),
@@ -141,10 +137,7 @@ fn straddling_files_take_the_fallback() {
         &opts,
         RestoreFrom::Checkpoint(1),
     );
-    for b in &halves {
-        b.checkpoint(2).unwrap();
-        b.notify_checkpoint_complete(2).unwrap();
-    }
+    checkpoint_job(&storage, &halves.iter().collect::<Vec<_>>(), 2);
     drop(halves);
 
     let (merged, report) = restore_one(dir.path(), &storage, "merged", 2);
@@ -153,8 +146,7 @@ fn straddling_files_take_the_fallback() {
     check_all(std::slice::from_ref(&merged), &model);
     random_ops(&merged, &mut model, &mut rng, 2000);
     check_all(std::slice::from_ref(&merged), &model);
-    merged.checkpoint(3).unwrap();
-    merged.notify_checkpoint_complete(3).unwrap();
+    checkpoint_job(&storage, &[&merged], 3);
     drop(merged);
     let (again, _) = restore_one(dir.path(), &storage, "again", 3);
     check_all(std::slice::from_ref(&again), &model);
@@ -183,6 +175,7 @@ fn deletes_in_rewritten_groups_hide_linked_entries() {
             .max_parallelism(M)
             .key_groups(KeyGroupRange::for_operator(M, 2, i).unwrap())
             .checkpoint_storage(Arc::clone(&storage))
+            .job_owner(owner_of(&storage, 1))
             .open()
             .unwrap()
     };
@@ -216,10 +209,7 @@ fn deletes_in_rewritten_groups_hide_linked_entries() {
             b.flush().unwrap();
         }
     }
-    for b in &halves {
-        b.checkpoint(1).unwrap();
-        b.notify_checkpoint_complete(1).unwrap();
-    }
+    checkpoint_job(&storage, &halves.iter().collect::<Vec<_>>(), 1);
     drop(halves);
 
     let middle = KeyGroupRange::for_operator(M, 3, 1).unwrap();
@@ -228,6 +218,7 @@ fn deletes_in_rewritten_groups_hide_linked_entries() {
         .max_parallelism(M)
         .key_groups(middle)
         .checkpoint_storage(Arc::clone(&storage))
+        .job_owner(owner_of(&storage, 1))
         .restore_with_report(RestoreFrom::Checkpoint(1))
         .unwrap();
     assert!(report.sst_files_linked > 0, "{report:?}");
@@ -265,6 +256,7 @@ fn ttl_compaction_filter_runs_on_linked_files() {
             .key_groups(range)
             .clock(Arc::new(clock.clone()))
             .checkpoint_storage(Arc::clone(&storage))
+            .job_owner(owner_of(&storage, 1))
     };
     let halves: Vec<KeyedBackend> = (0..2)
         .map(|i| {
@@ -291,10 +283,7 @@ fn ttl_compaction_filter_runs_on_linked_files() {
             b.flush().unwrap();
         }
     }
-    for b in &halves {
-        b.checkpoint(1).unwrap();
-        b.notify_checkpoint_complete(1).unwrap();
-    }
+    checkpoint_job(&storage, &halves.iter().collect::<Vec<_>>(), 1);
     drop(halves);
 
     let (merged, report) = builder("merged", KeyGroupRange::all(M).unwrap())

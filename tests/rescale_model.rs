@@ -22,18 +22,23 @@ fn manifest(storage: &Arc<dyn CheckpointStorage>, id: u64, backend: &str) -> Che
     sst_format::decode_manifest(&bytes).unwrap()
 }
 
-/// The manifest a backend restored from checkpoint `id` took as its reuse base: the one of
-/// its retained checkpoints at `id` with the most key groups in common.
+/// The manifest a backend restored from checkpoint `id` took as its reuse base: the one the
+/// job record of `id` names with the most key groups in common.
 fn restored_base(
     storage: &Arc<dyn CheckpointStorage>,
     b: &KeyedBackend,
     id: u64,
 ) -> CheckpointManifest {
     let r = b.key_groups();
-    b.retained_checkpoints()
-        .into_iter()
-        .filter(|(i, _)| *i == id)
-        .map(|(i, backend)| manifest(storage, i, &backend))
+    rockstate::coordinator::read_job_checkpoint(storage.as_ref(), id)
+        .unwrap()
+        .tasks
+        .iter()
+        .filter_map(|t| t.manifest.as_deref())
+        .map(|name| {
+            let p = layout::parse_checkpoint_object(name).unwrap();
+            manifest(storage, id, p.backend_id)
+        })
         .max_by_key(|m| {
             let start = m.key_group_start.max(r.start);
             let end = m.key_group_end.min(r.end);
@@ -86,15 +91,14 @@ fn run(store: Store, seed: u64) {
             random_ops(b, &mut model, &mut rng, 1500);
         }
         id += 1;
+        let refs: Vec<&KeyedBackend> = backends.iter().collect();
+        for st in checkpoint_job(&storage, &refs, id) {
+            total_reused += st.files_reused;
+        }
         for (b, base) in backends.iter().zip(&bases) {
-            let stats = b.checkpoint(id).unwrap();
-            total_reused += stats.files_reused;
             if let Some(base) = base {
                 assert_base_reused(&storage, b, id, base);
             }
-        }
-        for b in &backends {
-            b.notify_checkpoint_complete(id).unwrap();
         }
         check_all(&backends, &model);
         let backend_ids: Vec<String> = backends
@@ -128,8 +132,8 @@ fn run(store: Store, seed: u64) {
     // Keep going on the final single instance: appends and updates after four rescales.
     random_ops(&backends[0], &mut model, &mut rng, 1000);
     check_all(&backends, &model);
-    let stats = backends[0].checkpoint(id + 1).unwrap();
-    total_reused += stats.files_reused;
+    let stats = checkpoint_job(&storage, &[&backends[0]], id + 1);
+    total_reused += stats[0].files_reused;
     if let Some(base) = &bases[0] {
         assert_base_reused(&storage, &backends[0], id + 1, base);
     }
@@ -137,7 +141,6 @@ fn run(store: Store, seed: u64) {
         total_reused > 0,
         "restored files were reused after rescales"
     );
-    backends[0].notify_checkpoint_complete(id + 1).unwrap();
     drop(backends);
     let last = restore_all(dir.path(), &storage, "final", 1, &opts, RestoreFrom::Latest);
     check_all(&last, &model);
@@ -190,8 +193,7 @@ fn clip_with_compaction(store: Store) {
     let mut model = Model::default();
     let src = open_fresh(dir.path(), &storage, "src", 1, &opts);
     random_ops(&src[0], &mut model, &mut rng, 3000);
-    src[0].checkpoint(1).unwrap();
-    src[0].notify_checkpoint_complete(1).unwrap();
+    checkpoint_job(&storage, &[&src[0]], 1);
     drop(src);
     let open = |name: &str, range: KeyGroupRange, options: DbOptions, compact: bool| {
         let b = KeyedBackend::builder(dir.path().join(name))

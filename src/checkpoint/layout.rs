@@ -2,11 +2,14 @@
 //! keeps its path scheme in one module). `docs/checkpoint-format.md` describes the same layout.
 //!
 //! ```text
-//! <root>/shared/<32 hex>.sst                 SSTs: random names, never reused, refcounted
+//! <root>/shared/<id>-<ms>-<16 hex>.sst       SSTs: uploaded by an attempt of checkpoint <id>
+//!                                            whose put began at <ms> (uploader's clock); never
+//!                                            reused (older `shared/<32 hex>.sst` names are read)
 //! <root>/chk-<id>/<backend-id>/<local name>  private files of one checkpoint of one backend
-//! <root>/chk-<id>/<backend-id>/_metadata     that checkpoint's commit point (manifest)
-//! <root>/claims/<id>/<source>/<claimer>      empty: backend <claimer> was restored from (or
-//!                                            retains) checkpoint <id> of <source>
+//! <root>/chk-<id>/<backend-id>/_metadata     that backend's snapshot for <id> (its ack)
+//! <root>/job/chk-<id>                        the job record: checkpoint <id> completed
+//! <root>/pins/<id>/<ms>-<16 hex>             empty: a restore reading checkpoint <id> that
+//!                                            began at <ms>; nothing of <id> is deleted
 //! ```
 //! Local staging: `<staging root>/<backend-id>/snap-<id>/` (a RocksDB checkpoint directory);
 //! after a successful upload it becomes the local copy `<staging root>/<backend-id>/local-<id>/`
@@ -33,15 +36,66 @@ pub fn new_backend_id() -> String {
     random_hex()
 }
 
-/// A fresh name for an SST in shared storage; never returned twice.
-pub fn new_shared_name() -> String {
-    format!("{SHARED_PREFIX}{}.sst", random_hex())
+/// A fresh name for an SST uploaded by an attempt of checkpoint `checkpoint_id` whose put
+/// begins at `now_ms`; never returned twice. The id lets garbage collection tell an upload of
+/// a finished checkpoint from one in flight, the time gives its age (an object's storage time
+/// may be older: a local storage hard-links the SST RocksDB wrote long before).
+pub fn new_shared_name(checkpoint_id: u64, now_ms: u64) -> String {
+    format!(
+        "{SHARED_PREFIX}{checkpoint_id}-{now_ms}-{:016x}.sst",
+        rand::random::<u64>()
+    )
 }
 
 /// Whether `name` is a shared object name.
 pub fn is_shared_name(name: &str) -> bool {
     name.strip_prefix(SHARED_PREFIX)
         .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+}
+
+/// What a shared object's name says about it: the checkpoint whose attempt uploaded it and
+/// when its put began (ms). Both `None` for names of the older form `shared/<32 hex>.sst`
+/// and for any name this module did not make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedName {
+    /// The checkpoint id of the uploading attempt.
+    pub checkpoint_id: Option<u64>,
+    /// When the put began, ms on the uploader's clock.
+    pub put_ms: Option<u64>,
+}
+
+/// Parses a shared object name (see [`SharedName`]); `None` if `name` is not shared.
+pub fn parse_shared_name(name: &str) -> Option<SharedName> {
+    if !is_shared_name(name) {
+        return None;
+    }
+    let rest = &name[SHARED_PREFIX.len()..];
+    let stem = rest.strip_suffix(".sst").unwrap_or(rest);
+    let mut parts = stem.split('-');
+    let parsed = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(id), Some(ms), Some(tail), None) if tail.len() == 16 => {
+            match (decimal(id), decimal(ms)) {
+                (Some(id), Some(ms)) => Some(SharedName {
+                    checkpoint_id: Some(id),
+                    put_ms: Some(ms),
+                }),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    Some(parsed.unwrap_or(SharedName {
+        checkpoint_id: None,
+        put_ms: None,
+    }))
+}
+
+/// A plain decimal number (no sign, no leading `+`), `None` otherwise.
+fn decimal(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 /// The directory (prefix, ending in `/`) of checkpoint `id` of backend `backend_id`.
@@ -59,34 +113,23 @@ pub fn metadata_name(id: u64, backend_id: &str) -> String {
     format!("{}{METADATA_FILE}", checkpoint_dir(id, backend_id))
 }
 
-/// Prefix of every claim object.
-pub const CLAIM_PREFIX: &str = "claims/";
+/// Prefix of every restore pin.
+pub const PIN_PREFIX: &str = "pins/";
 
-/// The directory (prefix, ending in `/`) of the claims on checkpoint `id` of `source`.
-pub fn claim_dir(id: u64, source: &str) -> String {
-    format!("{CLAIM_PREFIX}{id}/{source}/")
+/// A fresh pin on checkpoint `id` by a restore that begins at `now_ms`.
+pub fn new_pin_name(id: u64, now_ms: u64) -> String {
+    format!("{PIN_PREFIX}{id}/{now_ms}-{:016x}", rand::random::<u64>())
 }
 
-/// The claim of backend `claimer` on checkpoint `id` of backend `source`.
-pub fn claim_name(id: u64, source: &str, claimer: &str) -> String {
-    format!("{}{claimer}", claim_dir(id, source))
-}
-
-/// Parses `claims/<id>/<source>/<claimer>` into `(id, source, claimer)`.
-pub fn parse_claim(name: &str) -> Option<(u64, &str, &str)> {
-    let rest = name.strip_prefix(CLAIM_PREFIX)?;
-    let mut parts = rest.split('/');
-    let id_str = parts.next()?;
-    if id_str.is_empty() || !id_str.bytes().all(|b| b.is_ascii_digit()) {
+/// Parses `pins/<id>/<ms>-<16 hex>` into `(id, ms)`.
+pub fn parse_pin(name: &str) -> Option<(u64, u64)> {
+    let rest = name.strip_prefix(PIN_PREFIX)?;
+    let (id, tail) = rest.split_once('/')?;
+    let (ms, random) = tail.split_once('-')?;
+    if random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let id = id_str.parse().ok()?;
-    let source = parts.next()?;
-    let claimer = parts.next()?;
-    if source.is_empty() || claimer.is_empty() || parts.next().is_some() {
-        return None;
-    }
-    Some((id, source, claimer))
+    Some((decimal(id)?, decimal(ms)?))
 }
 
 /// Prefix of the job-level checkpoint records the coordinator writes
@@ -211,9 +254,31 @@ mod tests {
         assert!(parse_checkpoint_object("chk-7/ab").is_none());
         assert!(parse_checkpoint_object("chk-7/ab/c/d").is_none());
         assert!(parse_checkpoint_object("chk-+7/ab/c").is_none());
-        let s = new_shared_name();
-        assert!(is_shared_name(&s) && s.ends_with(".sst") && s.len() == 7 + 32 + 4);
-        assert_ne!(s, new_shared_name());
+        let s = new_shared_name(12, 1_700_000_000_123);
+        assert!(is_shared_name(&s) && s.ends_with(".sst"));
+        assert_ne!(s, new_shared_name(12, 1_700_000_000_123));
+        assert_eq!(
+            parse_shared_name(&s),
+            Some(SharedName {
+                checkpoint_id: Some(12),
+                put_ms: Some(1_700_000_000_123)
+            })
+        );
+        let legacy = format!("{SHARED_PREFIX}{}.sst", random_hex());
+        assert_eq!(
+            parse_shared_name(&legacy),
+            Some(SharedName {
+                checkpoint_id: None,
+                put_ms: None
+            })
+        );
+        assert_eq!(parse_shared_name("chk-1/a/b"), None);
+        assert_eq!(
+            parse_shared_name("shared/+1-2-0123456789abcdef.sst")
+                .unwrap()
+                .checkpoint_id,
+            None
+        );
         assert!(valid_local_name("000012.sst") && valid_local_name("MANIFEST-000005"));
         assert_eq!(job_record_name(42), "job/chk-42");
         assert_eq!(parse_job_record_name("job/chk-42"), Some(42));
@@ -221,11 +286,13 @@ mod tests {
         assert_eq!(parse_job_record_name("job/chk-4/x"), None);
         assert_eq!(parse_job_record_name("chk-4"), None);
         assert!(!valid_local_name("../x") && !valid_local_name("a/b") && !valid_local_name(".x"));
-        let c = claim_name(7, "src", "me");
-        assert_eq!(c, "claims/7/src/me");
-        assert_eq!(parse_claim(&c), Some((7, "src", "me")));
-        assert!(parse_claim("claims/7/src").is_none() && parse_claim("claims/x/a/b").is_none());
-        assert!(parse_claim("claims/7/a/b/c").is_none());
+        let p = new_pin_name(7, 99);
+        assert!(p.starts_with("pins/7/99-"));
+        assert_eq!(parse_pin(&p), Some((7, 99)));
+        assert!(
+            parse_pin("pins/7/99").is_none() && parse_pin("pins/x/1-0123456789abcdef").is_none()
+        );
+        assert!(parse_pin("pins/7/1-0123456789abcdeg").is_none());
         let local = local_copy_dir(Path::new("/s"), "ab", 12);
         assert_eq!(local, Path::new("/s/ab/local-12"));
         let name = local.file_name().unwrap().to_str().unwrap();

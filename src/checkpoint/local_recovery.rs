@@ -66,16 +66,15 @@ pub(crate) fn keep(cp: &Checkpointer, staging: &Path, id: u64) {
     prune(cp);
 }
 
-/// Deletes this backend's local copies other than those of retained checkpoints and of
+/// Deletes this backend's local copies other than those of the retained checkpoints its
+/// owner keeps in this process (the last completed one where the owner is elsewhere) and of
 /// uploaded checkpoints newer than the last completed one.
 pub(crate) fn prune(cp: &Checkpointer) {
-    let keep: Vec<u64> = cp
-        .retained()
-        .into_iter()
-        .filter(|(_, backend)| *backend == cp.backend_id)
-        .map(|(id, _)| id)
-        .collect();
     let last = cp.last_completed().unwrap_or(0);
+    let keep: Vec<u64> = match cp.owner() {
+        Some(owner) => owner.retained(),
+        None => vec![last],
+    };
     let dir = cp.staging_root.join(&cp.backend_id);
     for (id, path) in local_copies(&dir) {
         if id <= last && !keep.contains(&id) {

@@ -1,7 +1,8 @@
-//! Incremental checkpoints (design.md §5–§6): the snapshot strategy (sync phase into a local
-//! staging directory, async upload with SST reuse from the last completed checkpoint), the
-//! per-backend registry of shared files (completion, abort, retained-N subsumption, orphan
-//! sweep), the object naming scheme ([`layout`]) and storage verification.
+//! Incremental checkpoints: the snapshot strategy (sync phase into a local staging directory,
+//! async upload with SST reuse from the last completed checkpoint), each backend's
+//! bookkeeping of its attempts, the job's owner ([`JobOwner`]: completion records, retention
+//! and the only deleter of committed objects; `docs/ownership.md`), the object naming scheme
+//! ([`layout`]) and storage verification.
 //!
 //! This module owns everything between a backend's RocksDB checkpoint and the objects in
 //! [`CheckpointStorage`]; restore lives in `crate::restore`, the storage seam in
@@ -26,11 +27,11 @@
 
 pub mod layout;
 pub(crate) mod local_recovery;
+pub mod owner;
 pub(crate) mod registry;
 mod snapshot;
 pub(crate) mod uploader;
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,6 +39,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use local_recovery::RestoreReport;
+pub use owner::{GcStats, JobOwner};
 pub use snapshot::PendingSnapshot;
 
 use crate::backend::KeyedBackend;
@@ -47,7 +49,8 @@ use crate::keygroup::KeyGroupRange;
 use crate::operator_state::OperatorState;
 use crate::state::StateMeta;
 use crate::storage::CheckpointStorage;
-use registry::{Checkpointer, RestoredBase};
+use crate::ttl::Clock;
+use registry::{Checkpointer, Completion, RestoredBase};
 
 /// Key of the backend id in the metadata column family.
 const META_BACKEND_ID: &[u8] = b"backend-id";
@@ -137,6 +140,10 @@ pub struct SweepStats {
     pub incomplete_deleted: usize,
     /// Bytes of the deleted shared and private objects.
     pub bytes_deleted: u64,
+    /// Job records of subsumed checkpoints.
+    pub records_deleted: usize,
+    /// Restore pins older than the minimum age.
+    pub pins_deleted: usize,
 }
 
 /// Which checkpoint to restore. The max parallelism must equal the builder's. If one
@@ -146,10 +153,16 @@ pub struct SweepStats {
 /// [`Error::AmbiguousCheckpoint`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestoreFrom {
-    /// The newest committed checkpoint id (one with a `_metadata`) whose manifests cover the
-    /// builder's key groups.
+    /// The newest completed checkpoint: the newest job record in storage, restored from the
+    /// manifests it names (a consistent cut: every instance of a job restores the same
+    /// checkpoint). A manifest no job record names is the acknowledgement of a checkpoint
+    /// that never completed and is not picked while any record exists. Only when storage
+    /// holds no job record at all (an engine that keeps completion elsewhere) is it the
+    /// newest checkpoint id whose manifests cover the range; each instance then decides on
+    /// its own, so instances may restore different ids.
     Latest,
-    /// Checkpoint `id`: the manifests of every backend at that id that overlap the range.
+    /// Checkpoint `id`: the manifests its job record names that overlap the range, or, when
+    /// storage holds no record of `id`, every manifest of `id` that does.
     Checkpoint(u64),
     /// Checkpoint `checkpoint_id` of backend `backend_id` only; its range must contain the
     /// builder's (equal, or clipped).
@@ -183,54 +196,26 @@ pub struct VerifyReport {
     pub unreferenced_shared: Vec<String>,
 }
 
-/// Reads every committed manifest in `storage` and every file they reference, checking size
-/// and CRC-32 (design.md §10 invariant 1); also lists shared objects nothing references.
-/// An undecodable manifest is an error naming it.
+/// Reads every manifest in `storage` and every file they reference, checking size, CRC-32
+/// and, for SSTs, footer, properties and unique id, and every job record (the same check as
+/// `rockstate verify`: [`crate::catalog::verify`]); also lists shared objects nothing
+/// references.
 pub fn verify_checkpoints(storage: &dyn CheckpointStorage) -> Result<VerifyReport> {
-    let scratch = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    let mut report = VerifyReport::default();
-    let mut referenced = HashSet::new();
-    let mut checked = HashSet::new();
-    for (name, _, _) in registry::list_committed(storage)? {
-        let m = registry::decode_manifest_named(&name, &storage.get_bytes(&name)?)?;
-        report.manifests += 1;
-        let files = m
-            .shared_files
-            .iter()
-            .map(|f| (&f.remote_name, f.size, f.crc32))
-            .chain(
-                m.private_files
-                    .iter()
-                    .map(|f| (&f.remote_name, f.size, f.crc32)),
-            );
-        for (remote, size, crc32) in files {
-            referenced.insert(remote.clone());
-            if !checked.insert((remote.clone(), size, crc32)) {
-                continue;
-            }
-            report.files_checked += 1;
-            let local = scratch.path().join(format!("f{}", report.files_checked));
-            match storage.get_file(remote, &local) {
-                Ok(d) if d.size == size && d.crc32 == crc32 => {}
-                Ok(d) => report.problems.push((
-                    remote.clone(),
-                    format!(
-                        "size {} crc32 {:08x}, manifest {name} says {size} / {crc32:08x}",
-                        d.size, d.crc32
-                    ),
-                )),
-                Err(e) => report.problems.push((remote.clone(), e.to_string())),
-            }
-            let _ = std::fs::remove_file(&local);
-        }
-    }
-    for o in storage.list(layout::SHARED_PREFIX)? {
-        if !referenced.contains(&o.name) {
-            report.unreferenced_shared.push(o.name);
-        }
-    }
-    report.unreferenced_shared.sort();
-    Ok(report)
+    let catalog = crate::catalog::Catalog::load(storage)?;
+    let v = crate::catalog::verify(storage, &catalog)?;
+    let mut unreferenced_shared: Vec<String> = catalog
+        .shared
+        .iter()
+        .filter(|s| s.references == 0)
+        .map(|s| s.info.name.clone())
+        .collect();
+    unreferenced_shared.sort();
+    Ok(VerifyReport {
+        manifests: catalog.checkpoints.len(),
+        files_checked: v.files_checked,
+        problems: v.problems.into_iter().map(|p| (p.file, p.detail)).collect(),
+        unreferenced_shared,
+    })
 }
 
 /// rockstate's state metadata in the manifest's representation (the same type: state
@@ -239,12 +224,24 @@ pub(crate) fn to_manifest_state(s: &StateMeta) -> sst_format::StateMeta {
     s.clone()
 }
 
+/// Who completes a backend's checkpoints, as the builder was told.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Ownership {
+    /// No coordinator: the backend is a job of one task with its own [`JobOwner`].
+    #[default]
+    Standalone,
+    /// A job's coordinator completes checkpoints (its owner linked when in this process).
+    Job(Option<Arc<JobOwner>>),
+}
+
 /// Reads (or, for a new or restored database, creates) the backend id and, with storage,
-/// builds the checkpoint registry. Called by `BackendBuilder::open`.
+/// builds the checkpoint bookkeeping. Called by `BackendBuilder::open`.
 pub(crate) fn attach(
     meta: &Cf,
     storage: Option<Arc<dyn CheckpointStorage>>,
     options: &CheckpointOptions,
+    ownership: Ownership,
+    clock: Arc<dyn Clock>,
     restored: Option<RestoredBase>,
 ) -> Result<(String, Option<Arc<Checkpointer>>)> {
     options.validate()?;
@@ -271,11 +268,28 @@ pub(crate) fn attach(
                 .staging_dir
                 .clone()
                 .unwrap_or_else(|| layout::default_staging_root(meta.db().path()));
+            let (completion, clock) = match ownership {
+                Ownership::Standalone => (
+                    Completion::Standalone(Arc::new(JobOwner::open(
+                        Arc::clone(&storage),
+                        options.retained,
+                        Arc::clone(&clock),
+                    )?)),
+                    clock,
+                ),
+                Ownership::Job(Some(owner)) => {
+                    let clock = Arc::clone(owner.clock());
+                    (Completion::Job(Some(owner)), clock)
+                }
+                Ownership::Job(None) => (Completion::Job(None), clock),
+            };
             Some(Arc::new(Checkpointer::open(
                 storage,
                 backend_id.clone(),
                 options.clone(),
                 staging,
+                clock,
+                completion,
                 restored,
             )?))
         }
@@ -346,10 +360,13 @@ impl KeyedBackend {
     }
 
     /// Checkpoint `checkpoint_id` completed (job-wide): it becomes the base SSTs are reused
-    /// from, uploaded checkpoints with smaller ids count as completed too, and completed
-    /// checkpoints beyond the newest `retained` are deleted with every shared file no
-    /// remaining manifest references. A late notification (id not newer than the last
-    /// completed) is ignored; an id this backend has not finished uploading is
+    /// from, and uploaded checkpoints with smaller ids can never complete any more. A backend
+    /// without a coordinator is a job of one task: this writes its job record (the commit
+    /// point, after checking that every file the manifest names is in storage) and lets its
+    /// owner delete the subsumed checkpoints beyond the newest `retained` and every leftover
+    /// no retained checkpoint needs. A backend of a coordinated job deletes nothing here (the
+    /// job's [`JobOwner`] does). A late notification (id not newer than the last completed)
+    /// is ignored; an id this backend has not finished uploading is
     /// [`Error::UnknownCheckpoint`] and changes nothing. A deletion error is returned after
     /// the completion itself took effect.
     pub fn notify_checkpoint_complete(&self, checkpoint_id: u64) -> Result<()> {
@@ -357,7 +374,7 @@ impl KeyedBackend {
         let _span = tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "complete")
             .entered();
         let cp = self.checkpoint_ctx()?;
-        let result = cp.complete(checkpoint_id);
+        let result = cp.complete(checkpoint_id, self.key_groups());
         local_recovery::prune(cp);
         result
     }
@@ -372,14 +389,19 @@ impl KeyedBackend {
         self.checkpoint_ctx()?.abort(checkpoint_id)
     }
 
-    /// Deletes garbage older than `min_age`: shared files no manifest in storage references
-    /// and no checkpoint of this backend has in flight, and checkpoint directories without
-    /// `_metadata` that are not in flight here. Classifies everything first, deletes after.
-    /// Checkpoints in flight in *other* processes are protected only by `min_age`: use more
-    /// than the longest upload when several processes share the storage.
+    /// The owner's sweep ([`JobOwner::sweep`]): deletes what can never be needed again and,
+    /// once `min_age` old by the backend's clock, leftovers that may belong to an attempt in
+    /// flight (shared files by the time their put began, directories without a manifest,
+    /// restore pins). A backend of a job whose owner lives in another process is
+    /// [`Error::Unsupported`]: that owner sweeps.
     pub fn sweep_orphans(&self, min_age: Duration) -> Result<SweepStats> {
-        let _span = tracing::info_span!("checkpoint.gc").entered();
-        self.checkpoint_ctx()?.sweep(min_age)
+        let cp = self.checkpoint_ctx()?;
+        match cp.owner() {
+            Some(owner) => owner.sweep(min_age),
+            None => Err(Error::Unsupported(
+                "sweeping from a backend whose job owner is in another process".into(),
+            )),
+        }
     }
 
     /// A bare RocksDB checkpoint of this backend into `dir` (must not exist), without any
@@ -394,12 +416,33 @@ impl KeyedBackend {
         self.checkpointer().and_then(|c| c.last_completed())
     }
 
-    /// Retained completed checkpoints `(id, backend id)`, oldest first (the restored-from
-    /// checkpoint counts as retained until subsumed).
+    /// Retained completed checkpoints `(id, backend id)`, oldest first: the job records the
+    /// owner keeps, with this backend's id where the record names a manifest of this backend
+    /// and the first named backend otherwise. Empty when the owner lives in another process.
     pub fn retained_checkpoints(&self) -> Vec<(u64, String)> {
-        self.checkpointer()
-            .map(|c| c.retained())
-            .unwrap_or_default()
+        let Some(owner) = self.checkpointer().and_then(|c| c.owner().cloned()) else {
+            return Vec::new();
+        };
+        owner
+            .retained()
+            .into_iter()
+            .filter_map(|id| {
+                let r = owner.record(id)?;
+                let names: Vec<&str> = owner::record_backends(&r).collect();
+                let backend = names
+                    .iter()
+                    .find(|b| **b == self.backend_id())
+                    .or(names.first())
+                    .map_or_else(String::new, |b| b.to_string());
+                Some((id, backend))
+            })
+            .collect()
+    }
+
+    /// The job owner this backend's checkpoints are completed by, when it lives in this
+    /// process (its own for a backend without a coordinator).
+    pub fn job_owner(&self) -> Option<Arc<JobOwner>> {
+        self.checkpointer().and_then(|c| c.owner().cloned())
     }
 }
 
@@ -415,8 +458,15 @@ pub fn read_operator_states(
 ) -> Result<Vec<OperatorState>> {
     let mut parts = Vec::new();
     let mut max_parallelism = None;
+    // The job record names the manifests of the completed checkpoint; without one, every
+    // manifest of that id counts.
+    let named: Option<Vec<String>> = match owner::read_record(storage, checkpoint_id) {
+        Ok(r) => Some(r.tasks.iter().filter_map(|t| t.manifest.clone()).collect()),
+        Err(Error::ObjectNotFound { .. }) => None,
+        Err(e) => return Err(e),
+    };
     for (name, id, backend) in registry::list_committed(storage)? {
-        if id != checkpoint_id {
+        if id != checkpoint_id || named.as_ref().is_some_and(|n| !n.contains(&name)) {
             continue;
         }
         let m = registry::decode_manifest_named(&name, &storage.get_bytes(&name)?)?;

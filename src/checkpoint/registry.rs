@@ -1,71 +1,49 @@
-//! The shared-file registry of one backend: which checkpoints are in flight, uploaded,
-//! completed and retained; the reuse base; retained-N subsumption with deletion of files no
-//! manifest references any more; abort cleanup; and the orphan sweep.
+//! The checkpoint bookkeeping of one backend (task): which attempts are in flight, which
+//! uploaded checkpoints (acknowledgements) are not completed yet, and the reuse base (the last
+//! completed checkpoint's manifest: SSTs are reused only from it).
 //!
-//! Storage is the truth, memory a cache: on open the registry is rebuilt from the manifests
-//! in storage, and before deleting any shared file it lists and decodes every manifest in
-//! storage (of every backend; decoded manifests are cached by name since objects are
-//! immutable). A shared file is deleted only if it was referenced by a dropped checkpoint of
-//! this backend (or by an uncommitted leftover, for the sweep), no manifest in storage
-//! references it, and no in-flight or in-memory checkpoint of this backend references it.
-//!
-//! Ownership across backends (rescaling): several backends may be restored from the same
-//! checkpoint (1 → 2), and one backend from several (2 → 1). A restored backend *claims*
-//! every source manifest it used (and the older committed checkpoints of those source
-//! backends) by writing the empty object `claims/<id>/<source>/<claimer>`, and retains them
-//! like its own. Dropping a retained checkpoint releases this backend's claim on it; the
-//! checkpoint's manifest and files are deleted only when no claim on it remains (whoever
-//! drops last deletes; an owner dropping its own checkpoint that others still claim leaves it
-//! to them). Shared files additionally survive while any manifest in storage references them,
-//! so a file used by several backends' checkpoints lives until the last of them is gone.
-//! A claim of a backend that dies without ever completing a checkpoint stays behind and
-//! keeps its checkpoint alive: that errs on the side of keeping (never a dangling reference).
-//!
-//! Ordering on deletion: a checkpoint's `_metadata` goes first (so a crash leaves an
-//! uncommitted directory, never a manifest with missing files), then its private files, then
-//! the shared files nothing references. Crashes anywhere leave only garbage the sweep removes.
+//! A backend deletes only its own attempts' objects, and only those that never became part of
+//! a completed checkpoint: an attempt that failed or was aborted before its manifest was
+//! written, or an acknowledged checkpoint the job aborted. Everything else is deleted by the
+//! job's owner ([`super::owner::JobOwner`]): the backend's own one when it has no
+//! coordinator (then `complete` commits the job record), or the coordinator's.
+//! `docs/ownership.md` describes the whole protocol.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use parking_lot::Mutex;
-use sst_format::{CheckpointManifest, SstUniqueId};
+use sst_format::{CheckpointManifest, JobCheckpoint, SstUniqueId, TaskCheckpoint};
 
 use super::layout;
-use super::{CheckpointOptions, SweepStats};
+use super::owner::{read_record, record_ids, JobOwner};
+use super::CheckpointOptions;
 use crate::error::{Error, Result};
-use crate::storage::{CheckpointStorage, ObjectInfo};
+use crate::storage::CheckpointStorage;
+use crate::ttl::Clock;
 
-/// The checkpoint a backend was restored from; becomes its reuse base and is retained (claimed)
-/// like its own checkpoints.
+/// The checkpoint a backend was restored from; becomes its reuse base.
 #[derive(Debug, Clone)]
 pub(crate) struct RestoredBase {
-    /// Object name of the manifest.
-    pub(crate) metadata_name: String,
     /// The decoded manifest.
     pub(crate) manifest: Arc<CheckpointManifest>,
-    /// The other manifests a rescaling restore merged in (object name, manifest); claimed and
-    /// retained too, and their shared files are reuse candidates of the first checkpoint.
-    pub(crate) others: Vec<(String, Arc<CheckpointManifest>)>,
-}
-
-/// One retained completed checkpoint.
-#[derive(Debug, Clone)]
-struct Retained {
-    id: u64,
-    backend_id: String,
-    /// Kept in memory for checkpoints this process completed; loaded lazily otherwise.
-    manifest: Option<Arc<CheckpointManifest>>,
+    /// The other manifests a rescaling restore merged in; their shared files are reuse
+    /// candidates of the first checkpoint too.
+    pub(crate) others: Vec<Arc<CheckpointManifest>>,
+    /// False when the restored files may have been deleted while they were downloaded (the
+    /// checkpoint left storage meanwhile): the first checkpoint then reuses nothing.
+    pub(crate) reusable: bool,
+    /// False for a restore from another job's storage (no claim): its ids are not this job's
+    /// and its files are never reused.
+    pub(crate) claimed: bool,
 }
 
 #[derive(Debug, Default)]
 struct PendingEntry {
     aborted: bool,
-    /// Shared object names this snapshot may reference: the base's files (reuse candidates)
-    /// and its own new uploads.
-    protected: HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -73,6 +51,7 @@ struct UploadedEntry {
     manifest: Arc<CheckpointManifest>,
     /// Shared objects this checkpoint uploaded itself (deleted if it is aborted).
     new_shared: Vec<String>,
+    stats: super::CheckpointStats,
 }
 
 #[derive(Debug, Default)]
@@ -85,42 +64,25 @@ struct Book {
     max_seen: Option<u64>,
     pending: BTreeMap<u64, PendingEntry>,
     uploaded: BTreeMap<u64, UploadedEntry>,
-    /// Completed checkpoints still kept, ascending by id.
-    retained: Vec<Retained>,
-    /// While a sweep runs: every name and id that became in flight meanwhile.
-    sweep_log: Option<(HashSet<String>, HashSet<u64>)>,
 }
 
-impl Book {
-    /// Names and own checkpoint ids nothing may delete now.
-    fn protected(&self) -> (HashSet<String>, HashSet<u64>) {
-        fn add_manifest(m: &CheckpointManifest, names: &mut HashSet<String>) {
-            names.extend(m.shared_files.iter().map(|f| f.remote_name.clone()));
+/// Who completes this backend's checkpoints.
+#[derive(Debug, Clone)]
+pub(crate) enum Completion {
+    /// The backend is a job of one task: completing writes the job record through its own
+    /// owner.
+    Standalone(Arc<JobOwner>),
+    /// A job's coordinator completes checkpoints; the owner is linked when it lives in this
+    /// process (its garbage passes then see this backend's attempts in flight).
+    Job(Option<Arc<JobOwner>>),
+}
+
+impl Completion {
+    fn owner(&self) -> Option<&Arc<JobOwner>> {
+        match self {
+            Completion::Standalone(o) => Some(o),
+            Completion::Job(o) => o.as_ref(),
         }
-        let mut names = HashSet::new();
-        let mut ids = HashSet::new();
-        if let Some(b) = &self.base {
-            add_manifest(b, &mut names);
-        }
-        for (id, p) in &self.pending {
-            ids.insert(*id);
-            names.extend(p.protected.iter().cloned());
-        }
-        for (id, u) in &self.uploaded {
-            ids.insert(*id);
-            add_manifest(&u.manifest, &mut names);
-        }
-        for r in &self.retained {
-            ids.insert(r.id);
-            if let Some(m) = &r.manifest {
-                add_manifest(m, &mut names);
-            }
-        }
-        if let Some((log_names, log_ids)) = &self.sweep_log {
-            names.extend(log_names.iter().cloned());
-            ids.extend(log_ids.iter().copied());
-        }
-        (names, ids)
     }
 }
 
@@ -131,12 +93,14 @@ pub(crate) struct Checkpointer {
     pub(crate) backend_id: String,
     pub(crate) options: CheckpointOptions,
     pub(crate) staging_root: PathBuf,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) completion: Completion,
     book: Mutex<Book>,
-    cache: Mutex<HashMap<String, Arc<CheckpointManifest>>>,
-    /// Serializes deletions (retention GC, abort cleanup, sweep) of this backend.
-    gc_lock: Mutex<()>,
     /// SST identities read by earlier uploads, by local name (see `snapshot::sst_identity`).
     pub(crate) sst_ids: Mutex<HashMap<String, (FileStamp, SstUniqueId)>>,
+    /// Held while the backend is open: a staging directory whose lock nobody holds belongs
+    /// to a backend that is gone (see `clean_staging`).
+    _staging_lock: Option<File>,
 }
 
 /// What identifies one file on disk well enough to reuse facts read from it: an SST under a
@@ -176,7 +140,7 @@ pub(crate) fn decode_manifest_named(name: &str, bytes: &[u8]) -> Result<Checkpoi
     })
 }
 
-/// Every committed checkpoint in storage: `(manifest object name, id, backend id)`.
+/// Every manifest in storage: `(manifest object name, id, backend id)`, by id.
 pub(crate) fn list_committed(
     storage: &dyn CheckpointStorage,
 ) -> Result<Vec<(String, u64, String)>> {
@@ -193,156 +157,168 @@ pub(crate) fn list_committed(
     Ok(out)
 }
 
+/// Takes an exclusive, non-blocking `flock` on `path` (created if missing); `None` if another
+/// open file holds it.
+fn try_lock(path: &Path) -> Option<File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns; no memory is shared with the
+        // kernel.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return None;
+        }
+    }
+    Some(file)
+}
+
+/// Name of the lock file in a backend's staging directory.
+const STAGING_LOCK: &str = "LOCK";
+
+/// Removes staging directories (`snap-<id>`) of attempts that can no longer finish: this
+/// backend's own (an earlier process of this backend died mid-snapshot) and those of every
+/// backend whose staging lock nobody holds (its process is gone). Local copies stay (a
+/// restore on this machine uses them). Failures only cost disk space.
+fn clean_staging(staging_root: &Path, backend_id: &str) -> Option<File> {
+    let own = staging_root.join(backend_id);
+    std::fs::create_dir_all(&own).ok()?;
+    // Another backend's `clean_staging` may hold this lock for a moment while it checks it.
+    let lock = (0..100).find_map(|_| {
+        try_lock(&own.join(STAGING_LOCK)).or_else(|| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            None
+        })
+    });
+    let Ok(entries) = std::fs::read_dir(staging_root) else {
+        return lock;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        let mine = e.file_name().to_str() == Some(backend_id);
+        let gone = mine || (dir.is_dir() && try_lock(&dir.join(STAGING_LOCK)).is_some());
+        if !gone {
+            continue;
+        }
+        for snap in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let is_snap = snap
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("snap-"));
+            if is_snap {
+                let _ = std::fs::remove_dir_all(snap.path());
+            }
+        }
+    }
+    lock
+}
+
+/// The manifest of `backend_id` named by the newest job record that names one, if any.
+fn newest_completed(
+    storage: &dyn CheckpointStorage,
+    backend_id: &str,
+) -> Result<Option<(u64, Arc<CheckpointManifest>)>> {
+    for id in record_ids(storage)?.into_iter().rev() {
+        let record = match read_record(storage, id) {
+            Ok(r) => r,
+            // Deleted between list and read: subsumed.
+            Err(Error::ObjectNotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let mine = layout::metadata_name(id, backend_id);
+        if record
+            .tasks
+            .iter()
+            .any(|t| t.manifest.as_deref() == Some(mine.as_str()))
+        {
+            let m = decode_manifest_named(&mine, &storage.get_bytes(&mine)?)?;
+            return Ok(Some((id, Arc::new(m))));
+        }
+    }
+    Ok(None)
+}
+
 impl Checkpointer {
-    /// Rebuilds the registry of `backend_id` from storage. With `restored`, the backend is new:
-    /// its base is the restored checkpoint, and the restored checkpoint plus the older
-    /// committed checkpoints of the same source backend are retained as its own (claimed).
+    /// Opens the bookkeeping of `backend_id`. With `restored`, the backend is new and its base
+    /// is the restored checkpoint; otherwise the base is this backend's manifest in the newest
+    /// job record naming one.
     pub(crate) fn open(
         storage: Arc<dyn CheckpointStorage>,
         backend_id: String,
         options: CheckpointOptions,
         staging_root: PathBuf,
+        clock: Arc<dyn Clock>,
+        completion: Completion,
         restored: Option<RestoredBase>,
     ) -> Result<Checkpointer> {
         options.validate()?;
-        let cp = Checkpointer {
-            storage,
-            backend_id,
-            options,
-            staging_root,
-            book: Mutex::new(Book::default()),
-            cache: Mutex::new(HashMap::new()),
-            gc_lock: Mutex::new(()),
-            sst_ids: Mutex::new(HashMap::new()),
-        };
-        let objects = cp.storage.list(layout::CHECKPOINT_PREFIX)?;
+        let staging_lock = clean_staging(&staging_root, &backend_id);
         let mut book = Book::default();
         match restored {
+            Some(r) if !r.claimed => {
+                // Another job's checkpoint: nothing of it is this job's base or id.
+            }
             Some(r) => {
                 let restored_id = r.manifest.checkpoint_id;
-                let mut retained: Vec<Retained> = Vec::new();
-                let sources = std::iter::once((r.metadata_name.clone(), Arc::clone(&r.manifest)))
-                    .chain(r.others.iter().cloned());
-                for (name, m) in sources {
-                    let source = m.backend_id.clone();
-                    retained.extend(
-                        objects
-                            .iter()
-                            .filter_map(|o| layout::parse_checkpoint_object(&o.name))
-                            .filter(|p| {
-                                p.is_metadata() && p.backend_id == source && p.id < m.checkpoint_id
-                            })
-                            .map(|p| Retained {
-                                id: p.id,
-                                backend_id: source.clone(),
-                                manifest: None,
-                            }),
-                    );
-                    retained.push(Retained {
-                        id: m.checkpoint_id,
-                        backend_id: source,
-                        manifest: Some(Arc::clone(&m)),
+                // The reuse base: every merged manifest's shared files, since a rescale
+                // ingests the other sources' SSTs as they are (snapshot matches them by unique
+                // id).
+                if r.reusable {
+                    book.base = Some(if r.others.is_empty() {
+                        r.manifest
+                    } else {
+                        let mut merged = (*r.manifest).clone();
+                        merged
+                            .shared_files
+                            .extend(r.others.iter().flat_map(|m| m.shared_files.iter().cloned()));
+                        Arc::new(merged)
                     });
-                    cp.cache.lock().insert(name, m);
                 }
-                retained.sort_by(|x, y| (x.id, &x.backend_id).cmp(&(y.id, &y.backend_id)));
-                retained.dedup_by(|x, y| (x.id, &x.backend_id) == (y.id, &y.backend_id));
-                for r in &retained {
-                    let claim = layout::claim_name(r.id, &r.backend_id, &cp.backend_id);
-                    cp.storage.put_bytes(&claim, b"")?;
-                }
-                book.retained = retained;
-                // The reuse base: every merged manifest's shared files, since a rescale ingests
-                // the other sources' SSTs as they are (snapshot matches them by unique id).
-                book.base = Some(if r.others.is_empty() {
-                    r.manifest
-                } else {
-                    let mut merged = (*r.manifest).clone();
-                    merged.shared_files.extend(
-                        r.others
-                            .iter()
-                            .flat_map(|(_, m)| m.shared_files.iter().cloned()),
-                    );
-                    Arc::new(merged)
-                });
                 book.last_completed = Some(restored_id);
                 book.max_seen = Some(restored_id);
             }
             None => {
-                let own: Vec<_> = objects
+                book.max_seen = storage
+                    .list(layout::CHECKPOINT_PREFIX)?
                     .iter()
                     .filter_map(|o| layout::parse_checkpoint_object(&o.name))
-                    .filter(|p| p.backend_id == cp.backend_id)
-                    .collect();
-                book.max_seen = own.iter().map(|p| p.id).max();
-                let mut committed: Vec<u64> = own
-                    .iter()
-                    .filter(|p| p.is_metadata())
+                    .filter(|p| p.backend_id == backend_id)
                     .map(|p| p.id)
-                    .collect();
-                committed.sort_unstable();
-                if let Some(&newest) = committed.last() {
-                    let m = cp.load_manifest(&layout::metadata_name(newest, &cp.backend_id))?;
+                    .max();
+                if let Some((id, m)) = newest_completed(storage.as_ref(), &backend_id)? {
                     book.base = Some(m);
-                    book.last_completed = Some(newest);
+                    book.last_completed = Some(id);
+                    book.max_seen = book.max_seen.max(Some(id));
                 }
-                let mut retained: Vec<Retained> = committed
-                    .into_iter()
-                    .map(|id| Retained {
-                        id,
-                        backend_id: cp.backend_id.clone(),
-                        manifest: book.base.clone().filter(|b| b.checkpoint_id == id),
-                    })
-                    .collect();
-                // Checkpoints of other backends this one claimed when it was restored and has
-                // not released yet.
-                let committed_names: HashSet<String> =
-                    objects.iter().map(|o| o.name.clone()).collect();
-                for o in cp.storage.list(layout::CLAIM_PREFIX)? {
-                    if let Some((id, source, claimer)) = layout::parse_claim(&o.name) {
-                        if claimer == cp.backend_id
-                            && committed_names.contains(&layout::metadata_name(id, source))
-                        {
-                            retained.push(Retained {
-                                id,
-                                backend_id: source.to_string(),
-                                manifest: None,
-                            });
-                        }
-                    }
-                }
-                retained.sort_by(|x, y| (x.id, &x.backend_id).cmp(&(y.id, &y.backend_id)));
-                book.retained = retained;
             }
         }
-        *cp.book.lock() = book;
-        Ok(cp)
+        Ok(Checkpointer {
+            storage,
+            backend_id,
+            options,
+            staging_root,
+            clock,
+            completion,
+            book: Mutex::new(book),
+            sst_ids: Mutex::new(HashMap::new()),
+            _staging_lock: staging_lock,
+        })
     }
 
-    /// Loads (or takes from the cache) the manifest object `name`.
-    pub(crate) fn load_manifest(&self, name: &str) -> Result<Arc<CheckpointManifest>> {
-        if let Some(m) = self.cache.lock().get(name) {
-            return Ok(Arc::clone(m));
-        }
-        let bytes = self.storage.get_bytes(name)?;
-        let m = Arc::new(decode_manifest_named(name, &bytes)?);
-        self.cache.lock().insert(name.to_string(), Arc::clone(&m));
-        Ok(m)
+    /// The owner this backend's attempts register with, if it lives in this process.
+    pub(crate) fn owner(&self) -> Option<&Arc<JobOwner>> {
+        self.completion.owner()
     }
 
     /// The last completed checkpoint id.
     pub(crate) fn last_completed(&self) -> Option<u64> {
         self.book.lock().last_completed
-    }
-
-    /// Ids of the retained completed checkpoints, ascending, with their backend ids.
-    pub(crate) fn retained(&self) -> Vec<(u64, String)> {
-        self.book
-            .lock()
-            .retained
-            .iter()
-            .map(|r| (r.id, r.backend_id.clone()))
-            .collect()
     }
 
     /// Starts checkpoint `id`: checks that it is new, registers it as in flight and returns the
@@ -363,32 +339,26 @@ impl Checkpointer {
         } else {
             None
         };
-        let protected: HashSet<String> = base
-            .iter()
-            .flat_map(|m| m.shared_files.iter().map(|f| f.remote_name.clone()))
-            .collect();
-        if let Some((names, ids)) = &mut b.sweep_log {
-            names.extend(protected.iter().cloned());
-            ids.insert(id);
+        if let Some(owner) = self.owner() {
+            // The attempt's directory (its private files come before its manifest) and the
+            // base's shared files it may reuse.
+            owner.protect(
+                &self.backend_id,
+                id,
+                std::iter::once(layout::checkpoint_dir(id, &self.backend_id)).chain(
+                    base.iter()
+                        .flat_map(|m| m.shared_files.iter().map(|f| f.remote_name.clone())),
+                ),
+            );
         }
-        b.pending.insert(
-            id,
-            PendingEntry {
-                aborted: false,
-                protected,
-            },
-        );
+        b.pending.insert(id, PendingEntry::default());
         Ok(base)
     }
 
     /// Marks `names` (new shared uploads of pending checkpoint `id`) as in flight.
     pub(crate) fn protect(&self, id: u64, names: &[String]) {
-        let mut b = self.book.lock();
-        if let Some((log, _)) = &mut b.sweep_log {
-            log.extend(names.iter().cloned());
-        }
-        if let Some(p) = b.pending.get_mut(&id) {
-            p.protected.extend(names.iter().cloned());
+        if let Some(owner) = self.owner() {
+            owner.protect(&self.backend_id, id, names.iter().cloned());
         }
     }
 
@@ -401,97 +371,128 @@ impl Checkpointer {
     /// what it uploaded).
     pub(crate) fn forget(&self, id: u64) {
         self.book.lock().pending.remove(&id);
+        self.release(id);
     }
 
-    /// Records that checkpoint `id`'s manifest is in storage. If it was aborted meanwhile, or
-    /// is already subsumed by a newer completed checkpoint, deletes it again and returns
-    /// [`Error::CheckpointAborted`].
+    /// Records that checkpoint `id`'s manifest is in storage (the acknowledgement). If it was
+    /// aborted meanwhile, or a newer checkpoint completed meanwhile, returns
+    /// [`Error::CheckpointAborted`] and the caller deletes the attempt.
     pub(crate) fn committed(
         &self,
         id: u64,
-        metadata_name: &str,
         manifest: Arc<CheckpointManifest>,
         new_shared: Vec<String>,
+        stats: super::CheckpointStats,
     ) -> Result<()> {
-        let discard = {
-            let mut b = self.book.lock();
-            let aborted = b.pending.remove(&id).is_some_and(|p| p.aborted);
-            let subsumed = b.last_completed.is_some_and(|lc| id < lc);
-            if aborted || subsumed {
-                true
-            } else {
-                self.cache
-                    .lock()
-                    .insert(metadata_name.to_string(), Arc::clone(&manifest));
-                b.uploaded.insert(
-                    id,
-                    UploadedEntry {
-                        manifest,
-                        new_shared: new_shared.clone(),
-                    },
-                );
-                false
-            }
-        };
-        if discard {
-            let _guard = self.gc_lock.lock();
-            self.delete_checkpoint_dir(id, &self.backend_id.clone())?;
-            for name in &new_shared {
-                self.storage.delete(name)?;
-            }
+        let mut b = self.book.lock();
+        let aborted = b.pending.remove(&id).is_some_and(|p| p.aborted);
+        let subsumed = b.last_completed.is_some_and(|lc| id < lc);
+        if aborted || subsumed {
+            drop(b);
+            self.forget(id);
             return Err(Error::CheckpointAborted { id });
         }
+        b.uploaded.insert(
+            id,
+            UploadedEntry {
+                manifest,
+                new_shared,
+                stats,
+            },
+        );
+        // The protection stays until the checkpoint completes or is aborted: the owner may
+        // classify ids up to its open-time maximum as finished, and this acknowledgement must
+        // survive that while it can still complete.
         Ok(())
     }
 
     /// `notify_checkpoint_complete`: see `KeyedBackend::notify_checkpoint_complete`.
-    pub(crate) fn complete(&self, id: u64) -> Result<()> {
-        let dropped = {
-            let mut b = self.book.lock();
+    pub(crate) fn complete(&self, id: u64, key_groups: crate::KeyGroupRange) -> Result<()> {
+        let (manifest, stats) = {
+            let b = self.book.lock();
             if b.last_completed.is_some_and(|lc| id <= lc) {
                 return Ok(()); // late: already subsumed
             }
-            if !b.uploaded.contains_key(&id) {
-                return Err(Error::UnknownCheckpoint { id });
+            match b.uploaded.get(&id) {
+                Some(u) => (Arc::clone(&u.manifest), u.stats.clone()),
+                None => return Err(Error::UnknownCheckpoint { id }),
             }
-            // Every uploaded checkpoint up to `id` is complete too (a newer completion
-            // subsumes older ones whose notification was lost or is late).
-            let ids: Vec<u64> = b.uploaded.range(..=id).map(|(k, _)| *k).collect();
-            for k in ids {
-                let Some(u) = b.uploaded.remove(&k) else {
-                    continue;
-                };
-                if k == id {
-                    b.base = Some(Arc::clone(&u.manifest));
-                }
-                let backend_id = self.backend_id.clone();
-                b.retained.push(Retained {
-                    id: k,
-                    backend_id,
-                    manifest: Some(u.manifest),
-                });
-            }
-            b.retained
-                .sort_by(|x, y| (x.id, &x.backend_id).cmp(&(y.id, &y.backend_id)));
-            b.last_completed = Some(id);
-            // Retention counts checkpoint ids: a rescaled backend retains several manifests
-            // of one id (one per source backend).
-            let mut ids: Vec<u64> = b.retained.iter().map(|r| r.id).collect();
-            ids.dedup();
-            let keep_from = ids
-                .len()
-                .checked_sub(self.options.retained)
-                .and_then(|n| ids.get(n))
-                .copied()
-                .unwrap_or(0);
-            let n = b.retained.iter().take_while(|r| r.id < keep_from).count();
-            let dropped: Vec<Retained> = b.retained.drain(..n).collect();
-            dropped
         };
-        if dropped.is_empty() {
-            return Ok(());
+        if let Completion::Standalone(owner) = &self.completion {
+            let now = self.clock.now_ms();
+            let record = JobCheckpoint {
+                checkpoint_id: id,
+                job_name: String::new(),
+                max_parallelism: manifest.max_parallelism,
+                triggered_at_ms: now,
+                completed_at_ms: now,
+                tasks: vec![TaskCheckpoint {
+                    task: 0,
+                    manifest: Some(layout::metadata_name(id, &self.backend_id)),
+                    key_group_start: key_groups.start,
+                    key_group_end: key_groups.end,
+                    operator_state: manifest.operator_state.clone(),
+                    state_bytes: stats.state_bytes,
+                    bytes_uploaded: stats.bytes_uploaded,
+                    files_reused: stats.files_reused as u64,
+                    sync_micros: stats.sync_duration.as_micros() as u64,
+                    async_micros: stats.async_duration.as_micros() as u64,
+                }],
+            };
+            match owner.commit(&record) {
+                Ok(c) => {
+                    self.completed(id, manifest);
+                    // Completed; only its garbage pass failed (retried by the next one).
+                    return c.gc_error.map_or(Ok(()), Err);
+                }
+                // Unknown (in doubt): the attempt stays as it is; a later notification retries.
+                Err(e @ Error::CommitInDoubt { .. }) => return Err(e),
+                Err(e) => {
+                    // Not committed: this attempt can never complete (it is deleted, manifest
+                    // first). A rejection means a reused file is gone: nothing is reused
+                    // until a checkpoint completes again.
+                    let rejected = matches!(e, Error::CheckpointRejected { .. });
+                    let attempt = {
+                        let mut b = self.book.lock();
+                        if rejected {
+                            b.base = None;
+                        }
+                        b.uploaded.remove(&id)
+                    };
+                    self.release(id);
+                    if let Some(u) = attempt {
+                        // Best effort: what stays is garbage of a finished id once a newer
+                        // checkpoint completes.
+                        let _ = self.delete_attempt(id, &u.new_shared);
+                    }
+                    return Err(e);
+                }
+            }
         }
-        self.drop_checkpoints(dropped)
+        self.completed(id, manifest);
+        Ok(())
+    }
+
+    /// Drops the owner's protection of attempt `id`.
+    fn release(&self, id: u64) {
+        if let Some(owner) = self.owner() {
+            owner.release(&self.backend_id, id);
+        }
+    }
+
+    fn completed(&self, id: u64, manifest: Arc<CheckpointManifest>) {
+        let done: Vec<u64> = {
+            let mut b = self.book.lock();
+            b.base = Some(manifest);
+            b.last_completed = Some(id);
+            // Older acknowledgements can never complete now; the owner deletes them.
+            let done = b.uploaded.range(..=id).map(|(k, _)| *k).collect();
+            b.uploaded.retain(|k, _| *k > id);
+            done
+        };
+        for k in done {
+            self.release(k);
+        }
     }
 
     /// `notify_checkpoint_aborted`: see `KeyedBackend::notify_checkpoint_aborted`.
@@ -507,153 +508,39 @@ impl Checkpointer {
                 None => return Ok(()), // completed, subsumed or never seen: nothing to do
             }
         };
-        let _guard = self.gc_lock.lock();
-        self.delete_checkpoint_dir(id, &self.backend_id.clone())?;
+        self.release(id);
+        // The job may have rejected the checkpoint because a reused file is gone (this
+        // backend missed a completion, or restored a checkpoint a newer one subsumed): if the
+        // base is no longer a completed checkpoint of the job, reuse nothing until one
+        // completes again.
+        let base_id = self.book.lock().last_completed;
+        if let Some(base_id) = base_id {
+            let record = layout::job_record_name(base_id);
+            if !self.storage.exists(&record)? {
+                self.book.lock().base = None;
+            }
+        }
         // Nothing else can reference these: names are fresh, and only completed checkpoints
         // are reused from.
-        for name in &uploaded.new_shared {
+        self.delete_attempt(id, &uploaded.new_shared)
+    }
+
+    /// Deletes what an attempt of this backend wrote: its manifest first (if that fails, the
+    /// rest stays, so no manifest ever names a deleted file; the owner's garbage pass removes
+    /// it later), then its other objects and its new shared files.
+    pub(crate) fn delete_attempt(&self, id: u64, new_shared: &[String]) -> Result<()> {
+        self.storage
+            .delete(&layout::metadata_name(id, &self.backend_id))?;
+        for o in self
+            .storage
+            .list(&layout::checkpoint_dir(id, &self.backend_id))?
+        {
+            self.storage.delete(&o.name)?;
+        }
+        for name in new_shared {
             self.storage.delete(name)?;
         }
         Ok(())
-    }
-
-    /// Deletes `_metadata` first, then every other object of the checkpoint directory.
-    fn delete_checkpoint_dir(&self, id: u64, backend_id: &str) -> Result<()> {
-        let meta = layout::metadata_name(id, backend_id);
-        self.storage.delete(&meta)?;
-        self.cache.lock().remove(&meta);
-        for o in self.storage.list(&layout::checkpoint_dir(id, backend_id))? {
-            self.storage.delete(&o.name)?;
-        }
-        Ok(())
-    }
-
-    /// Drops retained checkpoints: their directories, then every shared file of theirs that no
-    /// remaining manifest references and nothing in flight uses.
-    fn drop_checkpoints(&self, dropped: Vec<Retained>) -> Result<()> {
-        let _guard = self.gc_lock.lock();
-        let mut candidates: HashSet<String> = HashSet::new();
-        for r in &dropped {
-            if r.backend_id != self.backend_id {
-                let claim = layout::claim_name(r.id, &r.backend_id, &self.backend_id);
-                self.storage.delete(&claim)?;
-            }
-            if !self
-                .storage
-                .list(&layout::claim_dir(r.id, &r.backend_id))?
-                .is_empty()
-            {
-                // Another backend still claims it: the last claimer deletes it.
-                continue;
-            }
-            let manifest = match &r.manifest {
-                Some(m) => Some(Arc::clone(m)),
-                // A missing or unreadable manifest: its files become orphans for the sweep.
-                None => self
-                    .load_manifest(&layout::metadata_name(r.id, &r.backend_id))
-                    .ok(),
-            };
-            if let Some(m) = manifest {
-                candidates.extend(m.shared_files.iter().map(|f| f.remote_name.clone()));
-            }
-            self.delete_checkpoint_dir(r.id, &r.backend_id)?;
-        }
-        let referenced = self.referenced_in_storage()?;
-        let (protected, _) = self.book.lock().protected();
-        for name in candidates {
-            if !referenced.contains(&name) && !protected.contains(&name) {
-                self.storage.delete(&name)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Shared names referenced by any manifest in storage (decoding all of them; an
-    /// undecodable manifest is an error, since what it references is unknown).
-    fn referenced_in_storage(&self) -> Result<HashSet<String>> {
-        let committed = list_committed(self.storage.as_ref())?;
-        let live: HashSet<&str> = committed.iter().map(|(n, _, _)| n.as_str()).collect();
-        self.cache.lock().retain(|k, _| live.contains(k.as_str()));
-        let mut referenced = HashSet::new();
-        for (name, _, _) in &committed {
-            match self.load_manifest(name) {
-                Ok(m) => referenced.extend(m.shared_files.iter().map(|f| f.remote_name.clone())),
-                // Deleted between list and read (another backend's GC): references nothing.
-                Err(Error::ObjectNotFound { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(referenced)
-    }
-
-    /// The orphan sweep: see `KeyedBackend::sweep_orphans`.
-    pub(crate) fn sweep(&self, min_age: Duration) -> Result<SweepStats> {
-        let _guard = self.gc_lock.lock();
-        self.book.lock().sweep_log = Some(Default::default());
-        let result = self.sweep_locked(min_age);
-        self.book.lock().sweep_log = None;
-        result
-    }
-
-    fn sweep_locked(&self, min_age: Duration) -> Result<SweepStats> {
-        let now = SystemTime::now();
-        let old_enough = |o: &ObjectInfo| {
-            now.duration_since(o.last_modified)
-                .map(|age| age >= min_age)
-                .unwrap_or(min_age.is_zero())
-        };
-        // 1. Classify.
-        let shared = self.storage.list(layout::SHARED_PREFIX)?;
-        let chk_objects = self.storage.list(layout::CHECKPOINT_PREFIX)?;
-        let mut dirs: BTreeMap<(u64, String), Vec<ObjectInfo>> = BTreeMap::new();
-        for o in chk_objects {
-            if let Some(p) = layout::parse_checkpoint_object(&o.name) {
-                let key = (p.id, p.backend_id.to_string());
-                dirs.entry(key).or_default().push(o);
-            }
-        }
-        let referenced = self.referenced_in_storage()?;
-        let (protected, own_ids) = self.book.lock().protected();
-        let orphan_shared: Vec<&ObjectInfo> = shared
-            .iter()
-            .filter(|o| layout::is_shared_name(&o.name))
-            .filter(|o| !referenced.contains(&o.name) && !protected.contains(&o.name))
-            .filter(|o| old_enough(o))
-            .collect();
-        let uncommitted: Vec<(&(u64, String), &Vec<ObjectInfo>)> = dirs
-            .iter()
-            .filter(|(_, objs)| {
-                !objs
-                    .iter()
-                    .any(|o| o.name.ends_with(&format!("/{}", layout::METADATA_FILE)))
-            })
-            .filter(|((id, backend), _)| !(backend == &self.backend_id && own_ids.contains(id)))
-            .filter(|(_, objs)| objs.iter().all(&old_enough))
-            .collect();
-        // 2. Delete.
-        let mut stats = SweepStats::default();
-        for o in orphan_shared {
-            self.storage.delete(&o.name)?;
-            stats.shared_deleted += 1;
-            stats.bytes_deleted += o.size;
-        }
-        for ((id, backend), objs) in uncommitted {
-            // Re-check: a manifest may have been committed since the listing.
-            let now_there = self.storage.list(&layout::checkpoint_dir(*id, backend))?;
-            if now_there
-                .iter()
-                .any(|o| o.name.ends_with(layout::METADATA_FILE))
-            {
-                continue;
-            }
-            for o in objs {
-                self.storage.delete(&o.name)?;
-                stats.private_deleted += 1;
-                stats.bytes_deleted += o.size;
-            }
-        }
-        stats.incomplete_deleted = self.storage.sweep_incomplete(min_age)?;
-        Ok(stats)
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sst_format::{CheckpointManifest, PrivateFile, SharedFile, SstUniqueId};
@@ -43,7 +43,8 @@ pub struct PendingSnapshot {
 /// One file of the staging directory that must be transferred.
 struct Job {
     local_name: String,
-    remote_name: String,
+    /// The object name of a private file; shared names are made when their put begins.
+    remote_name: Option<String>,
     size: u64,
     /// `Some` for SSTs (their identity), `None` for private files.
     sst_id: Option<sst_format::SstUniqueId>,
@@ -81,17 +82,17 @@ impl PendingSnapshot {
         let result = self.upload_inner(&uploaded, start);
         self.finished = true;
         if result.is_err() {
-            // Anything this attempt created goes; the manifest first (in case its put failed
-            // ambiguously after storing it), then the files. Best effort: the sweep removes
-            // whatever a failure here leaves.
+            // Anything this attempt created goes: the manifest first (its put may have stored
+            // it and failed after), then the files, and only once the manifest is surely gone,
+            // so a manifest in storage never names a deleted file. What a failure here leaves
+            // is garbage the owner's next pass classifies (`docs/ownership.md` §4).
             let meta = layout::metadata_name(self.id, &self.cp.backend_id);
-            if !matches!(result, Err(Error::ObjectExists { ref name }) if *name == meta)
-                && !matches!(result, Err(Error::CheckpointAborted { .. }))
-            {
-                let _ = self.cp.storage.delete(&meta);
-            }
-            for name in uploaded.lock().iter() {
-                let _ = self.cp.storage.delete(name);
+            let exists_already =
+                matches!(result, Err(Error::ObjectExists { ref name }) if *name == meta);
+            if !exists_already && self.cp.storage.delete(&meta).is_ok() {
+                for name in uploaded.lock().iter() {
+                    let _ = self.cp.storage.delete(name);
+                }
             }
             self.cp.forget(self.id);
             let _ = fs::remove_dir_all(&self.dir);
@@ -151,7 +152,7 @@ impl PendingSnapshot {
                         ..(*f).clone()
                     }),
                     _ => jobs.push(Job {
-                        remote_name: layout::new_shared_name(),
+                        remote_name: None,
                         local_name,
                         size,
                         sst_id: Some(sst_id),
@@ -159,7 +160,7 @@ impl PendingSnapshot {
                 }
             } else {
                 jobs.push(Job {
-                    remote_name: layout::private_name(id, &cp.backend_id, &local_name),
+                    remote_name: Some(layout::private_name(id, &cp.backend_id, &local_name)),
                     local_name,
                     size,
                     sst_id: None,
@@ -167,12 +168,6 @@ impl PendingSnapshot {
             }
         }
         *cp.sst_ids.lock() = seen_ids;
-        let new_shared: Vec<String> = jobs
-            .iter()
-            .filter(|j| j.sst_id.is_some())
-            .map(|j| j.remote_name.clone())
-            .collect();
-        cp.protect(id, &new_shared);
 
         // Transfer, largest first.
         jobs.sort_by(|a, b| {
@@ -181,19 +176,29 @@ impl PendingSnapshot {
                 .then_with(|| a.local_name.cmp(&b.local_name))
         });
         let digests = run_parallel(&jobs, cp.options.transfer_threads, |job| {
+            // A shared name carries this checkpoint's id and the time its put begins, which
+            // garbage collection reads as the object's age (`layout::new_shared_name`).
+            let remote_name = match &job.remote_name {
+                Some(n) => n.clone(),
+                None => {
+                    let n = layout::new_shared_name(id, cp.clock.now_ms());
+                    cp.protect(id, std::slice::from_ref(&n));
+                    n
+                }
+            };
             // Recorded before the put: a put that stores the object but reports failure
             // must be cleaned up too (deleting a missing object succeeds).
-            uploaded.lock().push(job.remote_name.clone());
+            uploaded.lock().push(remote_name.clone());
             let digest = cp
                 .storage
-                .put_file(&job.remote_name, &self.dir.join(&job.local_name))?;
+                .put_file(&remote_name, &self.dir.join(&job.local_name))?;
             if digest.size != job.size {
                 return Err(Error::CheckpointCorrupt {
                     file: job.local_name.clone(),
                     detail: format!("size changed during upload: {} → {}", job.size, digest.size),
                 });
             }
-            Ok(digest)
+            Ok((remote_name, digest))
         })?;
         if cp.is_aborted(id) {
             return Err(Error::CheckpointAborted { id });
@@ -208,19 +213,23 @@ impl PendingSnapshot {
         };
         let mut shared_files = reused;
         let mut private_files = Vec::new();
-        for (job, digest) in jobs.into_iter().zip(digests) {
+        let mut new_shared = Vec::new();
+        for (job, (remote_name, digest)) in jobs.into_iter().zip(digests) {
             stats.files_uploaded += 1;
             stats.bytes_uploaded += digest.size;
             match job.sst_id {
                 Some(sst_id) => shared_files.push(SharedFile {
-                    remote_name: job.remote_name,
+                    remote_name: {
+                        new_shared.push(remote_name.clone());
+                        remote_name
+                    },
                     local_name: job.local_name,
                     size: digest.size,
                     crc32: digest.crc32,
                     sst_id,
                 }),
                 None => private_files.push(PrivateFile {
-                    remote_name: job.remote_name,
+                    remote_name,
                     local_name: job.local_name,
                     size: digest.size,
                     crc32: digest.crc32,
@@ -241,10 +250,7 @@ impl PendingSnapshot {
             shared_files,
             private_files,
             operator_state: self.operator_state.clone(),
-            created_at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            created_at_ms: cp.clock.now_ms(),
         };
         let shared_referenced = manifest.shared_files.len() as u64;
         let manifest_span = tracing::info_span!("checkpoint.manifest", id).entered();
@@ -252,9 +258,9 @@ impl PendingSnapshot {
         let meta_name = layout::metadata_name(id, &cp.backend_id);
         cp.storage.put_bytes(&meta_name, &bytes)?;
         stats.manifest_bytes = bytes.len() as u64;
-        cp.committed(id, &meta_name, Arc::new(manifest), new_shared)?;
         drop(manifest_span);
         stats.async_duration = start.elapsed();
+        cp.committed(id, Arc::new(manifest), new_shared, stats.clone())?;
         let mut m = self.metrics.lock();
         m.last_checkpoint_id = Some(id);
         m.last_sync_duration = stats.sync_duration;

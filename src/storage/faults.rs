@@ -269,6 +269,12 @@ impl CheckpointStorage for FaultyStorage {
         Ok(out)
     }
 
+    /// Not faulted and not counted: a HEAD is read-after-write consistent where listings lag
+    /// (`Fault::HideFresh` hides objects from listings only).
+    fn exists(&self, name: &str) -> Result<bool> {
+        self.inner.exists(name)
+    }
+
     fn delete(&self, name: &str) -> Result<()> {
         self.faulted(OpKind::Delete, name, |_| self.inner.delete(name))
     }

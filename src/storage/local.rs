@@ -373,6 +373,15 @@ impl CheckpointStorage for LocalStorage {
         Ok(out)
     }
 
+    fn exists(&self, name: &str) -> Result<bool> {
+        let path = self.path_of(name)?;
+        match fs::metadata(&path) {
+            Ok(m) => Ok(m.is_file()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+
     fn delete(&self, name: &str) -> Result<()> {
         let path = self.path_of(name)?;
         match fs::remove_file(&path) {
@@ -381,10 +390,15 @@ impl CheckpointStorage for LocalStorage {
             Err(e) => return Err(Error::io(&path, e)),
         }
         // Remove directories the delete emptied (a checkpoint's directory), up to the root.
-        // Failure just means the directory is not empty (or is being filled again).
+        // Failure just means the directory is not empty (or is being filled again). The
+        // first directory that stays is fsynced, so the removal is durable once this returns
+        // (a garbage pass that deletes a manifest before its files relies on that order).
         let mut dir = path.parent();
         while let Some(d) = dir {
             if d == self.root || fs::remove_dir(d).is_err() {
+                if self.sync {
+                    sync_dir(d)?;
+                }
                 break;
             }
             dir = d.parent();

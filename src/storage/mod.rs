@@ -5,8 +5,9 @@
 //! This module owns how bytes reach storage and come back; it knows nothing about checkpoints.
 //! What the object names mean is owned by `checkpoint::layout`. Implementations:
 //! [`LocalStorage`] (a directory), [`ObjectStorage`] (S3-compatible stores and in-memory, over
-//! the `object_store` crate) and [`FaultyStorage`] (a fault-injecting wrapper for tests and
-//! fuzzing). [`open_storage`] picks one from a URL.
+//! the `object_store` crate), [`ScopedStorage`] (one job's namespace `jobs/<id>/` inside
+//! another storage) and [`FaultyStorage`] (a fault-injecting wrapper for tests and fuzzing).
+//! [`open_storage`] picks one from a URL.
 //!
 //! Rules every implementation must follow (the checkpoint code relies on them):
 //! * A put never replaces an existing object: putting a name that exists is
@@ -21,6 +22,7 @@
 mod faults;
 mod local;
 mod object;
+mod scoped;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +31,7 @@ use std::time::{Duration, SystemTime};
 pub use faults::{Fault, FaultyStorage, OpKind};
 pub use local::LocalStorage;
 pub use object::{ObjectStorage, ObjectStorageOptions};
+pub use scoped::ScopedStorage;
 
 use crate::error::{Error, Result};
 
@@ -78,6 +81,12 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
 
     /// Deletes object `name`; deleting a missing object succeeds.
     fn delete(&self, name: &str) -> Result<()>;
+
+    /// Whether object `name` exists, read-after-write consistent (a stored object is seen
+    /// even where listings lag). The default lists `name` as a prefix.
+    fn exists(&self, name: &str) -> Result<bool> {
+        Ok(self.list(name)?.iter().any(|o| o.name == name))
+    }
 
     /// Removes leftovers of puts that never finished (temporary files, unfinished multipart
     /// uploads) older than `min_age`; returns how many. The default has nothing to remove.

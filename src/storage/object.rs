@@ -774,6 +774,19 @@ impl CheckpointStorage for ObjectStorage {
         Ok(removed)
     }
 
+    fn exists(&self, name: &str) -> Result<bool> {
+        let path = self.object_path(name)?;
+        let store = self.store();
+        self.with_retries(|_| {
+            let (store, path) = (Arc::clone(&store), path.clone());
+            match self.run(async move { store.head(&path).await })? {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(map_error("head", name, e)),
+            }
+        })
+    }
+
     fn delete(&self, name: &str) -> Result<()> {
         let path = self.object_path(name)?;
         let store = self.store();

@@ -3,6 +3,7 @@
 //! the S3 test server ([`s3`]); [`on_every_storage!`] runs a test body on both.
 #![allow(dead_code)]
 
+pub mod crash;
 pub mod s3;
 
 use std::collections::BTreeMap;

@@ -11,13 +11,14 @@ pub mod s3;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use rand::rngs::SmallRng;
 use rand::Rng;
+use rockstate::coordinator::task_checkpoint;
 use rockstate::{
-    AggregateFunction, CheckpointOptions, CheckpointStorage, DbOptions, KeyGroupRange,
-    KeyedBackend, LocalStorage, RestoreFrom,
+    AggregateFunction, CheckpointOptions, CheckpointStats, CheckpointStorage, DbOptions, JobOwner,
+    KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom, SystemClock,
 };
 
 /// A temporary directory for backend directories and the checkpoint storage: a directory
@@ -250,6 +251,55 @@ pub fn model_pairs(model: &Model) -> usize {
     keys.len()
 }
 
+/// The owner of the job every instance on `storage` belongs to (one per storage object, as a
+/// job has one coordinator), keeping `retained` checkpoints.
+pub fn owner_of(storage: &Arc<dyn CheckpointStorage>, retained: usize) -> Arc<JobOwner> {
+    static OWNERS: Mutex<Vec<(usize, Weak<JobOwner>)>> = Mutex::new(Vec::new());
+    let key = Arc::as_ptr(storage) as *const () as usize;
+    let mut owners = OWNERS.lock().unwrap();
+    owners.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(o) = owners
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return o;
+    }
+    let o = Arc::new(JobOwner::open(Arc::clone(storage), retained, Arc::new(SystemClock)).unwrap());
+    owners.push((key, Arc::downgrade(&o)));
+    o
+}
+
+/// Checkpoint `id` of the job made of `backends` (their storage's job): every backend uploads
+/// its snapshot, the owner commits the job record naming their manifests, and every backend
+/// is told that `id` completed.
+pub fn checkpoint_job(
+    storage: &Arc<dyn CheckpointStorage>,
+    backends: &[&KeyedBackend],
+    id: u64,
+) -> Vec<CheckpointStats> {
+    let owner = owner_of(storage, 1);
+    let stats: Vec<CheckpointStats> = backends.iter().map(|b| b.checkpoint(id).unwrap()).collect();
+    let record = sst_format::JobCheckpoint {
+        checkpoint_id: id,
+        job_name: "rescale-test".into(),
+        max_parallelism: M,
+        triggered_at_ms: 0,
+        completed_at_ms: 0,
+        tasks: backends
+            .iter()
+            .zip(&stats)
+            .enumerate()
+            .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
+            .collect(),
+    };
+    owner.commit(&record).unwrap();
+    for b in backends {
+        b.notify_checkpoint_complete(id).unwrap();
+    }
+    stats
+}
+
 /// The builder of operator instance `i` of `p` under `dir/name-i`.
 fn instance(
     dir: &Path,
@@ -265,6 +315,7 @@ fn instance(
         .key_groups(KeyGroupRange::for_operator(M, p, i).unwrap())
         .checkpoint_storage(Arc::clone(storage))
         .checkpoint_options(opts.clone())
+        .job_owner(owner_of(storage, opts.retained))
 }
 
 /// Opens `p` fresh operator instances under `dir/name-i`.

@@ -42,8 +42,8 @@ use rockstate::coordinator::{
 };
 use rockstate::operator_state::{redistribute, OperatorState};
 use rockstate::{
-    BackendMetrics, CheckpointOptions, CheckpointStorage, KeyGroupRange, KeyedBackend,
-    LocalStorage, ManualClock, RestoreFrom, StateDescriptor, TtlConfig,
+    BackendMetrics, CheckpointStorage, KeyGroupRange, KeyedBackend, LocalStorage, ManualClock,
+    RestoreFrom, StateDescriptor, TtlConfig,
 };
 use sst_format::{JobCheckpoint, RedistributionMode};
 
@@ -70,9 +70,14 @@ pub struct DemoArgs {
     /// Input partitions the sources share (impression `i` is in partition `i % partitions`).
     #[arg(long, default_value_t = 12)]
     partitions: u32,
-    /// Trigger a checkpoint every this many processed impressions.
-    #[arg(long, default_value_t = 10_000)]
-    checkpoint_every: u64,
+    /// Trigger a checkpoint every this many processed impressions (default 10,000; with
+    /// --crashes N, impressions / (3 × (N + 1)) so every leg completes checkpoints).
+    #[arg(long)]
+    checkpoint_every: Option<u64>,
+    /// Crash this many times at random points, each restore at a random parallelism after
+    /// the first (which follows --rescale-to / --rescale-sources-to). Default 1.
+    #[arg(long, default_value_t = 1)]
+    crashes: u32,
     /// Crash once this many impressions were processed (default: a random point, see
     /// --crash-seed).
     #[arg(long)]
@@ -89,12 +94,27 @@ pub struct DemoArgs {
     /// Seed of the impression stream.
     #[arg(long, default_value_t = 7)]
     seed: u64,
-    /// Checkpoint storage directory (default: a temporary directory).
+    /// Checkpoint storage: a directory or s3://bucket/prefix (default: a temporary
+    /// directory). Each run keeps its checkpoints apart under `jobs/<job id>/`.
     #[arg(long)]
     storage: Option<String>,
 }
 
+impl DemoArgs {
+    /// Impressions between two checkpoint triggers.
+    fn every(&self) -> u64 {
+        self.checkpoint_every
+            .unwrap_or(match self.crashes {
+                0 | 1 => 10_000,
+                n => self.impressions / (3 * (u64::from(n) + 1)),
+            })
+            .max(1)
+    }
+}
+
 const MAX_PARALLELISM: u32 = 128;
+/// Completed checkpoints the job keeps.
+const RETAINED: usize = 2;
 const CAP: u64 = 5;
 /// Records buffered per keyed task's input.
 const CHANNEL_CAPACITY: usize = 256;
@@ -502,7 +522,7 @@ fn run_job(
     let plan = plan_start(restored.as_ref(), topology, args.partitions)?;
     let mut config = CoordinatorConfig::new("freqcap", s + p, MAX_PARALLELISM);
     config.sources = (0..s).collect();
-    config.retained = 2;
+    config.retained = RETAINED;
     let dyn_storage: Arc<dyn CheckpointStorage> = storage.clone();
     let mut coord = Coordinator::new(
         config,
@@ -535,10 +555,7 @@ fn run_job(
             .key_groups(ranges[i as usize])
             .clock(Arc::new(clock.clone()))
             .checkpoint_storage(dyn_storage.clone())
-            .checkpoint_options(CheckpointOptions {
-                retained: 2,
-                ..CheckpointOptions::default()
-            });
+            .job_owner(coord.owner().clone());
         let kt = KeyedTask {
             task,
             backend: match &plan.restore {
@@ -602,9 +619,7 @@ fn run_job(
             if let Triggered::Started(id) = coord.trigger()? {
                 // Sources emit the next `checkpoint_every` impressions only now, after the
                 // previous checkpoint completed: a crash point maps to checkpoints exactly.
-                shared
-                    .gate
-                    .fetch_add(args.checkpoint_every.max(1), Ordering::SeqCst);
+                shared.gate.fetch_add(args.every(), Ordering::SeqCst);
                 if all_in {
                     final_triggered = Some(id);
                 }
@@ -651,7 +666,7 @@ impl Shared {
             partitions: args.partitions,
             processed: AtomicU64::new(processed),
             emitted: AtomicU64::new(processed),
-            gate: AtomicU64::new(processed + args.checkpoint_every.max(1)),
+            gate: AtomicU64::new(processed + args.every()),
             kill: AtomicBool::new(false),
             crash_at,
             sink,
@@ -665,6 +680,34 @@ struct RunResult {
     alerts: Vec<(u32, u32)>,
     end: RunEnd,
     restores: u32,
+    /// The storage right after each crash.
+    crashes: Vec<CrashReport>,
+}
+
+/// The job's storage right after one crash (`docs/ownership.md` §3 rule 5).
+struct CrashReport {
+    /// Impressions processed when it crashed.
+    at: u64,
+    footprint: rockstate::catalog::Footprint,
+    /// The parallelism the job restarts at.
+    restart: Topology,
+}
+
+impl CrashReport {
+    /// Besides the retained checkpoints and the attempts newer than the last completed one,
+    /// at most the garbage of one interrupted garbage pass
+    /// (`rockstate::catalog::Footprint::within_bound`), given the largest live state seen.
+    fn within_bound(&self, live_max: u64) -> bool {
+        self.footprint.within_bound(live_max)
+    }
+}
+
+/// One restart of the job: its parallelism and how many impressions after its restore point
+/// it crashes again (`None`: it runs to the end).
+#[derive(Debug, Clone, Copy)]
+struct Restart {
+    topology: Topology,
+    crash_after: Option<u64>,
 }
 
 /// Impressions the sources had consumed at the checkpoint of `record` (partition `p` holds
@@ -682,12 +725,13 @@ fn consumed_at(record: &JobCheckpoint, partitions: u32) -> Result<u64, CliError>
     Ok(n)
 }
 
-/// Runs the job at `before` until it ends or crashes after `crash_at` impressions; after a
-/// crash, restores it at `after` and runs it to the end.
+/// Runs the job at `before` until it ends or crashes after `crash_at` impressions; after each
+/// crash restores it per the next of `restarts` (the last one runs to the end).
 fn run_once(
     args: &DemoArgs,
-    (before, after): (Topology, Topology),
+    before: Topology,
     crash_at: u64,
+    restarts: &[Restart],
     storage: Arc<dyn CheckpointStorage>,
     work: &Path,
     label: &str,
@@ -695,27 +739,59 @@ fn run_once(
     let sink = Arc::new(Mutex::new(SinkOutput::default()));
     let shared = Shared::new(args, before, 0, crash_at, sink.clone());
     let mut end = run_job(args, before, shared.clone(), storage.clone(), work, label)?;
+    let mut processed = shared.processed.load(Ordering::SeqCst);
     let mut restores = 0;
+    let mut crashes = Vec::new();
     while end.crashed {
+        let restart = restarts.get(restores).copied().unwrap_or(Restart {
+            topology: before,
+            crash_after: None,
+        });
         restores += 1;
+        let footprint = rockstate::catalog::Catalog::load(storage.as_ref())?.footprint(RETAINED);
         let restored = latest_job_checkpoint(storage.as_ref())?;
         eprintln!(
-            "  crashed after {} impressions; restoring from checkpoint {} with {} keyed tasks \
+            "  crash {restores} after {processed} impressions: storage {}, live {}, {} \
+             completed checkpoints kept; restoring from checkpoint {} with {} keyed tasks \
              and {} sources",
-            shared.processed.load(Ordering::SeqCst),
+            human_bytes(footprint.total_bytes),
+            human_bytes(footprint.retained_bytes),
+            footprint.records,
             restored
                 .as_ref()
                 .map_or("none (start over)".into(), |r| r.checkpoint_id.to_string()),
-            after.keyed,
-            after.sources,
+            restart.topology.keyed,
+            restart.topology.sources,
         );
+        crashes.push(CrashReport {
+            at: processed,
+            footprint,
+            restart: restart.topology,
+        });
         // The restored job re-processes everything after the checkpoint: count from there.
         let at_checkpoint = match &restored {
             Some(r) => consumed_at(r, args.partitions)?,
             None => 0,
         };
-        let again = Shared::new(args, after, at_checkpoint, u64::MAX, sink.clone());
-        let more = run_job(args, after, again, storage.clone(), work, "restored job")?;
+        let crash_at = restart
+            .crash_after
+            .map_or(u64::MAX, |n| at_checkpoint.saturating_add(n));
+        let again = Shared::new(
+            args,
+            restart.topology,
+            at_checkpoint,
+            crash_at,
+            sink.clone(),
+        );
+        let more = run_job(
+            args,
+            restart.topology,
+            again.clone(),
+            storage.clone(),
+            work,
+            "restored job",
+        )?;
+        processed = again.processed.load(Ordering::SeqCst);
         end.rows.extend(more.rows);
         end.metrics = more.metrics;
         end.crashed = more.crashed;
@@ -725,7 +801,8 @@ fn run_once(
     Ok(RunResult {
         alerts,
         end,
-        restores,
+        restores: restores as u32,
+        crashes,
     })
 }
 
@@ -773,18 +850,54 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
         },
         None => local(&tmp.path().join("storage"))?,
     };
-    let crash_at = match args.crash_at {
-        Some(n) => n,
-        None => {
-            let seed = args.crash_seed.unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64)
-            });
-            eprintln!("crash seed {seed} (repeat with --crash-seed {seed})");
-            args.impressions / 5 + mix(seed) % (args.impressions / 2).max(1)
+    // Each run is a job of its own: its checkpoints live apart from every other run's in the
+    // same storage (a second run on the same storage starts fresh instead of meeting the
+    // first run's checkpoints).
+    let job_id = format!("freqcap-{:016x}", rand::random::<u64>());
+    eprintln!("job {job_id}: checkpoints under jobs/{job_id}/ of the storage");
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(rockstate::ScopedStorage::for_job(storage, &job_id)?);
+    let seed = args.crash_seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    if args.crash_at.is_none() || args.crashes > 1 {
+        eprintln!("crash seed {seed} (repeat with --crash-seed {seed})");
+    }
+    let every = args.every();
+    let mut draw = {
+        let mut state = seed;
+        move |n: u64| {
+            state = mix(state.wrapping_add(0x9e37_79b9_7f4a_7c15));
+            state % n.max(1)
         }
     };
+    let crashes = args.crashes.max(1);
+    // With several crashes, each leg crashes 2–3 checkpoint intervals after its restore
+    // point, so every leg completes a checkpoint first and the job always progresses.
+    let leg = |draw: &mut dyn FnMut(u64) -> u64| 2 * every + 1 + draw(every);
+    let crash_at = match (args.crash_at, crashes) {
+        (Some(n), _) => n,
+        (None, 1) => args.impressions / 5 + draw(args.impressions / 2),
+        (None, _) => leg(&mut draw),
+    };
+    let mut restarts: Vec<Restart> = Vec::new();
+    for i in 0..crashes {
+        let topology = if i == 0 {
+            after
+        } else {
+            Topology {
+                keyed: 1 + draw(4) as u32,
+                sources: 1 + draw(3) as u32,
+            }
+        };
+        let crash_after = (i + 1 < crashes).then(|| leg(&mut draw));
+        restarts.push(Restart {
+            topology,
+            crash_after,
+        });
+    }
     let started = Instant::now();
     eprintln!(
         "reference run (no crash): {} impressions, {} keyed tasks, {} sources",
@@ -792,8 +905,9 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
     );
     let reference = run_once(
         args,
-        (before, before),
+        before,
         u64::MAX,
+        &[],
         local(&tmp.path().join("reference"))?,
         &tmp.path().join("ref-work"),
         "reference run",
@@ -803,10 +917,12 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
         alerts: output,
         end,
         restores,
+        crashes: crash_reports,
     } = run_once(
         args,
-        (before, after),
+        before,
         crash_at,
+        &restarts,
         storage,
         &tmp.path().join("work"),
         "job",
@@ -841,18 +957,44 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
             m.checkpoint.shared_files_referenced,
         );
     }
+    if !crash_reports.is_empty() {
+        println!("crash  at impressions  storage    live       kept  garbage    restart");
+    }
+    let mut live_max = 0;
+    let mut bounded = true;
+    for (i, c) in crash_reports.iter().enumerate() {
+        let f = &c.footprint;
+        live_max = live_max.max(f.retained_bytes);
+        let within = c.within_bound(live_max);
+        bounded &= within;
+        println!(
+            "{:>5}  {:>14}  {:>9}  {:>9}  {:>4}  {:>9}  {} keyed, {} sources{}",
+            i + 1,
+            c.at,
+            human_bytes(f.total_bytes),
+            human_bytes(f.retained_bytes),
+            f.records,
+            human_bytes(f.garbage_bytes),
+            c.restart.keyed,
+            c.restart.sources,
+            if within { "" } else { "  OVER BOUND" },
+        );
+    }
     let dups = output.windows(2).filter(|w| w[0] == w[1]).count();
-    let pass = output == reference.alerts;
+    let exactly_once = output == reference.alerts;
+    let pass = exactly_once && bounded;
+    let last = crash_reports.last().map_or(before, |c| c.restart);
     println!(
         "verdict: {} alerts {} (reference {}), duplicates {dups}, restores {restores}, \
-         keyed tasks {} -> {}, sources {} -> {}, {:.1}s",
+         keyed tasks {} -> {}, sources {} -> {}, storage {}, {:.1}s",
         if pass { "PASS" } else { "FAIL" },
         output.len(),
         reference.alerts.len(),
         before.keyed,
-        after.keyed,
+        last.keyed,
         before.sources,
-        after.sources,
+        last.sources,
+        if bounded { "bounded" } else { "OVER BOUND" },
         started.elapsed().as_secs_f64()
     );
     Ok(if pass { EXIT_OK } else { EXIT_PROBLEMS })

@@ -376,8 +376,10 @@ pub struct GcArgs {
     json: bool,
 }
 
-/// `rockstate gc`: dry run unless `--apply`. Never deletes a file a committed manifest
-/// references; refuses (exit 1) while a manifest cannot be decoded.
+/// `rockstate gc`: dry run unless `--apply`. The library's garbage classification
+/// (`catalog::classify`) keeping every job record: never deletes what a completed, pending or
+/// pinned checkpoint needs; refuses (exit 1) while such a manifest or a job record cannot be
+/// decoded.
 pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
     let storage = storage_arg::open(&args.storage)?;
     let cat = Catalog::load(storage.as_ref())?;
@@ -391,8 +393,13 @@ pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
         None
     };
     let why = |r: GcReason| match r {
-        GcReason::UnreferencedShared => "unreferenced shared file",
+        GcReason::SubsumedRecord => "subsumed job record",
+        GcReason::Finished => "checkpoint of a finished id",
         GcReason::Uncommitted => "uncommitted checkpoint",
+        GcReason::FinishedShared => "shared file of a finished id",
+        GcReason::UnreferencedShared => "unreferenced shared file",
+        GcReason::ExpiredPin => "expired restore pin",
+        _ => "garbage",
     };
     if args.json {
         print_json(&json!({

@@ -1,0 +1,599 @@
+//! The job's checkpoint owner: the one component that deletes anything a checkpoint
+//! committed. Backends (tasks) upload their snapshot and write its manifest (their
+//! acknowledgement); they delete only what an attempt of theirs uploaded that never became an
+//! acknowledgement, or that the job aborted. The owner commits checkpoint N by writing the job
+//! record `job/chk-<N>` once it has checked that every file the record's manifests name is in
+//! storage, keeps the newest `retained` records, and after every commit and in its sweep
+//! deletes what the one garbage classification ([`crate::catalog::classify`]) calls garbage.
+//!
+//! One owner per checkpoint storage (namespace): the job's coordinator
+//! ([`crate::coordinator::Coordinator`] creates one), or, for a backend without a coordinator,
+//! the backend itself (it is then a job of one task). Storage is the truth and memory a cache:
+//! an owner opened on a storage that already holds this job's checkpoints (a restart, a
+//! rescale) takes its records as completed checkpoints and its leftovers as garbage. The whole
+//! protocol, with a sequence diagram, is `docs/ownership.md`.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use sst_format::{CheckpointManifest, JobCheckpoint};
+
+use super::layout;
+use super::registry::decode_manifest_named;
+use super::SweepStats;
+use crate::catalog::{classify, Catalog, GcPlan, GcPolicy, GcReason, ManifestCache};
+use crate::error::{Error, Result};
+use crate::storage::CheckpointStorage;
+use crate::ttl::Clock;
+
+/// The owner of a job's checkpoints in one storage (see the module docs).
+#[derive(Debug)]
+pub struct JobOwner {
+    storage: Arc<dyn CheckpointStorage>,
+    clock: Arc<dyn Clock>,
+    retained: usize,
+    state: Mutex<State>,
+    cache: ManifestCache,
+    /// Shared names attempts in flight in this process may reference, by (backend, id):
+    /// the reuse base they took and what they uploaded so far. Registered by backends linked
+    /// to this owner; an owner in another process relies on the commit check instead.
+    protected: Mutex<BTreeMap<(String, u64), HashSet<String>>>,
+    /// Serializes commits, garbage passes and sweeps.
+    gc_lock: Mutex<()>,
+    /// When this owner opened (its clock): a pin of a restore that began before belongs to a
+    /// run of the job that is gone, and the first pass releases it.
+    opened_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Retained completed checkpoints, by id.
+    records: BTreeMap<u64, JobCheckpoint>,
+    /// Every job record id this owner found in storage or wrote: any other record is another
+    /// owner's ([`Error::StorageConflict`]).
+    known: BTreeSet<u64>,
+    /// The highest checkpoint id in storage when this owner opened: ids up to it that no
+    /// retained record names belong to a run of the job that is gone and can never complete
+    /// (this owner hands out higher ids; a backend's in-flight attempts are protected).
+    open_max: u64,
+    /// Highest checkpoint id found in storage at open or handed out or committed since.
+    max_id: u64,
+    /// Set when a record put failed in a way that may have stored it: the next pass reloads
+    /// the records from storage before deciding anything.
+    unsure: bool,
+}
+
+/// What [`JobOwner::commit`] did once the record is in storage.
+#[derive(Debug)]
+pub struct Committed {
+    /// The garbage pass after the commit failed with this error (the commit itself took
+    /// effect; the next pass retries the deletions).
+    pub gc_error: Option<Error>,
+}
+
+/// What one garbage pass deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcStats {
+    /// Job records of subsumed checkpoints.
+    pub records_deleted: usize,
+    /// Objects of task checkpoints (manifests and private files).
+    pub checkpoint_objects_deleted: usize,
+    /// Shared files.
+    pub shared_deleted: usize,
+    /// Restore pins.
+    pub pins_deleted: usize,
+    /// Bytes of everything deleted.
+    pub bytes_deleted: u64,
+}
+
+impl JobOwner {
+    /// Opens the owner of the checkpoints in `storage`, keeping the newest `retained` job
+    /// records. Records already there are this job's completed checkpoints; new checkpoint
+    /// ids start above every id found in storage. An undecodable record is
+    /// [`Error::CheckpointCorrupt`].
+    pub fn open(
+        storage: Arc<dyn CheckpointStorage>,
+        retained: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<JobOwner> {
+        if retained == 0 {
+            return Err(Error::InvalidOption {
+                name: "retained",
+                detail: "must be at least 1".into(),
+            });
+        }
+        let opened_ms = clock.now_ms();
+        let owner = JobOwner {
+            opened_ms,
+            storage,
+            clock,
+            retained,
+            state: Mutex::new(State::default()),
+            cache: ManifestCache::default(),
+            protected: Mutex::new(BTreeMap::new()),
+            gc_lock: Mutex::new(()),
+        };
+        owner.reload()?;
+        Ok(owner)
+    }
+
+    /// [`JobOwner::open`], then a garbage pass: a job that restarts (after a crash, at
+    /// another parallelism) removes what its earlier runs left before it starts anything
+    /// new, even if it dies again before its first completion. Only for the one owner of the
+    /// storage: every id up to the highest in storage counts as finished, so another owner's
+    /// attempts in flight would be deleted.
+    pub fn open_and_collect(
+        storage: Arc<dyn CheckpointStorage>,
+        retained: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<JobOwner> {
+        let owner = JobOwner::open(storage, retained, clock)?;
+        owner.collect_garbage()?;
+        Ok(owner)
+    }
+
+    /// Rebuilds the in-memory records from storage (at open: also `open_max`).
+    fn reload(&self) -> Result<()> {
+        let ids = record_ids(self.storage.as_ref())?;
+        let mut records = BTreeMap::new();
+        for &id in ids.iter().rev().take(self.retained) {
+            records.insert(id, read_record(self.storage.as_ref(), id)?);
+        }
+        let max_task = self
+            .storage
+            .list(layout::CHECKPOINT_PREFIX)?
+            .iter()
+            .filter_map(|o| layout::parse_checkpoint_object(&o.name).map(|p| p.id))
+            .max()
+            .unwrap_or(0);
+        let max_shared = self
+            .storage
+            .list(layout::SHARED_PREFIX)?
+            .iter()
+            .filter_map(|o| layout::parse_shared_name(&o.name).and_then(|n| n.checkpoint_id))
+            .max()
+            .unwrap_or(0);
+        let mut s = self.state.lock();
+        let in_storage = ids
+            .last()
+            .copied()
+            .unwrap_or(0)
+            .max(max_task)
+            .max(max_shared);
+        if s.known.is_empty() && s.max_id == 0 {
+            s.open_max = in_storage;
+        }
+        s.max_id = s.max_id.max(in_storage);
+        s.known.extend(ids.iter().copied());
+        s.records = records;
+        s.unsure = false;
+        Ok(())
+    }
+
+    /// Whether job record `id` is in storage, after reloading (for a commit whose outcome was
+    /// [`Error::CommitInDoubt`]).
+    pub fn resolve(&self, id: u64) -> Result<bool> {
+        let _guard = self.gc_lock.lock();
+        let found = match read_record(self.storage.as_ref(), id) {
+            Ok(_) => true,
+            Err(Error::ObjectNotFound { .. }) => false,
+            Err(e) => return Err(e),
+        };
+        if found {
+            self.state.lock().known.insert(id);
+        }
+        self.reload()?;
+        Ok(found)
+    }
+
+    /// The storage this owner deletes in.
+    pub fn storage(&self) -> &Arc<dyn CheckpointStorage> {
+        &self.storage
+    }
+
+    /// The clock this owner ages objects with; backends linked to it name their uploads by it.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// How many completed checkpoints are kept.
+    pub fn retained_count(&self) -> usize {
+        self.retained
+    }
+
+    /// Ids of the retained completed checkpoints, oldest first.
+    pub fn retained(&self) -> Vec<u64> {
+        self.state.lock().records.keys().copied().collect()
+    }
+
+    /// The newest completed checkpoint's record.
+    pub fn latest(&self) -> Option<JobCheckpoint> {
+        self.state
+            .lock()
+            .records
+            .last_key_value()
+            .map(|(_, r)| r.clone())
+    }
+
+    /// The retained record of checkpoint `id`.
+    pub fn record(&self, id: u64) -> Option<JobCheckpoint> {
+        self.state.lock().records.get(&id).cloned()
+    }
+
+    /// A checkpoint id above every id in storage and every id handed out before.
+    pub fn next_checkpoint_id(&self) -> Result<u64> {
+        let mut s = self.state.lock();
+        s.max_id = s
+            .max_id
+            .checked_add(1)
+            .ok_or_else(|| Error::Coordinator("checkpoint ids exhausted".into()))?;
+        Ok(s.max_id)
+    }
+
+    /// Commits checkpoint `record.checkpoint_id`: checks that the id is newer than every
+    /// completed one, that no job record of another owner is in storage, that every task
+    /// manifest the record names is in storage and describes this checkpoint, and that every
+    /// file those manifests reference is in storage; then writes the record (create-if-absent:
+    /// the commit point) and runs a garbage pass. Nothing is written when a check fails:
+    /// [`Error::CheckpointRejected`] says which file is missing (a reused file a newer
+    /// completion deleted), and the tasks then abort the checkpoint. When the record's put
+    /// fails and storage cannot say whether it landed, the result is
+    /// [`Error::CommitInDoubt`]: the tasks must not delete the checkpoint; [`JobOwner::resolve`]
+    /// tells later. A record already in storage that names the same manifests (a retried
+    /// commit) counts as committed.
+    pub fn commit(&self, record: &JobCheckpoint) -> Result<Committed> {
+        let _guard = self.gc_lock.lock();
+        let id = record.checkpoint_id;
+        self.reload_if_unsure()?;
+        if let Some(&newest) = self.state.lock().records.keys().next_back() {
+            if id <= newest {
+                return Err(Error::CheckpointRejected {
+                    id,
+                    reason: format!("checkpoint {newest} already completed"),
+                });
+            }
+        }
+        self.check_no_foreign_records(&record_ids(self.storage.as_ref())?)?;
+        self.check_record_files(record)?;
+        let bytes = sst_format::encode_job_checkpoint(record)?;
+        let name = layout::job_record_name(id);
+        if let Err(e) = self.storage.put_bytes(&name, &bytes) {
+            // The put may have stored the record and failed after: ask storage.
+            match read_record(self.storage.as_ref(), id) {
+                Ok(stored) if same_manifests(&stored, record) => {}
+                Ok(_) => {
+                    return Err(Error::StorageConflict(format!(
+                        "job record {id} was written by another owner: a coordinator and a \
+                         backend without one (open it with `job_owner` or \
+                         `job_coordinated`), or two jobs, complete checkpoints in one storage"
+                    )))
+                }
+                Err(Error::ObjectNotFound { .. }) if !matches!(e, Error::ObjectExists { .. }) => {
+                    return Err(e)
+                }
+                Err(read) => {
+                    self.state.lock().unsure = true;
+                    return Err(Error::CommitInDoubt {
+                        id,
+                        detail: format!("put failed ({e}), then reading it back failed ({read})"),
+                    });
+                }
+            }
+        }
+        // The record now keeps what those attempts reference: their in-memory protection (and
+        // that of their older attempts, which can never complete) ends before the pass.
+        let named: HashSet<String> = record_backends(record).map(str::to_string).collect();
+        self.protected
+            .lock()
+            .retain(|(backend, k), _| !(*k <= id && named.contains(backend)));
+        {
+            let mut s = self.state.lock();
+            s.known.insert(id);
+            s.records.insert(id, record.clone());
+            while s.records.len() > self.retained {
+                s.records.pop_first();
+            }
+            s.max_id = s.max_id.max(id);
+        }
+        Ok(Committed {
+            gc_error: self.pass(None).err(),
+        })
+    }
+
+    /// [`Error::StorageConflict`] if `ids` holds a job record this owner neither found at
+    /// open nor wrote.
+    fn check_no_foreign_records(&self, ids: &[u64]) -> Result<()> {
+        let s = self.state.lock();
+        match ids.iter().find(|id| !s.known.contains(id)) {
+            Some(foreign) => Err(Error::StorageConflict(format!(
+                "job record {foreign} is in storage but this owner did not write it: another \
+                 job or owner completes checkpoints in the same storage (give each job its own \
+                 namespace, `ScopedStorage`; link a coordinated job's backends with \
+                 `job_owner` or `job_coordinated`)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn reload_if_unsure(&self) -> Result<()> {
+        if self.state.lock().unsure {
+            self.reload()?;
+        }
+        Ok(())
+    }
+
+    /// Every manifest `record` names exists and describes checkpoint `id`, and every file
+    /// they reference is in storage.
+    fn check_record_files(&self, record: &JobCheckpoint) -> Result<()> {
+        let id = record.checkpoint_id;
+        let reject = |reason: String| Error::CheckpointRejected { id, reason };
+        let known: HashSet<String> = {
+            let s = self.state.lock();
+            let mut names = HashSet::new();
+            for r in s.records.values() {
+                for m in r.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
+                    if let Some(manifest) = self.cache.lock().get(m) {
+                        names.extend(manifest.shared_files.iter().map(|f| f.remote_name.clone()));
+                    }
+                }
+            }
+            names
+        };
+        for name in record.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
+            let p = layout::parse_checkpoint_object(name)
+                .filter(|p| p.is_metadata() && p.id == id)
+                .ok_or_else(|| reject(format!("`{name}` is not a manifest of checkpoint {id}")))?;
+            let manifest = match self.manifest(name) {
+                Ok(m) => m,
+                Err(Error::ObjectNotFound { .. }) => {
+                    return Err(reject(format!("manifest {name} is not in storage")))
+                }
+                Err(e) => return Err(e),
+            };
+            if manifest.checkpoint_id != id || manifest.backend_id != p.backend_id {
+                return Err(Error::CheckpointCorrupt {
+                    file: name.to_string(),
+                    detail: format!(
+                        "manifest describes checkpoint {} of backend {}",
+                        manifest.checkpoint_id, manifest.backend_id
+                    ),
+                });
+            }
+            // One listing for the private files; a name it misses (a listing may lag) is
+            // asked for directly.
+            let in_dir: HashSet<String> = self
+                .storage
+                .list(&layout::checkpoint_dir(id, p.backend_id))?
+                .into_iter()
+                .map(|o| o.name)
+                .collect();
+            for f in &manifest.private_files {
+                if !in_dir.contains(&f.remote_name) && !self.storage.exists(&f.remote_name)? {
+                    return Err(reject(format!("{} is not in storage", f.remote_name)));
+                }
+            }
+            for f in &manifest.shared_files {
+                if known.contains(&f.remote_name) {
+                    continue;
+                }
+                if !self.storage.exists(&f.remote_name)? {
+                    return Err(reject(format!(
+                        "{} (reused by {name}) is not in storage: a newer checkpoint's \
+                         completion deleted it",
+                        f.remote_name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The manifest object `name`, decoded (cached).
+    fn manifest(&self, name: &str) -> Result<Arc<CheckpointManifest>> {
+        if let Some(m) = self.cache.lock().get(name) {
+            return Ok(Arc::clone(m));
+        }
+        let m = Arc::new(decode_manifest_named(name, &self.storage.get_bytes(name)?)?);
+        self.cache.lock().insert(name.to_string(), Arc::clone(&m));
+        Ok(m)
+    }
+
+    /// A garbage pass that deletes only what can never be needed again, whatever its age
+    /// (what a commit runs): subsumed records, task checkpoints of finished ids and their
+    /// shared files.
+    pub fn collect_garbage(&self) -> Result<GcStats> {
+        let _guard = self.gc_lock.lock();
+        self.reload_if_unsure()?;
+        self.pass(None)
+    }
+
+    /// [`JobOwner::collect_garbage`], also deleting leftovers that may belong to an attempt
+    /// in flight once they are `min_age` old by the owner's clock: checkpoint directories
+    /// without a manifest, shared files nothing references (age from the time their put
+    /// began, which their name carries), restore pins. `min_age` must exceed the longest
+    /// single upload and restore, plus the clock difference between processes.
+    pub fn sweep(&self, min_age: Duration) -> Result<SweepStats> {
+        let _span = tracing::info_span!("checkpoint.gc").entered();
+        let _guard = self.gc_lock.lock();
+        self.reload_if_unsure()?;
+        let incomplete = self.storage.sweep_incomplete(min_age)?;
+        let g = self.pass(Some(min_age))?;
+        Ok(SweepStats {
+            shared_deleted: g.shared_deleted,
+            private_deleted: g.checkpoint_objects_deleted,
+            incomplete_deleted: incomplete,
+            bytes_deleted: g.bytes_deleted,
+            records_deleted: g.records_deleted,
+            pins_deleted: g.pins_deleted,
+        })
+    }
+
+    /// Plans what a pass with `min_age` would delete, without deleting.
+    pub fn plan(&self, min_age: Option<Duration>) -> Result<GcPlan> {
+        // Protection first: an attempt that registers after this read began after the listing
+        // below too, so the listing cannot show its objects.
+        let mut protected: HashSet<String> =
+            self.protected.lock().values().flatten().cloned().collect();
+        // The retained checkpoints this owner knows are kept even where a lagging listing
+        // does not show their record or manifest yet.
+        let manifests: Vec<String> = self
+            .state
+            .lock()
+            .records
+            .values()
+            .flat_map(|r| r.tasks.iter().filter_map(|t| t.manifest.clone()))
+            .collect();
+        for name in manifests {
+            if let Some(p) = layout::parse_checkpoint_object(&name) {
+                protected.insert(layout::checkpoint_dir(p.id, p.backend_id));
+            }
+            match self.manifest(&name) {
+                Ok(m) => protected.extend(m.shared_files.iter().map(|f| f.remote_name.clone())),
+                // Gone: a pass of this owner deleted it (the record is being subsumed).
+                Err(Error::ObjectNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let catalog = Catalog::load_cached(self.storage.as_ref(), &self.cache)?;
+        let ids: Vec<u64> = catalog.job_records.iter().map(|j| j.id).collect();
+        self.check_no_foreign_records(&ids)?;
+        let finished_up_to = Some(self.state.lock().open_max);
+        classify(
+            &catalog,
+            &GcPolicy {
+                retained: self.retained,
+                min_age,
+                now_ms: self.clock.now_ms(),
+                protected,
+                pins_before_ms: Some(self.opened_ms),
+                finished_up_to,
+            },
+        )
+    }
+
+    /// One garbage pass (the caller holds `gc_lock`). Records go first; then pins are listed
+    /// again, and the pass stops if a restore pinned a checkpoint meanwhile.
+    fn pass(&self, min_age: Option<Duration>) -> Result<GcStats> {
+        let plan = self.plan(min_age)?;
+        let mut stats = GcStats::default();
+        let mut first_error = None;
+        let mut pinned_now: Option<BTreeSet<u64>> = None;
+        for (o, why) in &plan.delete {
+            if !matches!(why, GcReason::SubsumedRecord | GcReason::ExpiredPin) {
+                if pinned_now.is_none() {
+                    let expired: HashSet<&str> = plan
+                        .delete
+                        .iter()
+                        .filter(|(_, w)| matches!(w, GcReason::ExpiredPin))
+                        .map(|(p, _)| p.name.as_str())
+                        .collect();
+                    pinned_now = Some(
+                        self.storage
+                            .list(layout::PIN_PREFIX)?
+                            .iter()
+                            .filter(|p| !expired.contains(p.name.as_str()))
+                            .filter_map(|p| layout::parse_pin(&p.name).map(|(id, _)| id))
+                            .collect(),
+                    );
+                }
+                // A restore pinned a checkpoint the plan did not see pinned: what it reads is
+                // unknown to this plan, so stop; the next pass classifies with the pin.
+                if pinned_now
+                    .as_ref()
+                    .is_some_and(|now| !now.is_subset(&plan.pinned))
+                {
+                    break;
+                }
+            }
+            // A record or manifest that cannot be deleted must keep what it names: stop
+            // before the objects that come after it in the plan.
+            let commit_point =
+                matches!(why, GcReason::SubsumedRecord) || o.name.ends_with(layout::METADATA_FILE);
+            match self.storage.delete(&o.name) {
+                Ok(()) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    if commit_point {
+                        break;
+                    }
+                    continue;
+                }
+            }
+            stats.bytes_deleted += o.size;
+            match why {
+                GcReason::SubsumedRecord => stats.records_deleted += 1,
+                GcReason::Finished | GcReason::Uncommitted => stats.checkpoint_objects_deleted += 1,
+                GcReason::FinishedShared | GcReason::UnreferencedShared => {
+                    stats.shared_deleted += 1
+                }
+                GcReason::ExpiredPin => stats.pins_deleted += 1,
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(stats),
+        }
+    }
+
+    /// Registers shared names an attempt in flight in this process may reference.
+    pub(crate) fn protect(&self, backend: &str, id: u64, names: impl IntoIterator<Item = String>) {
+        self.protected
+            .lock()
+            .entry((backend.to_string(), id))
+            .or_default()
+            .extend(names);
+    }
+
+    /// Drops what [`JobOwner::protect`] registered for that attempt.
+    pub(crate) fn release(&self, backend: &str, id: u64) {
+        self.protected.lock().remove(&(backend.to_string(), id));
+    }
+}
+
+/// The backend ids whose manifests `record` names, in task order.
+pub(crate) fn record_backends(record: &JobCheckpoint) -> impl Iterator<Item = &str> {
+    record
+        .tasks
+        .iter()
+        .filter_map(|t| t.manifest.as_deref())
+        .filter_map(layout::parse_checkpoint_object)
+        .map(|p| p.backend_id)
+}
+
+/// Whether two records describe the same checkpoint (id and task manifests).
+fn same_manifests(a: &JobCheckpoint, b: &JobCheckpoint) -> bool {
+    let names = |r: &JobCheckpoint| -> Vec<Option<String>> {
+        r.tasks.iter().map(|t| t.manifest.clone()).collect()
+    };
+    a.checkpoint_id == b.checkpoint_id && names(a) == names(b)
+}
+
+/// Ids of every job record in `storage`, ascending.
+pub(crate) fn record_ids(storage: &dyn CheckpointStorage) -> Result<Vec<u64>> {
+    let mut ids: Vec<u64> = storage
+        .list(layout::JOB_PREFIX)?
+        .iter()
+        .filter_map(|o| layout::parse_job_record_name(&o.name))
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Reads and decodes job record `id`; a damaged record is [`Error::CheckpointCorrupt`].
+pub(crate) fn read_record(storage: &dyn CheckpointStorage, id: u64) -> Result<JobCheckpoint> {
+    let name = layout::job_record_name(id);
+    let bytes = storage.get_bytes(&name)?;
+    let r = sst_format::decode_job_checkpoint(&bytes).map_err(|e| Error::CheckpointCorrupt {
+        file: name.clone(),
+        detail: e.to_string(),
+    })?;
+    if r.checkpoint_id != id {
+        return Err(Error::CheckpointCorrupt {
+            file: name,
+            detail: format!("record describes checkpoint {}", r.checkpoint_id),
+        });
+    }
+    Ok(r)
+}
