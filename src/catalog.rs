@@ -571,7 +571,14 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
     let finished_up_to = newest.max(policy.finished_up_to);
     let finished = |id: u64| finished_up_to.is_some_and(|l| id <= l);
     let kept_dir = |id: u64, name: &str| {
-        live_manifests.contains(name) || pinned.contains(&id) || !finished(id)
+        live_manifests.contains(name)
+            || pinned.contains(&id)
+            || !finished(id)
+            || layout::parse_checkpoint_object(name).is_some_and(|p| {
+                policy
+                    .protected
+                    .contains(&layout::checkpoint_dir(id, p.backend_id))
+            })
     };
     for (name, e) in &catalog.bad_manifests {
         if let Some(p) = layout::parse_checkpoint_object(name) {

@@ -483,9 +483,13 @@ impl Coordinator {
     /// checkpoint triggered `timeout` or longer ago (by the clock).
     pub fn tick(&mut self) -> Result<Vec<Outcome>> {
         let mut out = Vec::new();
-        let doubtful: Vec<u64> = self.in_doubt.keys().copied().collect();
-        for id in doubtful {
-            match self.owner.resolve(id) {
+        let doubtful: Vec<(u64, JobCheckpoint)> = self
+            .in_doubt
+            .iter()
+            .map(|(id, r)| (*id, r.clone()))
+            .collect();
+        for (id, record) in doubtful {
+            match self.owner.resolve(&record) {
                 Ok(true) => {
                     if let Some(record) = self.in_doubt.remove(&id) {
                         out.extend(self.finish(record));

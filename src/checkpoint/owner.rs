@@ -116,6 +116,10 @@ impl JobOwner {
             gc_lock: Mutex::new(()),
         };
         owner.reload()?;
+        {
+            let mut s = owner.state.lock();
+            s.open_max = s.max_id;
+        }
         Ok(owner)
     }
 
@@ -162,9 +166,6 @@ impl JobOwner {
             .unwrap_or(0)
             .max(max_task)
             .max(max_shared);
-        if s.known.is_empty() && s.max_id == 0 {
-            s.open_max = in_storage;
-        }
         s.max_id = s.max_id.max(in_storage);
         s.known.extend(ids.iter().copied());
         s.records = records;
@@ -172,12 +173,19 @@ impl JobOwner {
         Ok(())
     }
 
-    /// Whether job record `id` is in storage, after reloading (for a commit whose outcome was
-    /// [`Error::CommitInDoubt`]).
-    pub fn resolve(&self, id: u64) -> Result<bool> {
+    /// Whether `record` is in storage, after reloading (for a commit whose outcome was
+    /// [`Error::CommitInDoubt`]). A different record under its id is another owner's:
+    /// [`Error::StorageConflict`].
+    pub fn resolve(&self, record: &JobCheckpoint) -> Result<bool> {
         let _guard = self.gc_lock.lock();
+        let id = record.checkpoint_id;
         let found = match read_record(self.storage.as_ref(), id) {
-            Ok(_) => true,
+            Ok(stored) if same_manifests(&stored, record) => true,
+            Ok(_) => {
+                return Err(Error::StorageConflict(format!(
+                    "job record {id} names other manifests than this owner committed"
+                )))
+            }
             Err(Error::ObjectNotFound { .. }) => false,
             Err(e) => return Err(e),
         };
@@ -247,6 +255,15 @@ impl JobOwner {
         let _guard = self.gc_lock.lock();
         let id = record.checkpoint_id;
         self.reload_if_unsure()?;
+        // A retried commit whose record landed before (its outcome was in doubt): committed.
+        let landed = self.state.lock().records.get(&id).cloned();
+        if let Some(stored) = landed {
+            if same_manifests(&stored, record) {
+                return Ok(Committed {
+                    gc_error: self.pass(None).err(),
+                });
+            }
+        }
         if let Some(&newest) = self.state.lock().records.keys().next_back() {
             if id <= newest {
                 return Err(Error::CheckpointRejected {
@@ -282,12 +299,11 @@ impl JobOwner {
                 }
             }
         }
-        // The record now keeps what those attempts reference: their in-memory protection (and
-        // that of their older attempts, which can never complete) ends before the pass.
-        let named: HashSet<String> = record_backends(record).map(str::to_string).collect();
-        self.protected
-            .lock()
-            .retain(|(backend, k), _| !(*k <= id && named.contains(backend)));
+        // The record now keeps what its attempts reference: their in-memory protection ends
+        // before the pass.
+        // Attempts of any backend up to `id` can never complete now (a backend that failed
+        // over in this process leaves its entries behind otherwise).
+        self.protected.lock().retain(|(_, k), _| *k > id);
         {
             let mut s = self.state.lock();
             s.known.insert(id);
@@ -432,8 +448,8 @@ impl JobOwner {
 
     /// Plans what a pass with `min_age` would delete, without deleting.
     pub fn plan(&self, min_age: Option<Duration>) -> Result<GcPlan> {
-        // Protection first: an attempt that registers after this read began after the listing
-        // below too, so the listing cannot show its objects.
+        // Protection before the listing (an attempt that completes or aborts meanwhile may
+        // release it) ...
         let mut protected: HashSet<String> =
             self.protected.lock().values().flatten().cloned().collect();
         // The retained checkpoints this owner knows are kept even where a lagging listing
@@ -457,6 +473,9 @@ impl JobOwner {
             }
         }
         let catalog = Catalog::load_cached(self.storage.as_ref(), &self.cache)?;
+        // And after: an upload registers its name before its put, so a put the listing shows
+        // was registered by now.
+        protected.extend(self.protected.lock().values().flatten().cloned());
         let ids: Vec<u64> = catalog.job_records.iter().map(|j| j.id).collect();
         self.check_no_foreign_records(&ids)?;
         let finished_up_to = Some(self.state.lock().open_max);
@@ -544,6 +563,11 @@ impl JobOwner {
             .entry((backend.to_string(), id))
             .or_default()
             .extend(names);
+    }
+
+    /// Drops every protection of `backend` (it closed: its attempts can never complete).
+    pub(crate) fn release_backend(&self, backend: &str) {
+        self.protected.lock().retain(|(b, _), _| b != backend);
     }
 
     /// Drops what [`JobOwner::protect`] registered for that attempt.

@@ -244,6 +244,15 @@ fn newest_completed(
     Ok(None)
 }
 
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        // A closed backend's attempts can never complete: they protect nothing any more.
+        if let Some(owner) = self.owner() {
+            owner.release_backend(&self.backend_id);
+        }
+    }
+}
+
 impl Checkpointer {
     /// Opens the bookkeeping of `backend_id`. With `restored`, the backend is new and its base
     /// is the restored checkpoint; otherwise the base is this backend's manifest in the newest

@@ -87,10 +87,10 @@ impl PendingSnapshot {
             // so a manifest in storage never names a deleted file. What a failure here leaves
             // is garbage the owner's next pass classifies (`docs/ownership.md` §4).
             let meta = layout::metadata_name(self.id, &self.cp.backend_id);
-            let exists_already =
-                matches!(result, Err(Error::ObjectExists { ref name }) if *name == meta);
-            if !exists_already && self.cp.storage.delete(&meta).is_ok() {
-                for name in uploaded.lock().iter() {
+            let names = std::mem::take(&mut *uploaded.lock());
+            let put_manifest = names.contains(&meta);
+            if !put_manifest || self.cp.storage.delete(&meta).is_ok() {
+                for name in names.iter().filter(|n| **n != meta) {
                     let _ = self.cp.storage.delete(name);
                 }
             }
@@ -189,9 +189,18 @@ impl PendingSnapshot {
             // Recorded before the put: a put that stores the object but reports failure
             // must be cleaned up too (deleting a missing object succeeds).
             uploaded.lock().push(remote_name.clone());
-            let digest = cp
+            let digest = match cp
                 .storage
-                .put_file(&remote_name, &self.dir.join(&job.local_name))?;
+                .put_file(&remote_name, &self.dir.join(&job.local_name))
+            {
+                Ok(d) => d,
+                Err(e @ Error::ObjectExists { .. }) => {
+                    // Not this attempt's object: the cleanup must leave it alone.
+                    uploaded.lock().retain(|n| *n != remote_name);
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
             if digest.size != job.size {
                 return Err(Error::CheckpointCorrupt {
                     file: job.local_name.clone(),
@@ -256,7 +265,14 @@ impl PendingSnapshot {
         let manifest_span = tracing::info_span!("checkpoint.manifest", id).entered();
         let bytes = sst_format::encode_manifest(&manifest)?;
         let meta_name = layout::metadata_name(id, &cp.backend_id);
-        cp.storage.put_bytes(&meta_name, &bytes)?;
+        uploaded.lock().push(meta_name.clone());
+        if let Err(e) = cp.storage.put_bytes(&meta_name, &bytes) {
+            if matches!(e, Error::ObjectExists { .. }) {
+                // Not this attempt's manifest: the cleanup must leave it alone.
+                uploaded.lock().retain(|n| *n != meta_name);
+            }
+            return Err(e);
+        }
         stats.manifest_bytes = bytes.len() as u64;
         drop(manifest_span);
         stats.async_duration = start.elapsed();
