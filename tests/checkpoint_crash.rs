@@ -27,10 +27,9 @@ mod common;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::crash::{read_model, storage_at, write_model};
+use common::crash::{self, read_model, spawn_child, storage_at, write_model};
 use common::*;
 use rand::Rng;
 use rockstate::{CheckpointOptions, CheckpointStorage, KeyedBackend, RestoreFrom};
@@ -132,35 +131,21 @@ mod s3 {
 /// `trials` (or the number in env var `trials_env`) children on the storage `s3` names (see
 /// [`storage_at`]), each killed within `max_delay_ms` of being ready.
 fn crash_at_random_moments(s3: Option<&str>, trials_env: &str, trials: u64, max_delay_ms: u64) {
-    let trials: u64 = std::env::var(trials_env)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(trials);
+    let trials = crash::trials(trials_env, trials);
     let work_dir = tempfile::tempdir().unwrap();
     let work = work_dir.path();
-    let exe = std::env::current_exe().unwrap();
     let mut r = rng(40);
     let mut restores = 0;
     let mut live_max = 0u64;
     for trial in 0..trials {
         let stderr_path = work.join(format!("child-{trial}.stderr"));
-        let mut command = Command::new(&exe);
-        if let Some(spec) = s3 {
-            command.env(S3_ENV, spec);
-        }
-        let mut child = command
-            .args([
-                "--exact",
-                "crash_child",
-                "--nocapture",
-                "--include-ignored",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, format!("{}|{trial}", work.display()))
-            .stdout(Stdio::piped())
-            .stderr(fs::File::create(&stderr_path).unwrap())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_child(
+            "crash_child",
+            (CHILD_ENV, format!("{}|{trial}", work.display())),
+            S3_ENV,
+            s3,
+            &stderr_path,
+        );
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let ready = lines.any(|l| l.map(|l| l.contains(READY)).unwrap_or(false));
         assert!(

@@ -25,11 +25,10 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::crash::{read_model, storage_at, write_model};
+use common::crash::{self, read_model, spawn_child, storage_at, write_model};
 use common::*;
 use rand::Rng;
 use rockstate::catalog::Catalog;
@@ -117,7 +116,9 @@ fn child_loop(work: &Path, gen: u64, p: u32, s3: Option<&str>) -> ! {
         phase("upload");
         let sweep = r.random_ratio(1, 4).then(|| {
             let owner = owner.clone();
-            std::thread::spawn(move || owner.sweep(Duration::ZERO).map(|_| ()))
+            // A minimum age shorter than the uploads would also sweep their temporaries (a
+            // failed upload, not a wrong checkpoint); finished ids go whatever the age.
+            std::thread::spawn(move || owner.sweep(Duration::from_secs(60)).map(|_| ()))
         });
         let uploads: Vec<_> = pending
             .into_iter()
@@ -197,13 +198,9 @@ mod s3 {
 }
 
 fn crash_loop(s3: Option<&str>, trials_env: &str, trials: u64, max_delay_ms: u64) {
-    let trials: u64 = std::env::var(trials_env)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(trials);
+    let trials = crash::trials(trials_env, trials);
     let work_dir = tempfile::tempdir().unwrap();
     let work = work_dir.path();
-    let exe = std::env::current_exe().unwrap();
     let mut r = rng(77);
     let mut p: u32 = 3;
     let mut acknowledged = 0u64;
@@ -215,23 +212,13 @@ fn crash_loop(s3: Option<&str>, trials_env: &str, trials: u64, max_delay_ms: u64
             p = r.random_range(3..=5);
         }
         let stderr_path = work.join(format!("child-{trial}.stderr"));
-        let mut command = Command::new(&exe);
-        if let Some(spec) = s3 {
-            command.env(S3_ENV, spec);
-        }
-        let mut child = command
-            .args([
-                "--exact",
-                "job_crash_child",
-                "--nocapture",
-                "--include-ignored",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, format!("{}|{trial}|{p}", work.display()))
-            .stdout(Stdio::piped())
-            .stderr(fs::File::create(&stderr_path).unwrap())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_child(
+            "job_crash_child",
+            (CHILD_ENV, format!("{}|{trial}|{p}", work.display())),
+            S3_ENV,
+            s3,
+            &stderr_path,
+        );
         let stdout = child.stdout.take().unwrap();
         let last_phase = Arc::new(Mutex::new(String::from("start")));
         let completed = Arc::new(Mutex::new(0u64));

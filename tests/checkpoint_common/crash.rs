@@ -53,3 +53,39 @@ pub fn storage_at(work: &Path, s3: Option<&str>) -> Arc<dyn CheckpointStorage> {
         }
     }
 }
+
+/// The number of trials: env var `name` if set to a number, else `default`.
+pub fn trials(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Starts this test binary again as a child running only the ignored test `test`, with
+/// environment `env` (`s3_env` set to `s3` when given), stdout piped and stderr in `stderr`.
+pub fn spawn_child(
+    test: &str,
+    env: (&str, String),
+    s3_env: &str,
+    s3: Option<&str>,
+    stderr: &Path,
+) -> std::process::Child {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    if let Some(spec) = s3 {
+        command.env(s3_env, spec);
+    }
+    command
+        .args([
+            "--exact",
+            test,
+            "--nocapture",
+            "--include-ignored",
+            "--test-threads=1",
+        ])
+        .env(env.0, env.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(fs::File::create(stderr).unwrap())
+        .spawn()
+        .unwrap()
+}
