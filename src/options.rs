@@ -97,7 +97,7 @@ pub struct DbOptions {
     pub low_priority_compaction: bool,
     /// Compaction cuts a state's files at key-group boundaries (RocksDB's fixed-prefix SST
     /// partitioner on the key-group prefix), so every compacted file holds one key group.
-    /// Default off (on from session 6 until `key_bounds` came). What it gives: a rescale that
+    /// Default off (it was on until `key_bounds` came). What it gives: a rescale that
     /// gives key groups away drops their compacted files whole (`DeleteFilesInRange`) instead
     /// of leaving them to range tombstones and a compaction, so a restored instance holds
     /// only its own groups' bytes at once; and a point read of a key outside its group's

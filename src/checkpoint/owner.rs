@@ -145,20 +145,20 @@ impl JobOwner {
         for &id in ids.iter().rev().take(self.retained) {
             records.insert(id, read_record(self.storage.as_ref(), id)?);
         }
-        let max_task = self
-            .storage
-            .list(layout::CHECKPOINT_PREFIX)?
-            .iter()
-            .filter_map(|o| layout::parse_checkpoint_object(&o.name).map(|p| p.id))
-            .max()
-            .unwrap_or(0);
-        let max_shared = self
-            .storage
-            .list(layout::SHARED_PREFIX)?
-            .iter()
-            .filter_map(|o| layout::parse_shared_name(&o.name).and_then(|n| n.checkpoint_id))
-            .max()
-            .unwrap_or(0);
+        let highest = |prefix: &str, id_of: fn(&str) -> Option<u64>| -> Result<u64> {
+            let listed = self.storage.list(prefix)?;
+            Ok(listed
+                .iter()
+                .filter_map(|o| id_of(&o.name))
+                .max()
+                .unwrap_or(0))
+        };
+        let max_task = highest(layout::CHECKPOINT_PREFIX, |n| {
+            layout::parse_checkpoint_object(n).map(|p| p.id)
+        })?;
+        let max_shared = highest(layout::SHARED_PREFIX, |n| {
+            layout::parse_shared_name(n).and_then(|s| s.checkpoint_id)
+        })?;
         let mut s = self.state.lock();
         let in_storage = ids
             .last()

@@ -157,11 +157,18 @@ fn key_group(user: u32, ad: u32) -> Result<u16, CliError> {
     Ok(rockstate::keygroup::key_group_of(&bytes, MAX_PARALLELISM))
 }
 
+/// The per-`(user, ad)` impression counters (24 h TTL: impression times span far less).
+fn impressions_state(
+    backend: &KeyedBackend,
+) -> rockstate::Result<rockstate::ValueState<(u32, u32), (), u64>> {
+    backend.value_state(
+        StateDescriptor::new("impressions").with_ttl(TtlConfig::new(Duration::from_secs(86_400))),
+    )
+}
+
 /// The sum of every `(user, ad)` counter `backend` holds.
 fn count_impressions(backend: &KeyedBackend, users: u32, ads: u32) -> Result<u64, CliError> {
-    let counts = backend.value_state::<(u32, u32), (), u64>(
-        StateDescriptor::new("impressions").with_ttl(TtlConfig::new(Duration::from_secs(86_400))),
-    )?;
+    let counts = impressions_state(backend)?;
     let mut n = 0;
     for user in 0..users {
         for ad in 0..ads {
@@ -349,9 +356,7 @@ fn keyed_task(
     rows: Arc<Mutex<BTreeMap<u64, CheckpointRow>>>,
     metrics: Arc<Mutex<BTreeMap<u32, BackendMetrics>>>,
 ) -> Result<(), CliError> {
-    let counts = kt.backend.value_state::<(u32, u32), (), u64>(
-        StateDescriptor::new("impressions").with_ttl(TtlConfig::new(Duration::from_secs(86_400))),
-    )?;
+    let counts = impressions_state(&kt.backend)?;
     let mut aligner = BarrierAligner::new(shared.sources as usize, AlignmentMode::Aligned)?;
     while let Ok(msg) = rx.recv() {
         if shared.kill.load(Ordering::SeqCst) {
