@@ -22,9 +22,13 @@
 //!    files from L1 down, not from L0). Then, per file ([`plan_state`]):
 //!    * a source file with no key in `copy`, or one the base holds too (same SST unique id:
 //!      both came from one checkpoint before an earlier split), needs nothing;
-//!    * a source file inside `copy` that overlaps no base file is ingested *as it is*,
-//!      hard-linked, keeping its sequence numbers (RocksDB's DB-generated-file ingestion,
-//!      [`db::ingest_db_generated`]): no entry is rewritten. Ingestion raises the base's last
+//!    * a source file inside `copy` that overlaps no base file and that RocksDB wrote (a
+//!      flush or compaction output) is ingested *as it is*, hard-linked, keeping its sequence
+//!      numbers (RocksDB's DB-generated-file ingestion, [`db::ingest_db_generated`]): no
+//!      entry is rewritten. A file an earlier rescale's fallback wrote is never linked: its
+//!      entries carry sequence number 0 and got their real one from the database that
+//!      ingested it, so in another database they would sink below every linked entry and
+//!      tombstone (`tests/rescale_rewritten_files.rs`). Ingestion raises the base's last
 //!      sequence number to the largest ingested one (persisted), so every later write is
 //!      newer;
 //!    * **fallback** (the old path), for the key groups of `copy` that any other source file
@@ -349,19 +353,35 @@ pub(crate) fn rescale(
     Ok(stats)
 }
 
-/// The live files of a column family that pass `keep`, with their SST unique ids (`None` if
-/// unreadable, which only makes a file count as not shared).
-fn with_ids(
-    cf: &Cf,
-    keep: impl Fn(&LiveSst) -> bool,
-) -> Result<Vec<(LiveSst, Option<SstUniqueId>)>> {
+/// A live SST file with what its properties say about it.
+struct FileFacts {
+    file: LiveSst,
+    /// Its SST unique id (`None` if unreadable, which only makes it count as not shared).
+    id: Option<SstUniqueId>,
+    /// Whether it may be ingested into another database as it is: RocksDB wrote it (a flush
+    /// or compaction), so every entry carries its own sequence number. A file an
+    /// `SstFileWriter` wrote (an earlier rescale's rewrite, ingested) holds sequence number 0
+    /// in every entry and got its real one from the database that ingested it; linked into
+    /// another database its entries would be older than anything else there. An unreadable
+    /// file is not linkable either.
+    linkable: bool,
+}
+
+/// The live files of a column family that pass `keep`, with their properties' facts.
+fn with_facts(cf: &Cf, keep: impl Fn(&LiveSst) -> bool) -> Result<Vec<FileFacts>> {
     Ok(cf
         .live_files()?
         .into_iter()
         .filter(|f| keep(f))
-        .map(|f| {
-            let id = sst_format::read_sst_meta(&f.path).ok().map(|m| m.unique_id);
-            (f, id)
+        .map(|file| {
+            let meta = sst_format::read_sst_meta(&file.path).ok();
+            FileFacts {
+                id: meta.as_ref().map(|m| m.unique_id.clone()),
+                linkable: meta
+                    .as_ref()
+                    .is_some_and(|m| m.properties.external_sst_file_version.is_none()),
+                file,
+            }
         })
         .collect())
 }
@@ -374,7 +394,8 @@ fn with_ids(
 /// * a source file with no key in `copy`, or one `dst` holds too (same SST unique id, e.g.
 ///   both came from one checkpoint before an earlier split), needs nothing: `dst` has the
 ///   same entries, and the source's own newer files lie on top of it in both;
-/// * a source file inside `copy` that overlaps no file of `dst` is ingested as it is;
+/// * a source file inside `copy` that overlaps no file of `dst` and RocksDB wrote itself
+///   ([`FileFacts::linkable`]) is ingested as it is;
 /// * any other source file overlapping `copy`, and any file of `dst` overlapping `copy` that
 ///   the source does not hold (its entries there are not the source's view, e.g. the base's
 ///   clip tombstone of an earlier split), marks its key groups of `copy` for the rewrite.
@@ -397,20 +418,25 @@ fn plan_state(
     let touches_copy = |f: &LiveSst| f.largest > lo && f.smallest < hi;
     let overlap = |a: &LiveSst, b: &LiveSst| a.smallest <= b.largest && b.smallest <= a.largest;
     // Only files touching `copy` matter (a file both hold has one key range in both).
-    let files = with_ids(src, touches_copy)?;
-    let existing = with_ids(dst, touches_copy)?;
-    let held = |id: &Option<SstUniqueId>, set: &[(LiveSst, Option<SstUniqueId>)]| {
+    let files = with_facts(src, touches_copy)?;
+    let existing = with_facts(dst, touches_copy)?;
+    let held = |id: &Option<SstUniqueId>, set: &[FileFacts]| {
         id.as_ref()
-            .is_some_and(|id| set.iter().any(|(_, other)| other.as_ref() == Some(id)))
+            .is_some_and(|id| set.iter().any(|other| other.id.as_ref() == Some(id)))
     };
     let mut link = Vec::new();
     let mut marked: Vec<&LiveSst> = Vec::new();
-    for (f, id) in &files {
+    for FileFacts {
+        file: f,
+        id,
+        linkable,
+    } in &files
+    {
         if held(id, &existing) {
             continue;
         }
         let inside = f.smallest >= lo && f.largest < hi;
-        if inside && !existing.iter().any(|(e, _)| overlap(f, e)) {
+        if *linkable && inside && !existing.iter().any(|e| overlap(f, &e.file)) {
             link.push(f.path.clone());
         } else {
             marked.push(f);
@@ -419,8 +445,8 @@ fn plan_state(
     marked.extend(
         existing
             .iter()
-            .filter(|(_, id)| !held(id, &files))
-            .map(|(f, _)| f),
+            .filter(|e| !held(&e.id, &files))
+            .map(|e| &e.file),
     );
     // The key groups of `copy` the marked files touch (widened where a bound has no prefix).
     let mut rewrite: Vec<KeyGroupRange> = marked
