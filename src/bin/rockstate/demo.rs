@@ -166,18 +166,56 @@ fn impressions_state(
     )
 }
 
-/// The sum of every `(user, ad)` counter `backend` holds.
-fn count_impressions(backend: &KeyedBackend, users: u32, ads: u32) -> Result<u64, CliError> {
+/// The per-`(user, ad)` counters the impressions before `offsets` (each `(partition, next
+/// index)`) add up to: what a restored job's keyed state must hold exactly.
+fn expected_counts(shared: &Shared, offsets: &[Vec<(u32, u64)>]) -> BTreeMap<(u32, u32), u64> {
+    let mut counts = BTreeMap::new();
+    for &(p, next) in offsets.iter().flatten() {
+        let mut i = u64::from(p);
+        while i < next {
+            let (user, ad, _) = impression(shared.args_seed, i, shared.users, shared.ads);
+            *counts.entry((user, ad)).or_insert(0) += 1;
+            i += u64::from(shared.partitions);
+        }
+    }
+    counts
+}
+
+/// A key whose restored counter differs from what the restored offsets imply.
+#[derive(Debug, Clone, Copy)]
+struct KeyMismatch {
+    key_group: u16,
+    key: (u32, u32),
+    restored: u64,
+    expected: u64,
+}
+
+/// The keys of `backend`'s key groups whose counter differs from `expected`.
+fn mismatched_keys(
+    backend: &KeyedBackend,
+    shared: &Shared,
+    expected: &BTreeMap<(u32, u32), u64>,
+) -> Result<Vec<KeyMismatch>, CliError> {
     let counts = impressions_state(backend)?;
-    let mut n = 0;
-    for user in 0..users {
-        for ad in 0..ads {
-            if backend.key_groups().contains(key_group(user, ad)?) {
-                n += counts.get(&(user, ad), &())?.unwrap_or(0);
+    let mut out = Vec::new();
+    for user in 0..shared.users {
+        for ad in 0..shared.ads {
+            let key_group = key_group(user, ad)?;
+            if backend.key_groups().contains(key_group) {
+                let restored = counts.get(&(user, ad), &())?.unwrap_or(0);
+                let expected = expected.get(&(user, ad)).copied().unwrap_or(0);
+                if restored != expected {
+                    out.push(KeyMismatch {
+                        key_group,
+                        key: (user, ad),
+                        restored,
+                        expected,
+                    });
+                }
             }
         }
     }
-    Ok(n)
+    Ok(out)
 }
 
 /// The external system the sink writes to: survives crashes of the job.
@@ -186,9 +224,9 @@ struct SinkOutput {
     alerts: Vec<(u32, u32)>,
     /// (task, checkpoint) groups already committed: commits are idempotent.
     committed: BTreeSet<(u32, u64)>,
-    /// Restores whose keyed state did not count exactly the impressions the restored sources
-    /// had consumed: `(checkpoint, counted, consumed)`.
-    state_mismatches: Vec<(u64, u64, u64)>,
+    /// Restores whose keyed state differed from what the restored sources had consumed:
+    /// `(checkpoint, keys that differ)`.
+    state_mismatches: Vec<(u64, usize)>,
 }
 
 impl SinkOutput {
@@ -558,7 +596,13 @@ fn run_job(
         .collect::<rockstate::Result<_>>()?;
     let rows = Arc::new(Mutex::new(BTreeMap::new()));
     let task_metrics = Arc::new(Mutex::new(BTreeMap::new()));
-    let mut restored_count = 0u64;
+    // What the restored keyed state must hold, key by key: the impressions before the
+    // restored offsets.
+    let expected = match plan.restore {
+        Some(_) => expected_counts(&shared, &plan.source_parts),
+        None => BTreeMap::new(),
+    };
+    let mut mismatches: Vec<(u32, KeyMismatch)> = Vec::new();
     let mut threads: Vec<JoinHandle<Result<(), CliError>>> = Vec::new();
     let mut forwarders = Vec::new();
     let mut keyed_tx = Vec::new();
@@ -591,7 +635,9 @@ fn run_job(
             pending: BTreeMap::new(),
         };
         if plan.restore.is_some() {
-            restored_count += count_impressions(&kt.backend, shared.users, shared.ads)?;
+            for m in mismatched_keys(&kt.backend, &shared, &expected)? {
+                mismatches.push((task, m));
+            }
         }
         // The restored checkpoint completed, so every transaction it carries commits (some
         // may have been committed before the crash: commits are idempotent).
@@ -610,19 +656,36 @@ fn run_job(
         }));
     }
     // Every impression increments one counter (TTL never expires one here), so the restored
-    // keyed state counts exactly the impressions the restored sources had consumed.
-    if let (Some(record), true) = (&restored, plan.restore.is_some()) {
-        let consumed = shared.processed.load(Ordering::SeqCst);
-        if restored_count != consumed {
+    // keyed state holds exactly the counters of the impressions the restored sources had
+    // consumed.
+    if let (Some(record), false) = (&restored, mismatches.is_empty()) {
+        let (restored_sum, expected_sum) = mismatches
+            .iter()
+            .fold((0, 0), |(r, e), (_, m)| (r + m.restored, e + m.expected));
+        eprintln!(
+            "  restored state of checkpoint {} differs at {} keys from what its sources \
+             consumed (those keys count {restored_sum} impressions, expected {expected_sum}):",
+            record.checkpoint_id,
+            mismatches.len(),
+        );
+        let mut groups: BTreeMap<(u32, u16), (usize, i64)> = BTreeMap::new();
+        for (task, m) in &mismatches {
+            let e = groups.entry((*task, m.key_group)).or_default();
+            e.0 += 1;
+            e.1 += m.restored as i64 - m.expected as i64;
+        }
+        for ((task, group), (keys, diff)) in groups.iter().take(20) {
+            eprintln!("    task {task}, key group {group}: {keys} keys, {diff:+} impressions");
+        }
+        if let Some((task, m)) = mismatches.first() {
             eprintln!(
-                "  restored state of checkpoint {} counts {restored_count} impressions, its \
-                 sources consumed {consumed}",
-                record.checkpoint_id
+                "    e.g. task {task}: (user, ad) {:?} holds {}, expected {}",
+                m.key, m.restored, m.expected
             );
-            if let Ok(mut sink) = shared.sink.lock() {
-                sink.state_mismatches
-                    .push((record.checkpoint_id, restored_count, consumed));
-            }
+        }
+        if let Ok(mut sink) = shared.sink.lock() {
+            sink.state_mismatches
+                .push((record.checkpoint_id, mismatches.len()));
         }
     }
     for src in 0..s {
