@@ -29,8 +29,8 @@ pub struct DbOptions {
     pub bloom_bits_per_key: f64,
     /// Memtable size per column family in bytes. Default 16 MiB: smaller skip lists make
     /// random writes and reads after writes cheaper, and a checkpoint's sync phase flushes at
-    /// most this much (docs/design-notes.md: 64 → 32 → 16 MiB, each step measured with
-    /// `bench ops` / `bench checkpoint`, 1M × 100 B).
+    /// most this much (docs/decisions/0010-16-mib-memtables.md: 64 → 32 → 16 MiB, each step
+    /// measured with `bench ops` / `bench checkpoint`, 1M × 100 B).
     pub write_buffer_size: usize,
     /// Memtables per column family before writes stall. Default 4.
     pub max_write_buffer_number: i32,
@@ -93,7 +93,7 @@ pub struct DbOptions {
     /// process exits. Under sustained overload compaction then falls behind and RocksDB slows
     /// writers at 20 L0 files, as it would with too few compaction threads. Measured with
     /// `bench ops --solo-only` (1M × 100 B, alternating runs): insert 587k / 543k / 577k ops/s
-    /// vs 508k / 449k / 501k with it off (docs/design-notes.md).
+    /// vs 508k / 449k / 501k with it off (docs/decisions/0013-low-priority-compaction.md).
     pub low_priority_compaction: bool,
     /// Compaction cuts a state's files at key-group boundaries (RocksDB's fixed-prefix SST
     /// partitioner on the key-group prefix), so every compacted file holds one key group.
@@ -110,8 +110,8 @@ pub struct DbOptions {
     /// in `bench ops` (1M keys, interleaved), raw RocksDB storing rockstate's key layout read
     /// stored keys at 0.89–0.97 of raw keys with the cuts and 1.01–1.02 without; over 11
     /// alternating solo pairs, insert and read-modify-write medians were 0.85 and 0.94 of
-    /// those without it (docs/design-notes.md). Turn it on for jobs that rescale often from
-    /// large compacted state.
+    /// those without it (docs/decisions/0014-key-group-file-cuts.md). Turn it on for jobs
+    /// that rescale often from large compacted state.
     pub key_group_files: bool,
     /// Bytes of writes (puts and deletes, with their keys) a backend holds in memory before
     /// writing them to RocksDB as one batch in key order; 0 writes every put straight
@@ -126,7 +126,7 @@ pub struct DbOptions {
     /// write_cache_limit_bytes` shows what it got). `bench ops
     /// --solo-only` (1M × 100 B, two alternating pairs with and without): insert 873k / 769k
     /// vs 542k / 521k ops/s, update 660k / 722k vs 344k / 288k, read-modify-write 125k / 97k
-    /// vs 88k / 73k; reads unchanged (docs/design-notes.md, "Write cache").
+    /// vs 88k / 73k; reads unchanged (docs/decisions/0015-write-cache.md).
     pub write_cache_bytes: usize,
     /// Keeps, per state and key group, a key at least as large as every stored key of the
     /// group, so a point read of a key above it answers "absent" without asking RocksDB.
@@ -153,12 +153,12 @@ pub struct DbOptions {
     /// backend alone in its process; 0 turns the cache off. `bench ops` solo, 1M keys x 100 B,
     /// uniform keys, three alternating pairs on the idle machine: get 764k-790k against
     /// 411k-430k ops/s off, read-modify-write 330k-334k against 256k-265k, insert 1.52M-1.56M
-    /// against 1.74M-1.75M, update 1.17M-1.21M against 1.35M-1.39M (docs/design-notes.md,
-    /// "Value cache filled by writes"). Taken out of the memory budget's block cache while
-    /// the backend is open. A quarter of a cache's bytes at most goes to the index (8 bytes
-    /// a slot, at most half of the slots used), the rest to the ring; each entry takes a
-    /// 12-byte header plus its key and value, rounded up to 8 bytes. Entries above an eighth
-    /// of the ring are not kept; below 2 KiB the cache is off.
+    /// against 1.74M-1.75M, update 1.17M-1.21M against 1.35M-1.39M
+    /// (docs/decisions/0018-value-cache-filled-by-writes.md). Taken out of the memory
+    /// budget's block cache while the backend is open. A quarter of a cache's bytes at most
+    /// goes to the index (8 bytes a slot, at most half of the slots used), the rest to the
+    /// ring; each entry takes a 12-byte header plus its key and value, rounded up to 8 bytes.
+    /// Entries above an eighth of the ring are not kept; below 2 KiB the cache is off.
     pub value_cache_bytes: usize,
 }
 

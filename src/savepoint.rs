@@ -1,10 +1,11 @@
-//! Canonical savepoints (design.md §8): writing a backend's keyed state into the portable
-//! format of `sst_format::savepoint`, and restoring one into an empty backend at any
+//! Canonical savepoints (docs/savepoint-format.md): writing a backend's keyed state into the
+//! portable format of `sst_format::savepoint`, and restoring one into an empty backend at any
 //! parallelism (entries of key groups outside the backend's range are skipped).
 //!
 //! Writing scans runs of consecutive key groups, every state once per run, on a pool of
 //! encoder threads, and writes the blocks in key-group order (see
-//! [`FullSnapshot::write_savepoint`] and docs/design-notes.md); expired TTL entries are dropped while writing when the state's `Cleanup::full_snapshot` is on (only
+//! [`FullSnapshot::write_savepoint`] and docs/decisions/0020-savepoint-writer.md); expired
+//! TTL entries are dropped while writing when the state's `Cleanup::full_snapshot` is on (only
 //! states registered with their TTL settings in this session are filtered: the TTL duration is
 //! not persisted). List elements are written with their position; restore gives them fresh
 //! sequence numbers in the same order. Restore into RocksDB ingests sorted SSTs built from the

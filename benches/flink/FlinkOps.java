@@ -2,7 +2,7 @@
 // from the flink-dist jar that PyPI's apache-flink-libraries wheel bundles), so rockstate's
 // absolute figures can be set against Flink's on the same machine in the same minutes.
 // scripts/flink-bench.sh fetches the jars, compiles this file and runs it; see
-// docs/design-notes.md, "Flink on this machine".
+// docs/decisions/0019-benchmark-method-and-flink-comparison.md.
 //
 // The workload is the one `rockstate bench ops --solo-only` runs: N keys (Long, as Flink
 // serializes it: 8 bytes big-endian), a pool of 4096 random values of B bytes, one ValueState

@@ -1,11 +1,12 @@
-//! List state, layout (B) of design.md §3: one RocksDB entry per element, keyed
+//! List state, layout (B) of docs/decisions/0002: one RocksDB entry per element, keyed
 //! `[kg][key][ns][sequence u64 BE]`, appended with a plain put.
 //!
 //! Why (B) and not (A) (one framed value extended by a merge operator): (B) needs no read and no
 //! merge to append, reads a list with one short scan, has no 2^31-byte list limit, and lets the
 //! TTL compaction filter drop single expired elements with `Remove` — (A) would need the
 //! filter to rewrite a value, which rust-rocksdb only allows with a `&'static` slice. The
-//! benchmark `benches/ops.rs` (`list/*`) compares both layouts; see docs/design-notes.md.
+//! benchmark `benches/ops.rs` (`list_len_*`) compares both layouts; figures in
+//! docs/decisions/0002-list-state-one-entry-per-element.md.
 //!
 //! Sequences come from a backend-wide allocator whose high-water mark is persisted before use,
 //! so a list's elements keep insertion order across reopen and restore.
