@@ -1,7 +1,8 @@
 //! Criterion benches of single state operations, and the list-layout comparison of
-//! design.md §3: layout (B) (rockstate: one entry per element) against layout (A) (one framed
-//! value extended by a concatenating merge operator, built here on raw rust-rocksdb with the
-//! same options). Run: `cargo bench --bench ops`.
+//! docs/decisions/0002-list-state-one-entry-per-element.md: layout (B) (rockstate: one entry
+//! per element) against layout (A) (one framed value extended by a concatenating merge
+//! operator, built here on raw rust-rocksdb with the same options). Run:
+//! `cargo bench --bench ops`.
 
 use std::hint::black_box;
 

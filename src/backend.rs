@@ -737,7 +737,7 @@ fn type_name<T>() -> &'static str {
     std::any::type_name::<T>()
 }
 
-/// Checkpoint configuration and restore (issue 4; the logic lives in `checkpoint` and `restore`).
+/// Checkpoint configuration and restore (the logic lives in `checkpoint` and `restore`).
 impl BackendBuilder {
     /// Where checkpoints go (default: none; `snapshot` then fails with
     /// [`Error::NoCheckpointStorage`]). On open, the shared-file registry is rebuilt from the

@@ -1,4 +1,5 @@
-//! Byte layouts of keys and values in RocksDB (design.md §3), and the typed value codec.
+//! Byte layouts of keys and values in RocksDB (docs/architecture.md §8, invariant 7), and the
+//! typed value codec (docs/decisions/0001-postcard-codec.md).
 //!
 //! Key: `[key group, 1 or 2 bytes BE][varint len][key][varint len][namespace][suffix]`, where the
 //! suffix is the user key of a map entry, the 8-byte big-endian sequence of a list element, or

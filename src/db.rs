@@ -1229,7 +1229,7 @@ impl Cf {
     }
 }
 
-/// Rescale support (design.md §7): range deletion, file-level clipping, range compaction and
+/// Rescale support (docs/rescale.md): range deletion, file-level clipping, range compaction and
 /// SST ingestion of one column family.
 impl Cf {
     /// Drops the SST files that lie entirely inside `[from, to)` (they are then no longer part

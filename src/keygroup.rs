@@ -1,4 +1,4 @@
-//! Key groups: the unit of state ownership and rescaling (design.md §2).
+//! Key groups: the unit of state ownership and rescaling (docs/architecture.md §8, invariant 7).
 //!
 //! A key's group is `murmur3_x86_32(serialized key, seed 0) % max_parallelism`. Operator
 //! instance `i` of `p` owns a contiguous range of groups, so a rescale is an intersection of

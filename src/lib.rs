@@ -2,7 +2,8 @@
 //!
 //! The keyed state backend a stream processor embeds: state partitioned by key group on RocksDB,
 //! value/list/map/reducing/aggregating state with namespaces, one bounded memory budget per
-//! process. See `docs/` and the design in the repository for formats and invariants.
+//! process. `docs/architecture.md` has the module map, the paths of a put, a get, a checkpoint
+//! and a restore, and the invariants; `docs/` has the formats.
 //!
 //! ```no_run
 //! use rockstate::{KeyedBackend, KeyGroupRange};

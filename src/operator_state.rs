@@ -1,4 +1,5 @@
-//! Operator (non-keyed) state (design.md §9): named list states per operator instance, with the
+//! Operator (non-keyed) state: named list states per operator instance, stored in the
+//! checkpoint manifest (docs/manifest-format.md §2.5) and in savepoints, with the
 //! redistribution rule applied when parallelism changes:
 //!
 //! - **Split**: the elements of all old instances, concatenated in instance order, are cut into

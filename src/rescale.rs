@@ -1,4 +1,4 @@
-//! Rescaling (design.md §7): turns the downloaded databases of one or several checkpoint
+//! Rescaling (docs/rescale.md): turns the downloaded databases of one or several checkpoint
 //! manifests into one database for another key-group range of the same max parallelism.
 //!
 //! This module owns the database surgery between download and open; `crate::restore` picks

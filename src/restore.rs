@@ -1,8 +1,8 @@
-//! Restore (design.md §7): pick the manifests, check them against what the builder asks for,
-//! download every file in parallel, verify each one (size, CRC-32, and for SSTs the footer,
-//! properties and unique id) and only then open RocksDB. Any mismatch is a typed error naming
-//! the file; nothing is opened from unverified bytes, and a failed restore removes what it
-//! downloaded.
+//! Restore (docs/checkpoint-format.md §7): pick the manifests, check them against what the
+//! builder asks for, download every file in parallel, verify each one (size, CRC-32, and for
+//! SSTs the footer, properties and unique id) and only then open RocksDB. Any mismatch is a
+//! typed error naming the file; nothing is opened from unverified bytes, and a failed restore
+//! removes what it downloaded.
 //!
 //! Rescaling (another key-group range of the same max parallelism) plugs in between download
 //! and open: [`select`] takes every committed manifest of one checkpoint id that overlaps the

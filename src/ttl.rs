@@ -1,6 +1,7 @@
-//! State time-to-live (design.md §4): per-state configuration, the injected clock, the 8-byte
-//! timestamp every TTL value carries, and the expiry rule shared by reads, the compaction filter
-//! and savepoint cleanup.
+//! State time-to-live (docs/architecture.md §8, invariant 8;
+//! docs/decisions/0005-ttl-timestamp-and-filter-registry.md): per-state configuration, the
+//! injected clock, the 8-byte timestamp every TTL value carries, and the expiry rule shared by
+//! reads, the compaction filter and savepoint cleanup.
 //!
 //! Stored TTL value: `[last-access timestamp, u64 ms, big-endian][payload]`. An entry is
 //! expired iff `ts + ttl <= now` (saturating), with `now` from the state's time domain:

@@ -1,8 +1,8 @@
-//! Corrupted storage (design.md §7, §10 invariant 1 from the reader's side): flipping or
-//! truncating any file of a checkpoint, or deleting it, makes restore fail with a typed error
-//! naming the file, never a panic and never a wrong state. A seeded randomized test mutates a
-//! small real checkpoint directory (byte flips, truncations, deletions, extra files) and
-//! restores: the result is the exact model state or a typed error.
+//! Corrupted storage (docs/checkpoint-format.md §7; docs/architecture.md §8, invariant 1 from the
+//! reader's side): flipping or truncating any file of a checkpoint, or deleting it, makes restore
+//! fail with a typed error naming the file, never a panic and never a wrong state. A seeded
+//! randomized test mutates a small real checkpoint directory (byte flips, truncations, deletions,
+//! extra files) and restores: the result is the exact model state or a typed error.
 //!
 //! Both tests run on local storage (each case on a private copy of the storage directory)
 //! and on the S3 test server (objects rewritten, truncated and deleted through the raw

@@ -1,8 +1,8 @@
-//! Crash test (design.md §10 invariants 1–4): a child process (this test binary re-executed)
-//! restores the latest checkpoint, then checkpoints in a loop with random writes, random
-//! missing/aborted notifications, compactions and sweeps, and is killed with SIGKILL at a
-//! random moment (sync phase, upload, manifest write, completion, GC, sweep). After every kill
-//! the parent checks that
+//! Crash test (docs/architecture.md §8, invariants 1–4): a child process (this test binary
+//! re-executed) restores the latest checkpoint, then checkpoints in a loop with random writes,
+//! random missing/aborted notifications, compactions and sweeps, and is killed with SIGKILL at a
+//! random moment (sync phase, upload, manifest write, completion, GC, sweep). After every kill the
+//! parent checks that
 //! * every committed manifest references only files that exist with the recorded size and
 //!   CRC-32 (invariant 1),
 //! * restoring the latest checkpoint yields exactly the model state the child logged for that

@@ -1,7 +1,7 @@
-//! Storage faults (issue 8): under every fault `FaultyStorage` injects, on local storage and on
-//! the S3 test server, a checkpoint either completes or aborts cleanly (storage holds exactly
-//! what it held before the attempt, after a sweep at worst); no committed manifest ever
-//! references a missing or partial object (design.md §10 invariant 1); a retried checkpoint
+//! Storage faults: under every fault `FaultyStorage` injects, on local storage and on the S3
+//! test server, a checkpoint either completes or aborts cleanly (storage holds exactly what it
+//! held before the attempt, after a sweep at worst); no committed manifest ever references a
+//! missing or partial object (docs/architecture.md §8, invariant 1); a retried checkpoint
 //! and a sweep leave no leaked objects; restores under read faults fail cleanly and a retry
 //! restores the exact state.
 

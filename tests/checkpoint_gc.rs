@@ -1,7 +1,7 @@
-//! Garbage collection (design.md §5.4–§5.5, §10 invariants 2 and 3): subsumed checkpoints take
-//! their no-longer-referenced shared files with them; the orphan sweep deletes unreferenced
-//! shared files and uncommitted checkpoint directories older than the minimum age, and nothing
-//! a manifest references.
+//! Garbage collection (docs/checkpoint-format.md §5–§6; docs/architecture.md §8, invariants 2 and
+//! 3): subsumed checkpoints take their no-longer-referenced shared files with them; the orphan
+//! sweep deletes unreferenced shared files and uncommitted checkpoint directories older than the
+//! minimum age, and nothing a manifest references.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;

@@ -1,8 +1,8 @@
-//! Incremental checkpoints and restore (design.md §10 invariants 1, 4, 5, 6): only SSTs absent
-//! from the last completed checkpoint are uploaded, a checkpoint with no change uploads only
+//! Incremental checkpoints and restore (docs/architecture.md §8, invariants 1, 4, 5, 6): only SSTs
+//! absent from the last completed checkpoint are uploaded, a checkpoint with no change uploads only
 //! the private files, restore yields exactly the state at the checkpoint, the first checkpoint
-//! after a restore is incremental, the task can write while the upload runs, and no object is
-//! ever overwritten.
+//! after a restore is incremental, the task can write while the upload runs, and no object is ever
+//! overwritten.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;

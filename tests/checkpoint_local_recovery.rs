@@ -1,4 +1,4 @@
-//! Local recovery (issue 8): the files of the retained checkpoints stay on local disk; a
+//! Local recovery: the files of the retained checkpoints stay on local disk; a
 //! restart on the same machine restores from them after verifying them, downloads only what
 //! is missing or damaged, and reports the split. Runs on local storage and on S3.
 

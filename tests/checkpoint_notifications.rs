@@ -1,7 +1,7 @@
-//! Completion and abort notifications (design.md §5.3–§5.4, §10 invariant 2): aborts delete
-//! exactly what the attempt uploaded; late or missing completions cost duplicate uploads,
-//! never dangling references; retained-N keeps the newest N and never deletes what they
-//! reference; the registry is rebuilt from storage on reopen.
+//! Completion and abort notifications (docs/checkpoint-format.md §5; docs/architecture.md §8,
+//! invariant 2): aborts delete exactly what the attempt uploaded; late or missing completions cost
+//! duplicate uploads, never dangling references; retained-N keeps the newest N and never deletes
+//! what they reference; the registry is rebuilt from storage on reopen.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;

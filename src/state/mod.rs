@@ -1,6 +1,7 @@
-//! State handles (design.md §3): Value, List, Map, Reducing and Aggregating, each scoped by
-//! key and namespace. Each kind has one raw-bytes implementation (for engines that serialize
-//! themselves) and a typed wrapper over serde that encodes with postcard and calls it.
+//! State handles (docs/architecture.md §4–§5): Value, List, Map, Reducing and Aggregating,
+//! each scoped by key and namespace. Each kind has one raw-bytes implementation (for engines
+//! that serialize themselves) and a typed wrapper over serde that encodes with postcard and
+//! calls it.
 //!
 //! `StateCore` is what every handle shares: the column family, the owning key-group range and
 //! the limits, and the one place where keys are built and checked.

@@ -11,8 +11,8 @@
 //!
 //! Rules every implementation must follow (the checkpoint code relies on them):
 //! * A put never replaces an existing object: putting a name that exists is
-//!   [`Error::ObjectExists`] and leaves the existing object unchanged (design.md §10,
-//!   invariant 5). A put is atomic: readers see the whole object or nothing.
+//!   [`Error::ObjectExists`] and leaves the existing object unchanged (docs/architecture.md
+//!   §8, invariant 5). A put is atomic: readers see the whole object or nothing.
 //! * A put returns the size and CRC-32 of exactly the bytes stored; a get returns them for the
 //!   bytes fetched, so callers verify without reading twice.
 //! * Deleting a missing object succeeds.

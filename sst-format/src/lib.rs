@@ -9,7 +9,7 @@
 //!   number). [`parse_footer`] decodes a footer alone. A format_version above 7 is
 //!   [`Error::UnsupportedFormatVersion`], not corruption.
 //! * **Checkpoint manifests.** [`encode_manifest`] / [`decode_manifest`] implement the
-//!   `_metadata` format of design.md §6 (`"RSTM" | u16 version | u32 length |
+//!   `_metadata` format of docs/manifest-format.md (`"RSTM" | u16 version | u32 length |
 //!   zstd(postcard(body)) | crc32`) for the body type [`CheckpointManifest`].
 //! * **Job checkpoint records.** [`encode_job_checkpoint`] / [`decode_job_checkpoint`]
 //!   implement `job/chk-<id>` (`"RSJC" | u16 version | u32 length | postcard(body) | crc32`),

@@ -1,4 +1,4 @@
-//! The checkpoint manifest codec (design.md §6): framing, compression and integrity.
+//! The checkpoint manifest codec (docs/manifest-format.md): framing, compression and integrity.
 //!
 //! This module owns the byte layout of `chk-<id>/_metadata`:
 //!

@@ -1,4 +1,5 @@
-//! The body types of the checkpoint manifest (`chk-<id>/_metadata`, design.md §6), version 1.
+//! The body types of the checkpoint manifest (`chk-<id>/_metadata`, docs/manifest-format.md),
+//! version 1.
 //!
 //! This module owns the *content* of a manifest; [`crate::manifest`] owns its *framing*
 //! (magic, version, length, zstd, CRC). The types are serialized with postcard, which encodes

@@ -1,5 +1,6 @@
-//! The canonical savepoint format (design.md §8): one self-contained, portable file holding a
-//! backend's keyed state (and operator state), independent of RocksDB and of parallelism.
+//! The canonical savepoint format (docs/savepoint-format.md): one self-contained, portable file
+//! holding a backend's keyed state (and operator state), independent of RocksDB and of
+//! parallelism.
 //!
 //! ```text
 //! preamble   "RSSP" | u16 version (LE) | u16 flags = 0

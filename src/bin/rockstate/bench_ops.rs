@@ -43,7 +43,7 @@ pub struct OpsArgs {
     /// the process, as a Flink task has) for absolute figures, and the reference pass after it.
     #[arg(long)]
     no_solo: bool,
-    /// Skip the reference pass (raw rust-rocksdb in the reference configuration).
+    /// Skip the reference pass (raw rust-rocksdb in the reference configuration).
     #[arg(long)]
     no_reference: bool,
     /// Skip the interleaved comparison pass (ratios); run the solo pass only.
@@ -454,7 +454,7 @@ fn run_solo(
     Ok(())
 }
 
-/// Raw rust-rocksdb in the reference configuration (see the reference pass).
+/// Raw rust-rocksdb in the reference configuration (see the reference pass).
 fn open_reference(path: &std::path::Path) -> rockstate::Result<Raw> {
     let mut opts = rocksdb::Options::default();
     opts.create_if_missing(true);

@@ -1,5 +1,5 @@
-//! `rockstate bench rescale`: the issue-6 rescale workload, with its baselines measured in the
-//! same process.
+//! `rockstate bench rescale`: the rescale workload, with its baselines measured in the same
+//! process.
 //!
 //! Workload: one backend (all 128 key groups) gets `keys` keys with `value_bytes`-byte random
 //! values through a value state → checkpoint 1. Then, each timed as the median of `repeat`
