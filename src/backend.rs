@@ -17,6 +17,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::checkpoint::registry::{Checkpointer, RestoredBase};
 use crate::checkpoint::{CheckpointOptions, RestoreFrom};
+use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::codec;
 use crate::db::TtlFilter;
 use crate::db::{Db, KeyLayout, MemoryBudget};
@@ -31,7 +32,7 @@ use crate::state::{
 };
 use crate::storage::CheckpointStorage;
 use crate::store::Table;
-use crate::ttl::{Clock, ManualClock, SystemClock, TimeDomain, TtlCounters, TtlStats, UpdateType};
+use crate::ttl::{TimeDomain, TtlCounters, TtlStats, UpdateType};
 
 /// Version of the metadata layout in the default column family.
 pub const BACKEND_META_VERSION: u32 = 1;
@@ -378,6 +379,10 @@ impl KeyedBackend {
     /// The key groups this backend owns.
     pub fn key_groups(&self) -> KeyGroupRange {
         self.inner.key_groups
+    }
+    /// The processing-time clock (TTL, and the time savepoints record).
+    pub(crate) fn processing_clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
     }
 
     /// The job's number of key groups.

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -22,6 +22,7 @@ use sst_format::{CheckpointManifest, JobCheckpoint};
 
 use crate::checkpoint::layout;
 use crate::checkpoint::registry::decode_manifest_named;
+use crate::clock::millis_since_epoch;
 use crate::error::{Error, Result};
 use crate::storage::{CheckpointStorage, ObjectInfo};
 
@@ -514,12 +515,6 @@ impl GcPlan {
     }
 }
 
-fn ms_of(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// Classifies every object of `catalog` as kept or garbage under `policy` (rules in
 /// `docs/ownership.md` §4):
 ///
@@ -651,7 +646,11 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
         }
         if finished(d.id) {
             dir_objects.extend(d.objects.iter().cloned().map(|o| (o, GcReason::Finished)));
-        } else if d.objects.iter().all(|o| old_enough(ms_of(o.last_modified))) {
+        } else if d
+            .objects
+            .iter()
+            .all(|o| old_enough(millis_since_epoch(o.last_modified)))
+        {
             dir_objects.extend(
                 d.objects
                     .iter()
@@ -673,7 +672,7 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
         let uploader = parsed.and_then(|p| p.checkpoint_id);
         let put_ms = parsed
             .and_then(|p| p.put_ms)
-            .unwrap_or_else(|| ms_of(s.info.last_modified));
+            .unwrap_or_else(|| millis_since_epoch(s.info.last_modified));
         if uploader.is_some_and(|c| finished(c) && !pinned.contains(&c)) {
             plan.delete.push((s.info.clone(), GcReason::FinishedShared));
         } else if old_enough(put_ms) {
@@ -692,14 +691,15 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
 }
 
 /// Plans garbage collection for `rockstate gc`: [`classify`] keeping every job record, with
-/// `min_age` as the age garbage of attempts in flight must reach, at `now`.
-pub fn gc_plan(catalog: &Catalog, min_age: Duration, now: SystemTime) -> Result<GcPlan> {
+/// `min_age` as the age garbage of attempts in flight must reach, at `now_ms` (milliseconds
+/// since the Unix epoch, from the caller's [`crate::Clock`]).
+pub fn gc_plan(catalog: &Catalog, min_age: Duration, now_ms: u64) -> Result<GcPlan> {
     classify(
         catalog,
         &GcPolicy {
             retained: usize::MAX,
             min_age: Some(min_age),
-            now_ms: ms_of(now),
+            now_ms,
             protected: HashSet::new(),
             pins_before_ms: None,
             finished_up_to: None,

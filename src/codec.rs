@@ -114,7 +114,10 @@ pub fn encode_into<T: Serialize + ?Sized>(
     what: &'static str,
 ) -> Result<()> {
     let buf = std::mem::take(out);
-    *out = postcard::to_extend(value, buf).map_err(|source| Error::Encode { what, source })?;
+    *out = postcard::to_extend(value, buf).map_err(|e| Error::Encode {
+        what,
+        detail: e.to_string(),
+    })?;
     Ok(())
 }
 

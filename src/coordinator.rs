@@ -34,9 +34,9 @@ use sst_format::{JobCheckpoint, OperatorListState, TaskCheckpoint};
 
 use crate::backend::KeyedBackend;
 use crate::checkpoint::{layout, CheckpointStats, JobOwner};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::storage::CheckpointStorage;
-use crate::ttl::Clock;
 
 /// Coordinator settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,17 +17,37 @@ use rocksdb::{
     WriteBufferManager, WriteOptions,
 };
 
-use crate::error::{Error, Result};
+use crate::clock::Clock;
+use crate::error::{Error, ErrorKind, Result};
 use crate::key_bounds::{Check, KeyBounds};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
-use crate::ttl::{self, Clock, TtlCounters};
+use crate::ttl::{self, TtlCounters};
 use crate::value_cache::ValueCache;
 use crate::write_cache::{CachedWrite, WriteCache};
 
 impl From<rocksdb::Error> for Error {
     fn from(e: rocksdb::Error) -> Self {
-        Error::RocksDb(e.into_string())
+        use rocksdb::ErrorKind as R;
+        let kind = match e.kind() {
+            R::NotFound => ErrorKind::NotFound,
+            R::Corruption => ErrorKind::Corruption,
+            R::NotSupported => ErrorKind::Unsupported,
+            R::InvalidArgument => ErrorKind::InvalidInput,
+            R::Busy
+            | R::TimedOut
+            | R::TryAgain
+            | R::Incomplete
+            | R::MergeInProgress
+            | R::Expired
+            | R::ShutdownInProgress => ErrorKind::Transient,
+            R::Aborted | R::ColumnFamilyDropped => ErrorKind::Conflict,
+            R::IOError | R::CompactionTooLarge | R::Unknown => ErrorKind::Io,
+        };
+        Error::RocksDb {
+            kind,
+            detail: e.into_string(),
+        }
     }
 }
 
@@ -710,13 +730,13 @@ impl Db {
             }
         }
         self.cf(name)
-            .ok_or_else(|| Error::RocksDb(format!("column family {name} vanished after creation")))
+            .ok_or_else(|| Error::Internal(format!("column family {name} vanished after creation")))
     }
 
     /// The default column family (rockstate keeps its metadata there).
     pub(crate) fn default_cf(self: &Arc<Self>) -> Result<Cf> {
         self.cf(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
-            .ok_or_else(|| Error::RocksDb("default column family missing".into()))
+            .ok_or_else(|| Error::Internal("default column family missing".into()))
     }
 
     /// Applies a batch atomically: readers see all of it or none of it. With the cache on,
@@ -806,7 +826,7 @@ impl Db {
                         .get(slot)
                         .and_then(|name| self.db.cf_handle(name))
                         .ok_or_else(|| {
-                            Error::RocksDb(format!("no column family in slot {slot}"))
+                            Error::Internal(format!("no column family in slot {slot}"))
                         })?,
                 ),
             };
@@ -1346,7 +1366,7 @@ impl Cf {
                 continue;
             }
             let (Some(smallest), Some(largest)) = (f.start_key, f.end_key) else {
-                return Err(Error::RocksDb(format!(
+                return Err(Error::Internal(format!(
                     "live file {} has no key range",
                     f.name
                 )));
@@ -1430,7 +1450,7 @@ pub(crate) fn ingest_db_generated(
     let raw =
         RawIngestOptions(unsafe { librocksdb_sys::rocksdb_ingestexternalfileoptions_create() });
     if raw.0.is_null() {
-        return Err(Error::RocksDb("cannot create ingestion options".into()));
+        return Err(Error::Internal("cannot create ingestion options".into()));
     }
     // SAFETY: `raw.0` is a valid, exclusively owned options object (created above).
     unsafe {
@@ -1448,7 +1468,7 @@ pub(crate) fn ingest_db_generated(
             continue;
         }
         let cf = db.cf_handle(&batch.cf).ok_or_else(|| {
-            Error::RocksDb(format!("column family {} missing for ingestion", batch.cf))
+            Error::Internal(format!("column family {} missing for ingestion", batch.cf))
         })?;
         let paths = batch
             .files
@@ -1456,7 +1476,10 @@ pub(crate) fn ingest_db_generated(
             .map(|p| {
                 p.to_str()
                     .and_then(|s| std::ffi::CString::new(s).ok())
-                    .ok_or_else(|| Error::RocksDb(format!("bad file path {}", p.display())))
+                    .ok_or_else(|| Error::InvalidOption {
+                        name: "path",
+                        detail: format!("{} is not valid UTF-8 without NUL", p.display()),
+                    })
             })
             .collect::<Result<Vec<_>>>()?;
         let ptrs: Vec<*const std::ffi::c_char> = paths.iter().map(|p| p.as_ptr()).collect();
@@ -1647,10 +1670,10 @@ mod tests {
         }
         let read = |cf: &Cf, k: &[u8]| cf.get_with(k, |v| v.to_vec()).unwrap();
         // The next write drains first; the drain fails, so this write is refused...
-        assert!(matches!(cf.put(b"late", b"x"), Err(Error::RocksDb(_))));
+        assert!(matches!(cf.put(b"late", b"x"), Err(Error::RocksDb { .. })));
         assert!(matches!(
             cf.delete(&0u32.to_be_bytes()),
-            Err(Error::RocksDb(_))
+            Err(Error::RocksDb { .. })
         ));
         assert_eq!(read(&cf, b"late"), None);
         // ...every cached write is still there, and so is the failure.

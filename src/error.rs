@@ -1,6 +1,7 @@
 //! The crate's one error type. Every failure a caller can see is a variant here, so bad input
 //! (wrong key group, oversized value, mismatched state metadata, corrupt files) is a typed
-//! error instead of a panic or silently wrong state.
+//! error instead of a panic or silently wrong state. [`Error::kind`] sorts the variants into a
+//! few [`ErrorKind`]s a caller decides on (fix the input, retry, give up, investigate).
 
 use std::path::PathBuf;
 
@@ -9,8 +10,39 @@ use crate::keygroup::KeyGroupRange;
 /// Result alias used across the crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Everything that can go wrong in rockstate.
+/// What kind of failure an [`Error`] is: coarse enough to decide on, whatever the variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller asked for something invalid: a key outside the backend's key groups, an
+    /// oversized value, state registered with other types, a bad option, name or URL. Fix the
+    /// call; retrying it fails again.
+    InvalidInput,
+    /// What was asked for does not exist: a checkpoint, an object, a file.
+    NotFound,
+    /// Stored bytes are damaged or inconsistent: a checksum, a decoder, a checkpoint that
+    /// disagrees with itself. Never retried into silently wrong state.
+    Corruption,
+    /// Another actor's state is in the way: an object that exists already, another owner's
+    /// checkpoints, an ambiguous or aborted checkpoint, a directory holding something else.
+    Conflict,
+    /// A failure that retrying may cure: a storage timeout or 5xx, RocksDB busy or timed out,
+    /// a commit whose outcome storage could not tell yet.
+    Transient,
+    /// An I/O or storage failure that retrying will not cure by itself (permissions, a
+    /// storage error the client does not retry).
+    Io,
+    /// The operation is not available here (e.g. on the heap backend), or a format version
+    /// is newer than this build understands.
+    Unsupported,
+    /// An internal invariant failed: a bug in rockstate or RocksDB, never the caller's input.
+    Internal,
+}
+
+/// Everything that can go wrong in rockstate. Match on [`Error::kind`] to decide what to do;
+/// the variants carry the detail.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A key hashes to a key group this backend does not own.
     #[error("key group {key_group} is outside this backend's range {range}")]
@@ -57,12 +89,12 @@ pub enum Error {
         requested: String,
     },
     /// Serialising a typed value failed.
-    #[error("encoding {what} failed: {source}")]
+    #[error("encoding {what} failed: {detail}")]
     Encode {
         /// What was being encoded.
         what: &'static str,
-        /// The codec's error.
-        source: postcard::Error,
+        /// The codec's message.
+        detail: String,
     },
     /// Stored bytes could not be decoded: corruption or a codec mismatch.
     #[error("decoding {what} failed: {detail}")]
@@ -81,8 +113,16 @@ pub enum Error {
         detail: String,
     },
     /// RocksDB reported an error.
-    #[error("rocksdb: {0}")]
-    RocksDb(String),
+    #[error("rocksdb: {detail}")]
+    RocksDb {
+        /// RocksDB's status code, as a kind.
+        kind: ErrorKind,
+        /// RocksDB's message.
+        detail: String,
+    },
+    /// An internal invariant failed (a bug, not the caller's input).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// Filesystem error, with the path involved.
     #[error("i/o on {path}: {source}")]
     Io {
@@ -250,6 +290,66 @@ pub enum Error {
 }
 
 impl Error {
+    /// The kind of this failure.
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
+        match self {
+            Error::KeyGroupOutOfRange { .. }
+            | Error::InvalidKeyGroups(_)
+            | Error::ValueTooLarge { .. }
+            | Error::StateMismatch { .. }
+            | Error::InvalidStateName(_)
+            | Error::BackendMismatch { .. }
+            | Error::Encode { .. }
+            | Error::InvalidOption { .. }
+            | Error::InvalidObjectName(_)
+            | Error::NoCheckpointStorage
+            | Error::RestoreMismatch { .. }
+            | Error::Coordinator(_)
+            | Error::InvalidStorageUrl { .. } => K::InvalidInput,
+            Error::ObjectNotFound { .. }
+            | Error::CheckpointNotFound(_)
+            | Error::UnknownCheckpoint { .. } => K::NotFound,
+            Error::Decode { .. }
+            | Error::CheckpointCorrupt { .. }
+            | Error::DataOutsideKeyGroups { .. }
+            | Error::MergedStateMismatch { .. } => K::Corruption,
+            Error::ObjectExists { .. }
+            | Error::AmbiguousCheckpoint { .. }
+            | Error::CheckpointRejected { .. }
+            | Error::CheckpointAborted { .. }
+            | Error::RestoreTargetNotEmpty(_)
+            | Error::StorageConflict(_)
+            | Error::RestoreIncomplete(_) => K::Conflict,
+            Error::CommitInDoubt { .. } => K::Transient,
+            Error::Unsupported(_) => K::Unsupported,
+            Error::Internal(_) => K::Internal,
+            Error::RocksDb { kind, .. } => *kind,
+            Error::Io { source, .. } => io_kind(source),
+            Error::Storage { transient, .. } => {
+                if *transient {
+                    K::Transient
+                } else {
+                    K::Io
+                }
+            }
+            Error::Format(e) => match e {
+                sst_format::Error::Io(e) => io_kind(e),
+                sst_format::Error::UnsupportedFormatVersion(_)
+                | sst_format::Error::Unsupported(_)
+                | sst_format::Error::UnknownManifestVersion(_)
+                | sst_format::Error::UnknownVersion { .. }
+                | sst_format::Error::UnknownChecksumType(_) => K::Unsupported,
+                _ => K::Corruption,
+            },
+        }
+    }
+
+    /// Whether retrying the failed operation may succeed ([`ErrorKind::Transient`]).
+    pub fn is_transient(&self) -> bool {
+        self.kind() == ErrorKind::Transient
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
@@ -262,5 +362,26 @@ impl Error {
             what,
             detail: detail.to_string(),
         }
+    }
+}
+
+/// The kind of an I/O error: missing files are [`ErrorKind::NotFound`], interruptions and
+/// timeouts [`ErrorKind::Transient`], the rest [`ErrorKind::Io`].
+fn io_kind(e: &std::io::Error) -> ErrorKind {
+    use std::io::ErrorKind as I;
+    match e.kind() {
+        I::NotFound => ErrorKind::NotFound,
+        I::AlreadyExists => ErrorKind::Conflict,
+        I::InvalidInput => ErrorKind::InvalidInput,
+        I::InvalidData | I::UnexpectedEof => ErrorKind::Corruption,
+        I::Interrupted
+        | I::TimedOut
+        | I::WouldBlock
+        | I::ConnectionReset
+        | I::ConnectionAborted
+        | I::ConnectionRefused
+        | I::BrokenPipe => ErrorKind::Transient,
+        I::Unsupported => ErrorKind::Unsupported,
+        _ => ErrorKind::Io,
     }
 }

@@ -25,6 +25,7 @@ pub mod backend;
 pub mod barrier;
 pub mod catalog;
 pub mod checkpoint;
+mod clock;
 pub mod codec;
 pub mod coordinator;
 mod db;
@@ -51,10 +52,11 @@ pub use checkpoint::{
     SweepStats,
 };
 pub use checkpoint::{GcStats, JobOwner, RestoreReport};
+pub use clock::{Clock, ManualClock, SystemClock};
 #[doc(hidden)]
 pub use db::rocksdb_options_for_benchmarks;
 pub use db::MemoryBudget;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use keygroup::KeyGroupRange;
 pub use metrics::{BackendMetrics, CheckpointMetrics, LevelMetrics, RocksDbMetrics};
 pub use options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
@@ -66,4 +68,4 @@ pub use storage::{
     open_storage, Fault, FaultyStorage, ObjectStorage, ObjectStorageOptions, OpKind, ScopedStorage,
 };
 pub use storage::{CheckpointStorage, LocalStorage, ObjectDigest, ObjectInfo};
-pub use ttl::{Clock, ManualClock, SystemClock, TtlConfig};
+pub use ttl::TtlConfig;

@@ -42,13 +42,6 @@ use crate::ttl;
 /// zstd level of savepoint blocks: fast to write, still compact.
 pub const SAVEPOINT_ZSTD_LEVEL: i32 = 1;
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 impl KeyedBackend {
     /// Writes every state of this backend into a canonical savepoint at `path` (created; an
     /// existing file is an error: savepoints are never overwritten).
@@ -104,6 +97,7 @@ impl KeyedBackend {
             key_groups: self.key_groups(),
             states,
             taken_in: start.elapsed(),
+            taken_at_ms: self.processing_clock().now_ms(),
         })
     }
 
@@ -407,6 +401,9 @@ pub struct FullSnapshot {
     key_groups: KeyGroupRange,
     states: Vec<SnapshotState>,
     taken_in: Duration,
+    /// When it was taken, by the backend's processing-time clock (the savepoint's
+    /// `created_at_ms`).
+    taken_at_ms: u64,
 }
 
 impl std::fmt::Debug for FullSnapshot {
@@ -504,7 +501,7 @@ impl FullSnapshot {
             key_group_end: self.key_groups.end,
             states: self.states.iter().map(|s| s.meta.clone()).collect(),
             operator_state: operator_state.snapshot(),
-            created_at_ms: now_ms(),
+            created_at_ms: self.taken_at_ms,
         };
         let file = File::options()
             .write(true)

@@ -5,66 +5,18 @@
 //!
 //! Stored TTL value: `[last-access timestamp, u64 ms, big-endian][payload]`. An entry is
 //! expired iff `ts + ttl <= now` (saturating), with `now` from the state's time domain:
-//! processing time (an injected [`Clock`]) or event time (a watermark the engine advances —
+//! processing time (an injected [`crate::Clock`]) or event time (a watermark the engine advances —
 //! something Flink's TTL lacks).
 //!
 //! Flink SQL's idle state retention is [`TtlConfig::idle_state_retention`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 /// Length of the timestamp prefix of a TTL value.
 pub const TS_LEN: usize = 8;
-
-/// A source of time in milliseconds. Tests inject [`ManualClock`]; nothing in rockstate reads
-/// the wall clock except [`SystemClock`].
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// Milliseconds since the Unix epoch (or any fixed origin the job uses consistently).
-    fn now_ms(&self) -> u64;
-}
-
-/// The wall clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
-    }
-}
-
-/// A clock that moves only when told to: for tests, and as the event-time watermark.
-#[derive(Debug, Default, Clone)]
-pub struct ManualClock(Arc<AtomicU64>);
-
-impl ManualClock {
-    /// A clock reading `start_ms`.
-    pub fn new(start_ms: u64) -> Self {
-        ManualClock(Arc::new(AtomicU64::new(start_ms)))
-    }
-
-    /// Sets the time (never moves backwards: a smaller value is ignored, like a watermark).
-    pub fn set(&self, ms: u64) {
-        self.0.fetch_max(ms, Ordering::SeqCst);
-    }
-
-    /// Moves the time forward by `d`.
-    pub fn advance(&self, d: Duration) {
-        self.0.fetch_add(d.as_millis() as u64, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// When an entry's timestamp is refreshed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,14 +223,5 @@ mod tests {
         assert_eq!(split(&v[..7]), None);
         assert!(!stored_is_expired(&v[..7], 1, u64::MAX));
         assert!(stored_is_expired(&v, 1, 43));
-    }
-
-    #[test]
-    fn manual_clock_moves_forward_only() {
-        let c = ManualClock::new(10);
-        c.set(5);
-        assert_eq!(c.now_ms(), 10);
-        c.advance(Duration::from_millis(5));
-        assert_eq!(c.now_ms(), 15);
     }
 }

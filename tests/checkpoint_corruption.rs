@@ -419,7 +419,7 @@ fn restore_dir_randomized(fx: Fixture) {
                         e,
                         Error::CheckpointCorrupt { .. }
                             | Error::CheckpointNotFound(_)
-                            | Error::RocksDb(_)
+                            | Error::RocksDb { .. }
                             | Error::ObjectNotFound { .. }
                     ),
                     "case {case}: {e:?}"

@@ -8,7 +8,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, UNIX_EPOCH};
 
 use common::*;
 use rockstate::checkpoint::layout;
@@ -18,7 +18,7 @@ use rockstate::{
 
 /// Sets the modification time of every file under `dir` one hour back.
 fn age_files(dir: &std::path::Path) {
-    let old = SystemTime::now() - Duration::from_secs(3600);
+    let old = UNIX_EPOCH + Duration::from_millis(SystemClock.now_ms()) - Duration::from_secs(3600);
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         if e.path().is_file() {
             let f = std::fs::File::options().write(true).open(e.path()).unwrap();

@@ -12,7 +12,9 @@ use std::time::Duration;
 use common::s3;
 use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
-use rockstate::{open_storage, CheckpointStorage, Error, ObjectStorage, ObjectStorageOptions};
+use rockstate::{
+    open_storage, CheckpointStorage, Clock, Error, ObjectStorage, ObjectStorageOptions,
+};
 
 fn data(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -149,9 +151,12 @@ fn s3_multipart_put_never_overwrites() {
         .unwrap()
         .iter()
         .all(|o| !o.name.starts_with(".uploads")));
-    assert_eq!(s.sweep_incomplete(Duration::from_secs(3600)).unwrap(), 0);
+    // Ages come from the caller's clock: younger than an hour now, older two hours later.
+    let now = rockstate::SystemClock.now_ms();
+    let hour = Duration::from_secs(3600);
+    assert_eq!(s.sweep_incomplete(now, hour).unwrap(), 0);
     assert_eq!(raw_list(".uploads").len(), 1);
-    assert_eq!(s.sweep_incomplete(Duration::ZERO).unwrap(), 1);
+    assert_eq!(s.sweep_incomplete(now + 2 * 3_600_000, hour).unwrap(), 1);
     assert!(raw_list(".uploads").is_empty());
 }
 

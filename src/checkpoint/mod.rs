@@ -43,13 +43,13 @@ pub use owner::{GcStats, JobOwner};
 pub use snapshot::PendingSnapshot;
 
 use crate::backend::KeyedBackend;
+use crate::clock::Clock;
 use crate::db::Cf;
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::operator_state::OperatorState;
 use crate::state::StateMeta;
 use crate::storage::CheckpointStorage;
-use crate::ttl::Clock;
 use registry::{Checkpointer, Completion, RestoredBase};
 
 /// Key of the backend id in the metadata column family.

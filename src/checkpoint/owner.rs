@@ -24,9 +24,9 @@ use super::layout;
 use super::registry::decode_manifest_named;
 use super::SweepStats;
 use crate::catalog::{classify, Catalog, GcPlan, GcPolicy, GcReason, ManifestCache};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::storage::CheckpointStorage;
-use crate::ttl::Clock;
 
 /// The owner of a job's checkpoints in one storage (see the module docs).
 #[derive(Debug)]
@@ -434,7 +434,9 @@ impl JobOwner {
         let _span = tracing::info_span!("checkpoint.gc").entered();
         let _guard = self.gc_lock.lock();
         self.reload_if_unsure()?;
-        let incomplete = self.storage.sweep_incomplete(min_age)?;
+        let incomplete = self
+            .storage
+            .sweep_incomplete(self.clock.now_ms(), min_age)?;
         let g = self.pass(Some(min_age))?;
         Ok(SweepStats {
             shared_deleted: g.shared_deleted,

@@ -21,9 +21,9 @@ use sst_format::{CheckpointManifest, JobCheckpoint, SstUniqueId, TaskCheckpoint}
 use super::layout;
 use super::owner::{read_record, record_ids, JobOwner};
 use super::CheckpointOptions;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::storage::CheckpointStorage;
-use crate::ttl::Clock;
 
 /// The checkpoint a backend was restored from; becomes its reuse base.
 #[derive(Debug, Clone)]

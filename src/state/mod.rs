@@ -23,11 +23,12 @@ pub use map::{MapState, RawMapState};
 pub use reducing::ReducingState;
 pub use value::{RawValueState, ValueState};
 
+use crate::clock::Clock;
 use crate::codec::{self, StoredKey};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::store::{Table, TableBatch};
-use crate::ttl::{self, Clock, TtlConfig, TtlCounters, UpdateType, Visibility};
+use crate::ttl::{self, TtlConfig, TtlCounters, UpdateType, Visibility};
 
 /// A stored key under construction; keys up to 128 bytes never touch the heap.
 pub(crate) type KeyBuf = SmallVec<[u8; 128]>;
@@ -448,6 +449,9 @@ pub(crate) fn with_encoded<T: Serialize + ?Sized, R>(
     match postcard::to_slice(value, &mut stack) {
         Ok(bytes) => f(bytes),
         Err(postcard::Error::SerializeBufferFull) => f(&codec::encode(value, what)?),
-        Err(source) => Err(Error::Encode { what, source }),
+        Err(e) => Err(Error::Encode {
+            what,
+            detail: e.to_string(),
+        }),
     }
 }

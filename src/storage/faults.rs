@@ -279,8 +279,8 @@ impl CheckpointStorage for FaultyStorage {
         self.faulted(OpKind::Delete, name, |_| self.inner.delete(name))
     }
 
-    fn sweep_incomplete(&self, min_age: Duration) -> Result<usize> {
-        self.inner.sweep_incomplete(min_age)
+    fn sweep_incomplete(&self, now_ms: u64, min_age: Duration) -> Result<usize> {
+        self.inner.sweep_incomplete(now_ms, min_age)
     }
 }
 

@@ -5,11 +5,12 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::{validate_object_name, CheckpointStorage, ObjectDigest, ObjectInfo};
+use crate::clock::{is_older_than, millis_since_epoch};
 use crate::error::{Error, Result};
 
 /// Copy buffer size of [`LocalStorage`] transfers.
@@ -406,24 +407,22 @@ impl CheckpointStorage for LocalStorage {
         Ok(())
     }
 
-    fn sweep_incomplete(&self, min_age: Duration) -> Result<usize> {
+    fn sweep_incomplete(&self, now_ms: u64, min_age: Duration) -> Result<usize> {
         let dir = self.root.join(TEMP_DIR);
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(Error::io(&dir, e)),
         };
-        let now = SystemTime::now();
         let mut removed = 0;
         for entry in entries {
             let entry = entry.map_err(|e| Error::io(&dir, e))?;
             let Ok(meta) = entry.metadata() else { continue };
-            let age = meta
-                .modified()
-                .ok()
-                .and_then(|m| now.duration_since(m).ok())
-                .unwrap_or(Duration::ZERO);
-            if meta.is_file() && age >= min_age && fs::remove_file(entry.path()).is_ok() {
+            let modified = meta.modified().map_or(u64::MAX, millis_since_epoch);
+            if meta.is_file()
+                && is_older_than(modified, now_ms, min_age)
+                && fs::remove_file(entry.path()).is_ok()
+            {
                 removed += 1;
             }
         }
@@ -563,6 +562,6 @@ mod tests {
         for bad in ["", "/a", "a//b", "../a", "a/./b", ".tmp/x"] {
             assert!(s.put_bytes(bad, b"").is_err(), "{bad}");
         }
-        assert_eq!(s.sweep_incomplete(Duration::ZERO).unwrap(), 0);
+        assert_eq!(s.sweep_incomplete(u64::MAX, Duration::ZERO).unwrap(), 0);
     }
 }

@@ -89,9 +89,11 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
     }
 
     /// Removes leftovers of puts that never finished (temporary files, unfinished multipart
-    /// uploads) older than `min_age`; returns how many. The default has nothing to remove.
-    fn sweep_incomplete(&self, min_age: Duration) -> Result<usize> {
-        let _ = min_age;
+    /// uploads) last modified `min_age` or longer before `now_ms` (the caller's clock,
+    /// milliseconds since the Unix epoch: storage never reads the wall clock); returns how
+    /// many. The default has nothing to remove.
+    fn sweep_incomplete(&self, now_ms: u64, min_age: Duration) -> Result<usize> {
+        let _ = (now_ms, min_age);
         Ok(0)
     }
 }

@@ -62,6 +62,7 @@ use object_store::{ClientOptions, HeaderMap, HeaderValue};
 use tokio::runtime::Runtime;
 
 use super::{validate_object_name, CheckpointStorage, ObjectDigest, ObjectInfo};
+use crate::clock::{is_older_than, millis_since_epoch};
 use crate::error::{Error, Result};
 
 /// Settings of an [`ObjectStorage`].
@@ -761,12 +762,10 @@ impl CheckpointStorage for ObjectStorage {
         Ok(objects)
     }
 
-    fn sweep_incomplete(&self, min_age: Duration) -> Result<usize> {
-        let now = SystemTime::now();
+    fn sweep_incomplete(&self, now_ms: u64, min_age: Duration) -> Result<usize> {
         let mut removed = 0;
         for o in self.list_all(STAGING_PREFIX)? {
-            let age = now.duration_since(o.last_modified).unwrap_or_default();
-            if age >= min_age {
+            if is_older_than(millis_since_epoch(o.last_modified), now_ms, min_age) {
                 self.delete(&o.name)?;
                 removed += 1;
             }

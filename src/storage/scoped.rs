@@ -88,8 +88,8 @@ impl CheckpointStorage for ScopedStorage {
         self.inner.exists(&self.full(name)?)
     }
 
-    fn sweep_incomplete(&self, min_age: Duration) -> Result<usize> {
-        self.inner.sweep_incomplete(min_age)
+    fn sweep_incomplete(&self, now_ms: u64, min_age: Duration) -> Result<usize> {
+        self.inner.sweep_incomplete(now_ms, min_age)
     }
 }
 

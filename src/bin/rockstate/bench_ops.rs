@@ -109,12 +109,12 @@ impl Raw {
         self.db
             .get_pinned_opt(self.key(key), &self.read)
             .map(|v| v.map(|v| v.to_vec()))
-            .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
+            .map_err(rockstate::Error::from)
     }
     fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
         self.db
             .put_opt(self.key(key), value, &self.write)
-            .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
+            .map_err(rockstate::Error::from)
     }
     /// SST files per non-empty level, as `L<n>:<files>` joined by commas.
     fn files(&self) -> String {
@@ -125,7 +125,7 @@ impl Raw {
         opts.set_flush(true);
         self.db
             .wait_for_compact(&opts)
-            .map_err(|e| rockstate::Error::RocksDb(e.into_string()))
+            .map_err(rockstate::Error::from)
     }
 }
 
@@ -326,8 +326,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
             rockstate::KeyGroupRange::all(128)?,
         );
         let opts = rockstate::rocksdb_options_for_benchmarks(&options, &budget, partition)?;
-        let db = rocksdb::DB::open(&opts, dir.path().join(name))
-            .map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
+        let db = rocksdb::DB::open(&opts, dir.path().join(name)).map_err(rockstate::Error::from)?;
         let mut write = rocksdb::WriteOptions::default();
         write.disable_wal(!options.wal);
         Ok(Raw {
@@ -463,8 +462,7 @@ fn open_reference(path: &std::path::Path) -> rockstate::Result<Raw> {
     table.set_block_cache(&rocksdb::Cache::new_lru_cache(256 << 20));
     opts.set_block_based_table_factory(&table);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    let db =
-        rocksdb::DB::open(&opts, path).map_err(|e| rockstate::Error::RocksDb(e.into_string()))?;
+    let db = rocksdb::DB::open(&opts, path).map_err(rockstate::Error::from)?;
     let mut write = rocksdb::WriteOptions::default();
     write.disable_wal(true);
     Ok(Raw {

@@ -272,7 +272,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
                 .into_iter()
                 .map(|h| {
                     h.join()
-                        .map_err(|_| Error::RocksDb("restore thread panicked".into()))?
+                        .map_err(|_| Error::Internal("restore thread panicked".into()))?
                 })
                 .collect()
         })

@@ -42,8 +42,8 @@ use rockstate::coordinator::{
 };
 use rockstate::operator_state::{redistribute, OperatorState};
 use rockstate::{
-    BackendMetrics, CheckpointStorage, KeyGroupRange, KeyedBackend, LocalStorage, ManualClock,
-    RestoreFrom, StateDescriptor, TtlConfig,
+    BackendMetrics, CheckpointStorage, Clock, KeyGroupRange, KeyedBackend, LocalStorage,
+    ManualClock, RestoreFrom, StateDescriptor, TtlConfig,
 };
 use sst_format::{JobCheckpoint, RedistributionMode};
 
@@ -970,11 +970,9 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
     eprintln!("job {job_id}: checkpoints under jobs/{job_id}/ of the storage");
     let storage: Arc<dyn CheckpointStorage> =
         Arc::new(rockstate::ScopedStorage::for_job(storage, &job_id)?);
-    let seed = args.crash_seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
+    let seed = args
+        .crash_seed
+        .unwrap_or_else(|| mix(rockstate::SystemClock.now_ms()));
     if args.crash_at.is_none() || args.crashes > 1 {
         eprintln!("crash seed {seed} (repeat with --crash-seed {seed})");
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rockstate::catalog::{self, Catalog, GcReason};
-use rockstate::StateKind;
+use rockstate::{Clock, StateKind, SystemClock};
 use serde_json::{json, Value};
 
 use crate::storage_arg;
@@ -121,12 +121,15 @@ fn kind_name(k: StateKind) -> &'static str {
 }
 
 fn age(t: SystemTime) -> String {
-    match SystemTime::now().duration_since(t) {
-        Ok(d) if d.as_secs() >= 86_400 => format!("{}d", d.as_secs() / 86_400),
-        Ok(d) if d.as_secs() >= 3600 => format!("{}h", d.as_secs() / 3600),
-        Ok(d) if d.as_secs() >= 60 => format!("{}m", d.as_secs() / 60),
-        Ok(d) => format!("{}s", d.as_secs()),
-        Err(_) => "0s".into(),
+    let then = t
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let secs = SystemClock.now_ms().saturating_sub(then) / 1000;
+    match secs {
+        s if s >= 86_400 => format!("{}d", s / 86_400),
+        s if s >= 3600 => format!("{}h", s / 3600),
+        s if s >= 60 => format!("{}m", s / 60),
+        s => format!("{s}s"),
     }
 }
 
@@ -383,7 +386,8 @@ pub struct GcArgs {
 pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
     let storage = storage_arg::open(&args.storage)?;
     let cat = Catalog::load(storage.as_ref())?;
-    let plan = catalog::gc_plan(&cat, args.min_age, SystemTime::now()).map_err(|e| CliError {
+    let now_ms = SystemClock.now_ms();
+    let plan = catalog::gc_plan(&cat, args.min_age, now_ms).map_err(|e| CliError {
         code: EXIT_PROBLEMS,
         message: e.to_string(),
     })?;
@@ -407,7 +411,7 @@ pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
             "candidates": plan.delete.iter().map(|(o, r)| json!({"name": o.name, "bytes": o.size, "reason": why(*r)})).collect::<Vec<_>>(),
             "deleted": deleted.as_ref().map(|d| d.iter().map(|o| &o.name).collect::<Vec<_>>()),
             "kept_too_young": plan.too_young.iter().map(|o| &o.name).collect::<Vec<_>>(),
-            "now_ms": SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+            "now_ms": now_ms,
         }));
         return Ok(EXIT_OK);
     }

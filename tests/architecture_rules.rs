@@ -1,0 +1,80 @@
+//! Rules of the code base that the compiler does not check, checked over the source tree:
+//! time is read only through the clock module, and RocksDB is named only by the database
+//! layer.
+
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The lines of `file` that contain `needle` outside `//` comments, as `path:line: text`.
+fn uses(file: &Path, needle: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            l.split("//")
+                .next()
+                .is_some_and(|code| code.contains(needle))
+        })
+        .map(|(i, l)| format!("{}:{}: {}", file.display(), i + 1, l.trim()))
+        .collect()
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn the_wall_clock_is_read_only_by_the_clock_module() {
+    let clock = root().join("src/clock.rs");
+    let mut found = Vec::new();
+    for dir in ["src", "tests", "benches", "examples", "sst-format/src"] {
+        for f in rust_files(&root().join(dir)) {
+            if f != clock {
+                // Spelled in two parts so this file does not find itself.
+                found.extend(uses(&f, concat!("SystemTime", "::now")));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "read time through rockstate::Clock (src/clock.rs) instead:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn only_the_database_layer_names_rocksdb() {
+    let allowed = [root().join("src/db.rs")];
+    let mut found = Vec::new();
+    for f in rust_files(&root().join("src")) {
+        // The operator binary's benchmarks open raw RocksDB as their baseline.
+        if allowed.contains(&f) || f.starts_with(root().join("src/bin")) {
+            continue;
+        }
+        for needle in [concat!("rocksdb", "::"), concat!("librocksdb", "_sys")] {
+            found.extend(uses(&f, needle));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "RocksDB belongs to the database layer (src/db.rs):\n{}",
+        found.join("\n")
+    );
+}
