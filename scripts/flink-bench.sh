@@ -51,7 +51,7 @@ cp_jars=$(ls "$cache"/pyflink/lib/*.jar | paste -sd: -)
 mkdir -p "$cache/classes"
 javac -nowarn -cp "$cp_jars" -d "$cache/classes" benches/flink/FlinkOps.java
 
-cargo build -q --release --bin rockstate
+cargo build -q --release --bin rockstate-bench
 
 out="$cache/last-run.txt"
 log="$cache/flink-stderr.log"
@@ -69,7 +69,7 @@ flink() { # flink <line prefix> [FlinkOps flags...]
   sed "s/^flink_phase=/${prefix}_phase=/" "$cache/flink-out.txt" | tee -a "$out"
 }
 rockstate() {
-  ./target/release/rockstate bench ops --solo-only --no-reference ${args[@]+"${args[@]}"} \
+  ./target/release/rockstate-bench ops --solo-only --no-reference ${args[@]+"${args[@]}"} \
     | tee -a "$out"
 }
 runs=(rockstate "flink flink" "flink flink_tuned --bloom --low-priority-compaction")

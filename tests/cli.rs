@@ -1,5 +1,6 @@
 //! The operator commands, run as the built binary: `inspect`, `verify`, `gc`, `--help`, exit
-//! codes and one-line errors, including a corrupted storage directory.
+//! codes and one-line errors, including a corrupted storage directory; and the output formats
+//! of the `rockstate-bench` binary.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -14,6 +15,13 @@ fn rockstate(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run rockstate")
+}
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rockstate-bench"))
+        .args(args)
+        .output()
+        .expect("run rockstate-bench")
 }
 
 fn stdout(o: &Output) -> String {
@@ -117,8 +125,19 @@ fn help_lists_the_commands_and_exit_codes() {
     let o = rockstate(&["--help"]);
     assert_eq!(code(&o), 0);
     let out = stdout(&o);
-    for word in ["inspect", "verify", "gc", "bench", "Exit codes"] {
+    for word in ["demo", "inspect", "verify", "gc", "Exit codes"] {
         assert!(out.contains(word), "{word} missing from:\n{out}");
+    }
+    // Benchmarks are their own binary: the operator's tool lists none.
+    assert!(!out.contains("bench"), "{out}");
+    let o = bench(&["--help"]);
+    assert_eq!(code(&o), 0);
+    for word in ["ops", "checkpoint", "ttl", "rescale", "s3", "--json"] {
+        assert!(
+            stdout(&o).contains(word),
+            "{word} missing from:\n{}",
+            stdout(&o)
+        );
     }
     let o = rockstate(&["gc", "--help"]);
     assert!(stdout(&o).contains("--apply") && stdout(&o).contains("--min-age"));
@@ -392,8 +411,7 @@ fn demo_rejects_a_zero_parallelism() {
 fn bench_checkpoint_prints_json_lines_and_an_svg_chart() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("uploaded.svg");
-    let o = rockstate(&[
-        "bench",
+    let o = bench(&[
         "checkpoint",
         "--keys",
         "2000",
@@ -445,8 +463,7 @@ fn bench_checkpoint_prints_json_lines_and_an_svg_chart() {
 
 #[test]
 fn bench_lines_are_key_value_text_without_json() {
-    let o = rockstate(&[
-        "bench",
+    let o = bench(&[
         "ttl",
         "--rounds",
         "1",

@@ -4,7 +4,7 @@
 // scripts/flink-bench.sh fetches the jars, compiles this file and runs it; see
 // docs/decisions/0019-benchmark-method-and-flink-comparison.md.
 //
-// The workload is the one `rockstate bench ops --solo-only` runs: N keys (Long, as Flink
+// The workload is the one `rockstate-bench ops --solo-only` runs: N keys (Long, as Flink
 // serializes it: 8 bytes big-endian), a pool of 4096 random values of B bytes, one ValueState
 // in the void namespace, phases insert 0..N in order, N updates of random existing keys, N gets
 // of random existing keys, N gets of random missing keys (N..2N), N read-modify-writes (get,

@@ -405,7 +405,7 @@ impl KeyedBackend {
     }
 
     /// A bare RocksDB checkpoint of this backend into `dir` (must not exist), without any
-    /// registry work: the baseline `rockstate bench checkpoint` compares the sync phase with.
+    /// registry work: the baseline `rockstate-bench checkpoint` compares the sync phase with.
     #[doc(hidden)]
     pub fn bare_rocksdb_checkpoint(&self, dir: &Path) -> Result<()> {
         self.database()?.checkpoint(dir)

@@ -47,7 +47,8 @@ use rockstate::{
 };
 use sst_format::{JobCheckpoint, RedistributionMode};
 
-use crate::ops::{human_bytes, CliError, EXIT_OK, EXIT_PROBLEMS};
+use crate::ops::{CliError, EXIT_OK, EXIT_PROBLEMS};
+use crate::progress::human_bytes;
 
 /// Arguments of `demo`.
 #[derive(clap::Args, Debug)]

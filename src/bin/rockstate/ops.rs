@@ -9,6 +9,7 @@ use rockstate::catalog::{self, Catalog, GcReason};
 use rockstate::{Clock, StateKind, SystemClock};
 use serde_json::{json, Value};
 
+use crate::progress::human_bytes;
 use crate::storage_arg;
 
 /// Exit code: success, nothing wrong.
@@ -68,22 +69,6 @@ pub fn finish(result: Result<u8, CliError>) -> ExitCode {
             eprintln!("error: {}", e.message.replace('\n', " "));
             ExitCode::from(e.code)
         }
-    }
-}
-
-/// `1.5 KiB`-style size.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }
 

@@ -17,3 +17,19 @@ pub fn bar(len: u64, unit: &str, label: &str) -> ProgressBar {
     bar.set_message(label.to_string());
     bar
 }
+
+/// `1.5 KiB`-style size.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}

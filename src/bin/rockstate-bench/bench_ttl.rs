@@ -1,4 +1,4 @@
-//! `rockstate bench ttl`: what TTL costs and what it saves, measured in one run.
+//! `rockstate-bench ttl`: what TTL costs and what it saves, measured in one run.
 //!
 //! 1. Churn: rounds of (insert fresh keys, advance the clock one round, full compaction as
 //!    RocksDB's compaction would eventually do, incremental checkpoint) for a TTL

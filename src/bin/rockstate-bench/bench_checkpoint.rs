@@ -1,4 +1,4 @@
-//! `rockstate bench checkpoint`: the checkpoint workload, with its baselines measured
+//! `rockstate-bench checkpoint`: the checkpoint workload, with its baselines measured
 //! in the same process: a bare RocksDB checkpoint (sync phase), a plain parallel copy of the
 //! same files (async phase) and `cp -r` (restore).
 //!

@@ -1,4 +1,4 @@
-//! `rockstate bench ops`: the foundation workload through rockstate's value state and through
+//! `rockstate-bench ops`: the foundation workload through rockstate's value state and through
 //! raw rust-rocksdb opened with the same options, phase by phase in one process, so the ratio
 //! is measured under the same machine conditions. (This file and the criterion benches are the
 //! only places outside `db` that name `rocksdb::` types: they are the comparison baseline.)

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::ops::human_bytes;
+use crate::progress::human_bytes;
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 420.0;

@@ -1,4 +1,4 @@
-//! `rockstate bench rescale`: the rescale workload, with its baselines measured in the same
+//! `rockstate-bench rescale`: the rescale workload, with its baselines measured in the same
 //! process.
 //!
 //! Workload: one backend (all 128 key groups) gets `keys` keys with `value_bytes`-byte random

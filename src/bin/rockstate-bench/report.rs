@@ -1,5 +1,5 @@
 //! Output lines of the benches: the same fields printed either as `key=value` text (the
-//! default) or, with `rockstate bench --json`, as one JSON object per line.
+//! default) or, with `rockstate-bench --json`, as one JSON object per line.
 //!
 //! Text: `[# ][label ]k1=v1 k2=v2[ (note)]`; a `#` line is a header or summary. JSON:
 //! `{"line":"label","header":true,"k1":v1,…,"note":"…"}` (`line`, `header`, `note` only when

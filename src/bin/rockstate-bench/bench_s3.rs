@@ -1,4 +1,4 @@
-//! `rockstate bench s3`: upload and download throughput of [`ObjectStorage`] (our synchronous
+//! `rockstate-bench s3`: upload and download throughput of [`ObjectStorage`] (our synchronous
 //! facade: parallel transfer threads, multipart for large files, digests) against raw
 //! `object_store` puts and gets of the same bytes to the same server, measured in the same
 //! run, interleaved, median of `rounds`.
@@ -6,7 +6,7 @@
 //! Point it at any S3-compatible server: `--storage s3://bucket/prefix` with the endpoint and
 //! credentials in `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`. The
 //! checkpoint workload runs against the same kind of URL with
-//! `rockstate bench checkpoint --storage s3://bucket/prefix`.
+//! `rockstate-bench checkpoint --storage s3://bucket/prefix`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

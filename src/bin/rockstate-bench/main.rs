@@ -1,0 +1,61 @@
+//! `rockstate-bench`: workloads that measure rockstate against raw RocksDB, its own
+//! alternatives and its storage, printing ratios measured in the same run (machines are noisy;
+//! only same-run ratios compare). `docs/decisions/` records what each figure decided.
+
+mod bench_checkpoint;
+mod bench_ops;
+mod bench_rescale;
+mod bench_s3;
+mod bench_ttl;
+mod chart;
+#[path = "../rockstate/progress.rs"]
+mod progress;
+mod report;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// rockstate-bench: benchmarks of rockstate that print ratios measured in the same run.
+#[derive(Parser)]
+#[command(name = "rockstate-bench", version, about)]
+struct Cli {
+    /// Print one JSON object per line (same fields) instead of key=value lines.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    which: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Point operations through ValueState vs raw rust-rocksdb with identical options.
+    Ops(bench_ops::OpsArgs),
+    /// Incremental vs full checkpoints, against bare RocksDB checkpoint, parallel copy, cp -r.
+    Checkpoint(bench_checkpoint::CheckpointArgs),
+    /// TTL: bounded state under churn, compaction-filter cost, TTL access cost.
+    Ttl(bench_ttl::TtlArgs),
+    /// Rescale 1->2 and 2->1 vs plain restore, first checkpoint after a rescale, savepoints.
+    Rescale(bench_rescale::RescaleArgs),
+    /// S3 storage: upload/download throughput vs raw object_store on the same server.
+    S3(bench_s3::S3Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    report::set_json(cli.json);
+    let result = match cli.which {
+        BenchCommand::Ops(args) => bench_ops::run(&args),
+        BenchCommand::Checkpoint(args) => bench_checkpoint::run(&args),
+        BenchCommand::Ttl(args) => bench_ttl::run(&args),
+        BenchCommand::Rescale(args) => bench_rescale::run(&args),
+        BenchCommand::S3(args) => bench_s3::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
