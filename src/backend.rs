@@ -9,14 +9,17 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Serialize};
 
 use crate::checkpoint::registry::{Checkpointer, RestoredBase};
-use crate::checkpoint::{CheckpointOptions, RestoreFrom};
+use crate::checkpoint::{
+    CheckpointOptions, CheckpointStats, JobOwner, PendingSnapshot, RestoreFrom, SnapshotSource,
+    SweepStats,
+};
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::codec;
 use crate::db::TtlFilter;
@@ -24,7 +27,9 @@ use crate::db::{Db, KeyLayout, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::heap::HeapTable;
 use crate::keygroup::{self, KeyGroupRange};
-use crate::options::{DbOptions, MemoryBudgetConfig};
+use crate::operator_state::OperatorState;
+use crate::options::DbOptions;
+use crate::restore::RestoreParams;
 use crate::state::{
     AggregateFunction, AggregatingState, CodecId, IncrementalCleanup, ListState, MapState,
     RawEntry, RawListState, RawMapState, RawValueState, ReducingState, StateCore, StateDescriptor,
@@ -34,55 +39,11 @@ use crate::storage::CheckpointStorage;
 use crate::store::Table;
 use crate::ttl::{TimeDomain, TtlCounters, TtlStats, UpdateType};
 
-/// Version of the metadata layout in the default column family.
-pub const BACKEND_META_VERSION: u32 = 1;
-pub(crate) const META_BACKEND: &[u8] = b"backend";
-pub(crate) const META_STATE_PREFIX: &str = "state/";
-pub(crate) const META_LIST_SEQ: &[u8] = b"list-seq";
-pub(crate) const STATE_CF_PREFIX: &str = "state:";
-/// Longest accepted state name in bytes.
-pub const MAX_STATE_NAME: usize = 255;
-
-/// Backend-level metadata, checked on every open.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BackendMeta {
-    /// Layout version ([`BACKEND_META_VERSION`]).
-    pub version: u32,
-    /// Number of key groups of the job.
-    pub max_parallelism: u32,
-    /// Groups this database holds.
-    pub key_groups: KeyGroupRange,
-}
-
-/// Hands out list-element sequence numbers; the high-water mark is persisted before a number
-/// is used, so numbers only grow across reopen and restore.
-pub(crate) struct SequenceAllocator {
-    next: AtomicU64,
-    /// Numbers below this are persisted as reserved; read lock-free on every append.
-    reserved: AtomicU64,
-    /// Serializes persisting a new reservation.
-    reserving: Mutex<()>,
-    meta: Table,
-}
-
-const SEQ_BLOCK: u64 = 1 << 16;
-
-impl SequenceAllocator {
-    pub(crate) fn next(&self) -> Result<u64> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        if n < self.reserved.load(Ordering::Acquire) {
-            return Ok(n);
-        }
-        let _guard = self.reserving.lock();
-        // Another thread may have reserved past `n` while we waited.
-        if n >= self.reserved.load(Ordering::Acquire) {
-            let new = n + SEQ_BLOCK;
-            self.meta.put(META_LIST_SEQ, &new.to_be_bytes())?;
-            self.reserved.store(new, Ordering::Release);
-        }
-        Ok(n)
-    }
-}
+pub use crate::meta::{BackendMeta, BACKEND_META_VERSION, MAX_STATE_NAME};
+use crate::meta::{
+    SequenceAllocator, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX, STATE_CF_PREFIX,
+};
+use crate::state::{check_state_name, mismatch_error};
 
 /// Builds a [`KeyedBackend`]: its path, key groups, options and injected components;
 /// [`BackendBuilder::open`] opens it.
@@ -195,7 +156,7 @@ impl BackendBuilder {
                 }
                 let budget = match self.budget {
                     Some(b) => b,
-                    None => process_budget()?,
+                    None => MemoryBudget::process_default()?,
                 };
                 std::fs::create_dir_all(&self.path).map_err(|e| Error::io(&self.path, e))?;
                 let db = Db::open(
@@ -252,12 +213,7 @@ impl BackendBuilder {
             )?,
             Table::Heap(_) => (crate::checkpoint::layout::new_backend_id(), None),
         };
-        let list_seq = Arc::new(SequenceAllocator {
-            next: AtomicU64::new(reserved),
-            reserved: AtomicU64::new(reserved),
-            reserving: Mutex::new(()),
-            meta: meta.clone(),
-        });
+        let list_seq = Arc::new(SequenceAllocator::new(meta.clone(), reserved));
         Ok(KeyedBackend {
             inner: Arc::new(Inner {
                 engine,
@@ -276,15 +232,6 @@ impl BackendBuilder {
             }),
         })
     }
-}
-
-pub(crate) fn process_budget() -> Result<MemoryBudget> {
-    static BUDGET: OnceLock<MemoryBudget> = OnceLock::new();
-    if let Some(b) = BUDGET.get() {
-        return Ok(b.clone());
-    }
-    let budget = MemoryBudget::new(MemoryBudgetConfig::default())?;
-    Ok(BUDGET.get_or_init(|| budget).clone())
 }
 
 fn read_meta<T: DeserializeOwned>(
@@ -722,22 +669,6 @@ impl KeyedBackend {
     }
 }
 
-/// A state name must be non-empty and at most `MAX_STATE_NAME` bytes.
-pub(crate) fn check_state_name(name: &str) -> Result<()> {
-    if name.is_empty() || name.len() > MAX_STATE_NAME {
-        return Err(Error::InvalidStateName(name.to_string()));
-    }
-    Ok(())
-}
-
-pub(crate) fn mismatch_error(existing: &StateMeta, requested: &StateMeta) -> Error {
-    Error::StateMismatch {
-        name: requested.name.clone(),
-        existing: crate::state::describe(existing),
-        requested: crate::state::describe(requested),
-    }
-}
-
 fn type_name<T>() -> &'static str {
     std::any::type_name::<T>()
 }
@@ -810,12 +741,7 @@ impl BackendBuilder {
     /// `crate::restore`). The restored backend gets a new backend id and keeps the base
     /// checkpoint's files as its reuse base, so its next checkpoint is incremental.
     pub fn restore(self, from: RestoreFrom) -> Result<KeyedBackend> {
-        if self.kind == BackendKind::Heap {
-            return Err(Error::Unsupported(
-                "checkpoints of the heap backend (use savepoints)".into(),
-            ));
-        }
-        crate::restore::restore(self, from)
+        self.restore_with_report(from).map(|(backend, _)| backend)
     }
 
     /// [`restore`](Self::restore), also reporting how many bytes came from this machine's
@@ -825,10 +751,20 @@ impl BackendBuilder {
         self,
         from: RestoreFrom,
     ) -> Result<(KeyedBackend, crate::checkpoint::RestoreReport)> {
-        crate::restore::restore_with_report(self, from)
+        if self.kind == BackendKind::Heap {
+            return Err(Error::Unsupported(
+                "checkpoints of the heap backend (use savepoints)".into(),
+            ));
+        }
+        let params = self.restore_params();
+        crate::restore::restore(params, from, |restored| {
+            let backend = self.open_inner(Some(restored))?;
+            let states = backend.states()?;
+            Ok((backend, states))
+        })
     }
 
-    pub(crate) fn restore_params(&self) -> RestoreParams {
+    fn restore_params(&self) -> RestoreParams {
         RestoreParams {
             path: self.path.clone(),
             max_parallelism: self.max_parallelism,
@@ -849,23 +785,121 @@ impl BackendBuilder {
     }
 }
 
-/// What `restore` needs from a builder.
-pub(crate) struct RestoreParams {
-    pub(crate) path: PathBuf,
-    pub(crate) max_parallelism: u32,
-    pub(crate) key_groups: Option<KeyGroupRange>,
-    pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
-    pub(crate) source: Option<Arc<dyn CheckpointStorage>>,
-    pub(crate) transfer_threads: usize,
-    pub(crate) options: DbOptions,
-    pub(crate) budget: Option<MemoryBudget>,
-    pub(crate) compact_clipped: bool,
-    pub(crate) staging_dir: Option<PathBuf>,
-    pub(crate) local_recovery: bool,
-    pub(crate) clock: Arc<dyn Clock>,
+/// Checkpoints: the facade over `crate::checkpoint`, which owns the snapshot, upload and
+/// bookkeeping (`docs/checkpoint-format.md`, `docs/ownership.md`).
+impl KeyedBackend {
+    fn checkpoint_ctx(&self) -> Result<&Arc<Checkpointer>> {
+        self.database()?;
+        self.checkpointer().ok_or(Error::NoCheckpointStorage)
+    }
+
+    /// The sync phase of checkpoint `checkpoint_id` (ids must increase): a RocksDB checkpoint
+    /// (memtables flushed, SSTs hard-linked) into a local staging directory, plus the state
+    /// metadata. Short; the task may keep reading and writing as soon as it returns. Move the
+    /// result to another thread and call [`PendingSnapshot::upload`].
+    pub fn snapshot(&self, checkpoint_id: u64) -> Result<PendingSnapshot> {
+        self.snapshot_with(checkpoint_id, &OperatorState::new())
+    }
+
+    /// [`KeyedBackend::snapshot`], also storing the operator's non-keyed state (as of this
+    /// call) in the checkpoint's manifest; read it back with
+    /// [`crate::checkpoint::read_operator_states`].
+    pub fn snapshot_with(
+        &self,
+        checkpoint_id: u64,
+        operator_state: &OperatorState,
+    ) -> Result<PendingSnapshot> {
+        let cp = self.checkpoint_ctx()?;
+        let states = self.states()?;
+        crate::checkpoint::begin_snapshot(
+            SnapshotSource {
+                cp,
+                db: self.database()?,
+                key_groups: self.key_groups(),
+                max_parallelism: self.max_parallelism(),
+                states: &states,
+                metrics: self.checkpoint_metrics_cell(),
+            },
+            checkpoint_id,
+            operator_state,
+        )
+    }
+
+    /// Sync and async phase on the calling thread: `snapshot(id)?.upload()`.
+    pub fn checkpoint(&self, checkpoint_id: u64) -> Result<CheckpointStats> {
+        self.snapshot(checkpoint_id)?.upload()
+    }
+
+    /// Sync and async phase on the calling thread, with operator state:
+    /// `snapshot_with(id, operator_state)?.upload()`.
+    pub fn checkpoint_with(
+        &self,
+        checkpoint_id: u64,
+        operator_state: &OperatorState,
+    ) -> Result<CheckpointStats> {
+        self.snapshot_with(checkpoint_id, operator_state)?.upload()
+    }
+
+    /// Checkpoint `checkpoint_id` completed (job-wide): it becomes the base SSTs are reused
+    /// from, and uploaded checkpoints with smaller ids can never complete any more. A backend
+    /// without a coordinator is a job of one task: this writes its job record (the commit
+    /// point, after checking that every file the manifest names is in storage) and lets its
+    /// owner delete the subsumed checkpoints beyond the newest `retained` and every leftover
+    /// no retained checkpoint needs. A backend of a coordinated job deletes nothing here (the
+    /// job's [`JobOwner`] does). A late notification (id not newer than the last completed)
+    /// is ignored; an id this backend has not finished uploading is
+    /// [`Error::UnknownCheckpoint`] and changes nothing. A deletion error is returned after
+    /// the completion itself took effect.
+    pub fn notify_checkpoint_complete(&self, checkpoint_id: u64) -> Result<()> {
+        crate::checkpoint::complete(self.checkpoint_ctx()?, checkpoint_id, self.key_groups())
+    }
+
+    /// Checkpoint `checkpoint_id` was aborted: deletes exactly what that attempt uploaded (its
+    /// new shared files and its checkpoint directory). An attempt still uploading stops and
+    /// cleans up itself (its `upload` returns [`Error::CheckpointAborted`]). Completed or
+    /// unknown ids are ignored.
+    pub fn notify_checkpoint_aborted(&self, checkpoint_id: u64) -> Result<()> {
+        crate::checkpoint::abort(self.checkpoint_ctx()?, checkpoint_id)
+    }
+
+    /// The owner's sweep ([`JobOwner::sweep`]): deletes what can never be needed again and,
+    /// once `min_age` old by the backend's clock, leftovers that may belong to an attempt in
+    /// flight (shared files by the time their put began, directories without a manifest,
+    /// restore pins). A backend of a job whose owner lives in another process is
+    /// [`Error::Unsupported`]: that owner sweeps.
+    pub fn sweep_orphans(&self, min_age: Duration) -> Result<SweepStats> {
+        crate::checkpoint::sweep(self.checkpoint_ctx()?, min_age)
+    }
+
+    /// A bare RocksDB checkpoint of this backend into `dir` (must not exist), without any
+    /// registry work: the baseline `rockstate-bench checkpoint` compares the sync phase with.
+    #[doc(hidden)]
+    pub fn bare_rocksdb_checkpoint(&self, dir: &Path) -> Result<()> {
+        self.database()?.checkpoint(dir)
+    }
+
+    /// The last completed (or restored-from) checkpoint id.
+    pub fn last_completed_checkpoint(&self) -> Option<u64> {
+        self.checkpointer().and_then(|c| c.last_completed())
+    }
+
+    /// Retained completed checkpoints `(id, backend id)`, oldest first: the job records the
+    /// owner keeps, with this backend's id where the record names a manifest of this backend
+    /// and the first named backend otherwise. Empty when the owner lives in another process.
+    pub fn retained_checkpoints(&self) -> Vec<(u64, String)> {
+        self.checkpointer()
+            .map(|c| crate::checkpoint::retained(c, self.backend_id()))
+            .unwrap_or_default()
+    }
+
+    /// The job owner this backend's checkpoints are completed by, when it lives in this
+    /// process (its own for a backend without a coordinator).
+    pub fn job_owner(&self) -> Option<Arc<JobOwner>> {
+        self.checkpointer().and_then(|c| c.owner().cloned())
+    }
 }
 
-/// Crate-internal access for the checkpoint module.
+/// Crate-internal access for the modules under the facade.
 impl KeyedBackend {
     /// This backend's id: random, persisted in the database, new for a restored backend.
     pub fn backend_id(&self) -> &str {

@@ -210,6 +210,16 @@ impl MemoryBudget {
                 .saturating_sub(reserved.write_caches + reserved.value_caches),
         );
     }
+    /// The process-wide default budget (`MemoryBudgetConfig::default()`, created on first
+    /// use), shared by every backend opened without a budget of its own.
+    pub(crate) fn process_default() -> Result<MemoryBudget> {
+        static BUDGET: std::sync::OnceLock<MemoryBudget> = std::sync::OnceLock::new();
+        if let Some(b) = BUDGET.get() {
+            return Ok(b.clone());
+        }
+        let budget = MemoryBudget::new(MemoryBudgetConfig::default())?;
+        Ok(BUDGET.get_or_init(|| budget).clone())
+    }
 
     /// The budget's settings.
     pub fn config(&self) -> &MemoryBudgetConfig {

@@ -65,15 +65,15 @@ use std::sync::Arc;
 
 use sst_format::{CheckpointManifest, SstUniqueId};
 
-use crate::backend::{
-    BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX,
-    STATE_CF_PREFIX,
-};
 use crate::checkpoint::uploader::run_parallel;
 use crate::codec;
 use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
+use crate::meta::{
+    BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX,
+    STATE_CF_PREFIX,
+};
 use crate::options::DbOptions;
 use crate::state::StateMeta;
 

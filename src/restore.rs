@@ -28,16 +28,19 @@ use std::sync::Arc;
 
 use sst_format::{CheckpointManifest, SstUniqueId};
 
-use crate::backend::{BackendBuilder, KeyedBackend};
 use crate::checkpoint::layout;
 use crate::checkpoint::local_recovery::{LocalSource, RestoreReport};
 use crate::checkpoint::owner::{read_record, record_ids};
 use crate::checkpoint::registry::{decode_manifest_named, list_committed, RestoredBase};
 use crate::checkpoint::uploader::run_parallel;
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
+use crate::clock::Clock;
+use crate::db::MemoryBudget;
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
+use crate::options::DbOptions;
 use crate::rescale;
+use crate::state::StateMeta;
 use crate::storage::{validate_object_name, CheckpointStorage};
 
 /// A chosen manifest: its object name and contents.
@@ -156,17 +159,30 @@ fn pin_and_select(
     ))
 }
 
-/// Restores per `from` and opens the backend `builder` describes.
-pub(crate) fn restore(builder: BackendBuilder, from: RestoreFrom) -> Result<KeyedBackend> {
-    restore_with_report(builder, from).map(|(backend, _)| backend)
+/// What a restore needs from the builder of the backend it restores.
+pub(crate) struct RestoreParams {
+    pub(crate) path: PathBuf,
+    pub(crate) max_parallelism: u32,
+    pub(crate) key_groups: Option<KeyGroupRange>,
+    pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
+    pub(crate) source: Option<Arc<dyn CheckpointStorage>>,
+    pub(crate) transfer_threads: usize,
+    pub(crate) options: DbOptions,
+    pub(crate) budget: Option<MemoryBudget>,
+    pub(crate) compact_clipped: bool,
+    pub(crate) staging_dir: Option<PathBuf>,
+    pub(crate) local_recovery: bool,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
-/// [`restore`], reporting where the files came from (local recovery or the store).
-pub(crate) fn restore_with_report(
-    builder: BackendBuilder,
+/// Restores per `from` into `p.path`, then `open`s the backend there (given what it restored
+/// from; it returns the backend and its states' metadata, checked against the manifests),
+/// reporting where the files came from (local recovery or the store).
+pub(crate) fn restore<T>(
+    p: RestoreParams,
     from: RestoreFrom,
-) -> Result<(KeyedBackend, RestoreReport)> {
-    let p = builder.restore_params();
+    open: impl FnOnce(RestoredBase) -> Result<(T, Vec<StateMeta>)>,
+) -> Result<(T, RestoreReport)> {
     let claim = p.source.is_none();
     let storage = match &p.source {
         Some(s) => Arc::clone(s),
@@ -185,20 +201,20 @@ pub(crate) fn restore_with_report(
         p.max_parallelism,
         &|| clock.now_ms(),
     )?;
-    let result = restore_pinned(builder, &p, storage.as_ref(), key_groups, chosen, claim);
+    let result = restore_pinned(open, &p, storage.as_ref(), key_groups, chosen, claim);
     // The restored backend's owner keeps what it needs from here on (or the restore failed).
     let _ = storage.delete(&pin);
     result
 }
 
-fn restore_pinned(
-    builder: BackendBuilder,
-    p: &crate::backend::RestoreParams,
+fn restore_pinned<T>(
+    open: impl FnOnce(RestoredBase) -> Result<(T, Vec<StateMeta>)>,
+    p: &RestoreParams,
     storage: &dyn CheckpointStorage,
     key_groups: KeyGroupRange,
     chosen: Vec<Chosen>,
     claim: bool,
-) -> Result<(KeyedBackend, RestoreReport)> {
+) -> Result<(T, RestoreReport)> {
     for (name, m) in &chosen {
         validate_manifest(name, m)?;
     }
@@ -268,7 +284,7 @@ fn restore_pinned(
         {
             let budget = match &p.budget {
                 Some(b) => b.clone(),
-                None => crate::backend::process_budget()?,
+                None => MemoryBudget::process_default()?,
             };
             let base = rescale::Source {
                 name: &metadata_name,
@@ -303,13 +319,13 @@ fn restore_pinned(
             report.sst_ingestions_refused = stats.refused;
         }
         drop(scratch);
-        let backend = builder.open_inner(Some(RestoredBase {
+        let (backend, states) = open(RestoredBase {
             manifest: Arc::clone(&manifest),
             others: others.iter().map(|(_, m)| Arc::clone(m)).collect(),
             reusable,
             claimed: claim,
-        }))?;
-        let mut have: Vec<_> = backend.states()?.iter().map(to_manifest_state).collect();
+        })?;
+        let mut have: Vec<_> = states.iter().map(to_manifest_state).collect();
         let mut want: BTreeMap<&str, &sst_format::StateMeta> = BTreeMap::new();
         for m in std::iter::once(&manifest).chain(others.iter().map(|(_, m)| m)) {
             for s in &m.states {

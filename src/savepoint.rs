@@ -151,10 +151,10 @@ impl KeyedBackend {
         let mut metas: BTreeMap<&str, &StateMeta> = BTreeMap::new();
         for (_, reader) in &readers {
             for meta in &reader.header().states {
-                crate::backend::check_state_name(&meta.name)?;
+                crate::state::check_state_name(&meta.name)?;
                 if let Some(seen) = metas.insert(&meta.name, meta) {
                     if seen != meta {
-                        return Err(crate::backend::mismatch_error(seen, meta));
+                        return Err(crate::state::mismatch_error(seen, meta));
                     }
                 }
             }
@@ -319,7 +319,7 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
     reader: &mut SavepointReader<R>,
     blocks: &[sst_format::IndexEntry],
     max_parallelism: u32,
-    list_seq: Option<&crate::backend::SequenceAllocator>,
+    list_seq: Option<&crate::meta::SequenceAllocator>,
     stats: &mut SavepointStats,
     mut put: impl FnMut(usize, &[u8], &[u8]) -> Result<()>,
 ) -> Result<()> {

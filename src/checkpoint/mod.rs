@@ -42,9 +42,8 @@ pub use local_recovery::RestoreReport;
 pub use owner::{GcStats, JobOwner};
 pub use snapshot::PendingSnapshot;
 
-use crate::backend::KeyedBackend;
 use crate::clock::Clock;
-use crate::db::Cf;
+use crate::db::{Cf, Db};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::operator_state::OperatorState;
@@ -297,153 +296,108 @@ pub(crate) fn attach(
     Ok((backend_id, checkpointer))
 }
 
-impl KeyedBackend {
-    fn checkpoint_ctx(&self) -> Result<&Arc<Checkpointer>> {
-        self.database()?;
-        self.checkpointer().ok_or(Error::NoCheckpointStorage)
-    }
+/// What the sync phase of a checkpoint needs from its backend.
+pub(crate) struct SnapshotSource<'a> {
+    /// The backend's checkpoint bookkeeping.
+    pub(crate) cp: &'a Arc<Checkpointer>,
+    /// Its database.
+    pub(crate) db: &'a Db,
+    /// Its key groups and the job's max parallelism.
+    pub(crate) key_groups: KeyGroupRange,
+    /// The job's number of key groups.
+    pub(crate) max_parallelism: u32,
+    /// Its states' metadata, as of the sync phase.
+    pub(crate) states: &'a [StateMeta],
+    /// Its checkpoint figures, updated when the upload succeeds.
+    pub(crate) metrics: &'a Arc<parking_lot::Mutex<crate::metrics::CheckpointMetrics>>,
+}
 
-    /// The sync phase of checkpoint `checkpoint_id` (ids must increase): a RocksDB checkpoint
-    /// (memtables flushed, SSTs hard-linked) into a local staging directory, plus the state
-    /// metadata. Short; the task may keep reading and writing as soon as it returns. Move the
-    /// result to another thread and call [`PendingSnapshot::upload`].
-    pub fn snapshot(&self, checkpoint_id: u64) -> Result<PendingSnapshot> {
-        self.snapshot_with(checkpoint_id, &OperatorState::new())
-    }
+/// The sync phase of checkpoint `checkpoint_id` (ids must increase): registers the attempt,
+/// then a RocksDB checkpoint (memtables flushed, SSTs hard-linked) into a local staging
+/// directory, plus the state metadata and `operator_state`.
+pub(crate) fn begin_snapshot(
+    src: SnapshotSource<'_>,
+    checkpoint_id: u64,
+    operator_state: &OperatorState,
+) -> Result<PendingSnapshot> {
+    let _span = tracing::info_span!("checkpoint.sync", id = checkpoint_id).entered();
+    let start = Instant::now();
+    let cp = Arc::clone(src.cp);
+    let base = cp.begin(checkpoint_id)?;
+    let dir = layout::staging_dir(&cp.staging_root, &cp.backend_id, checkpoint_id);
+    // From here on, dropping `pending` unregisters the attempt and removes `dir`.
+    let mut pending = PendingSnapshot {
+        id: checkpoint_id,
+        dir,
+        cp,
+        base,
+        states: src.states.iter().map(to_manifest_state).collect(),
+        operator_state: operator_state.snapshot(),
+        key_groups: src.key_groups,
+        max_parallelism: src.max_parallelism,
+        sync_duration: Duration::ZERO,
+        finished: false,
+        metrics: Arc::clone(src.metrics),
+    };
+    prepare_staging(&pending.dir)?;
+    src.db.checkpoint(&pending.dir)?;
+    pending.sync_duration = start.elapsed();
+    Ok(pending)
+}
 
-    /// [`KeyedBackend::snapshot`], also storing the operator's non-keyed state (as of this
-    /// call) in the checkpoint's manifest; read it back with [`read_operator_states`].
-    pub fn snapshot_with(
-        &self,
-        checkpoint_id: u64,
-        operator_state: &OperatorState,
-    ) -> Result<PendingSnapshot> {
-        let _span = tracing::info_span!("checkpoint.sync", id = checkpoint_id).entered();
-        let start = Instant::now();
-        let cp = Arc::clone(self.checkpoint_ctx()?);
-        let base = cp.begin(checkpoint_id)?;
-        let dir = layout::staging_dir(&cp.staging_root, &cp.backend_id, checkpoint_id);
-        // From here on, dropping `pending` unregisters the attempt and removes `dir`.
-        let mut pending = PendingSnapshot {
-            id: checkpoint_id,
-            dir,
-            cp,
-            base,
-            states: Vec::new(),
-            operator_state: operator_state.snapshot(),
-            key_groups: self.key_groups(),
-            max_parallelism: self.max_parallelism(),
-            sync_duration: Duration::ZERO,
-            finished: false,
-            metrics: Arc::clone(self.checkpoint_metrics_cell()),
-        };
-        pending.states = self.states()?.iter().map(to_manifest_state).collect();
-        prepare_staging(&pending.dir)?;
-        self.database()?.checkpoint(&pending.dir)?;
-        pending.sync_duration = start.elapsed();
-        Ok(pending)
-    }
+/// Checkpoint `checkpoint_id` completed job-wide (see
+/// `KeyedBackend::notify_checkpoint_complete`); local copies no longer needed go.
+pub(crate) fn complete(
+    cp: &Checkpointer,
+    checkpoint_id: u64,
+    key_groups: KeyGroupRange,
+) -> Result<()> {
+    // Completion also drops subsumed checkpoints: the span covers that garbage collection.
+    let _span =
+        tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "complete").entered();
+    let result = cp.complete(checkpoint_id, key_groups);
+    local_recovery::prune(cp);
+    result
+}
 
-    /// Sync and async phase on the calling thread: `snapshot(id)?.upload()`.
-    pub fn checkpoint(&self, checkpoint_id: u64) -> Result<CheckpointStats> {
-        self.snapshot(checkpoint_id)?.upload()
-    }
+/// Checkpoint `checkpoint_id` was aborted (see `KeyedBackend::notify_checkpoint_aborted`).
+pub(crate) fn abort(cp: &Checkpointer, checkpoint_id: u64) -> Result<()> {
+    let _span =
+        tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "abort").entered();
+    cp.abort(checkpoint_id)
+}
 
-    /// Sync and async phase on the calling thread, with operator state:
-    /// `snapshot_with(id, operator_state)?.upload()`.
-    pub fn checkpoint_with(
-        &self,
-        checkpoint_id: u64,
-        operator_state: &OperatorState,
-    ) -> Result<CheckpointStats> {
-        self.snapshot_with(checkpoint_id, operator_state)?.upload()
+/// The owner's sweep, from a backend (see `KeyedBackend::sweep_orphans`).
+pub(crate) fn sweep(cp: &Checkpointer, min_age: Duration) -> Result<SweepStats> {
+    match cp.owner() {
+        Some(owner) => owner.sweep(min_age),
+        None => Err(Error::Unsupported(
+            "sweeping from a backend whose job owner is in another process".into(),
+        )),
     }
+}
 
-    /// Checkpoint `checkpoint_id` completed (job-wide): it becomes the base SSTs are reused
-    /// from, and uploaded checkpoints with smaller ids can never complete any more. A backend
-    /// without a coordinator is a job of one task: this writes its job record (the commit
-    /// point, after checking that every file the manifest names is in storage) and lets its
-    /// owner delete the subsumed checkpoints beyond the newest `retained` and every leftover
-    /// no retained checkpoint needs. A backend of a coordinated job deletes nothing here (the
-    /// job's [`JobOwner`] does). A late notification (id not newer than the last completed)
-    /// is ignored; an id this backend has not finished uploading is
-    /// [`Error::UnknownCheckpoint`] and changes nothing. A deletion error is returned after
-    /// the completion itself took effect.
-    pub fn notify_checkpoint_complete(&self, checkpoint_id: u64) -> Result<()> {
-        // Completion also drops subsumed checkpoints: the span covers that garbage collection.
-        let _span = tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "complete")
-            .entered();
-        let cp = self.checkpoint_ctx()?;
-        let result = cp.complete(checkpoint_id, self.key_groups());
-        local_recovery::prune(cp);
-        result
-    }
-
-    /// Checkpoint `checkpoint_id` was aborted: deletes exactly what that attempt uploaded (its
-    /// new shared files and its checkpoint directory). An attempt still uploading stops and
-    /// cleans up itself (its `upload` returns [`Error::CheckpointAborted`]). Completed or
-    /// unknown ids are ignored.
-    pub fn notify_checkpoint_aborted(&self, checkpoint_id: u64) -> Result<()> {
-        let _span =
-            tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "abort").entered();
-        self.checkpoint_ctx()?.abort(checkpoint_id)
-    }
-
-    /// The owner's sweep ([`JobOwner::sweep`]): deletes what can never be needed again and,
-    /// once `min_age` old by the backend's clock, leftovers that may belong to an attempt in
-    /// flight (shared files by the time their put began, directories without a manifest,
-    /// restore pins). A backend of a job whose owner lives in another process is
-    /// [`Error::Unsupported`]: that owner sweeps.
-    pub fn sweep_orphans(&self, min_age: Duration) -> Result<SweepStats> {
-        let cp = self.checkpoint_ctx()?;
-        match cp.owner() {
-            Some(owner) => owner.sweep(min_age),
-            None => Err(Error::Unsupported(
-                "sweeping from a backend whose job owner is in another process".into(),
-            )),
-        }
-    }
-
-    /// A bare RocksDB checkpoint of this backend into `dir` (must not exist), without any
-    /// registry work: the baseline `rockstate-bench checkpoint` compares the sync phase with.
-    #[doc(hidden)]
-    pub fn bare_rocksdb_checkpoint(&self, dir: &Path) -> Result<()> {
-        self.database()?.checkpoint(dir)
-    }
-
-    /// The last completed (or restored-from) checkpoint id.
-    pub fn last_completed_checkpoint(&self) -> Option<u64> {
-        self.checkpointer().and_then(|c| c.last_completed())
-    }
-
-    /// Retained completed checkpoints `(id, backend id)`, oldest first: the job records the
-    /// owner keeps, with this backend's id where the record names a manifest of this backend
-    /// and the first named backend otherwise. Empty when the owner lives in another process.
-    pub fn retained_checkpoints(&self) -> Vec<(u64, String)> {
-        let Some(owner) = self.checkpointer().and_then(|c| c.owner().cloned()) else {
-            return Vec::new();
-        };
-        owner
-            .retained()
-            .into_iter()
-            .filter_map(|id| {
-                let r = owner.record(id)?;
-                let names: Vec<&str> = owner::record_backends(&r).collect();
-                let backend = names
-                    .iter()
-                    .find(|b| **b == self.backend_id())
-                    .or(names.first())
-                    .map_or_else(String::new, |b| b.to_string());
-                Some((id, backend))
-            })
-            .collect()
-    }
-
-    /// The job owner this backend's checkpoints are completed by, when it lives in this
-    /// process (its own for a backend without a coordinator).
-    pub fn job_owner(&self) -> Option<Arc<JobOwner>> {
-        self.checkpointer().and_then(|c| c.owner().cloned())
-    }
+/// The retained completed checkpoints `(id, backend id)` of the owner `cp` completes through,
+/// oldest first, naming `backend_id` where the record names a manifest of it (see
+/// `KeyedBackend::retained_checkpoints`).
+pub(crate) fn retained(cp: &Checkpointer, backend_id: &str) -> Vec<(u64, String)> {
+    let Some(owner) = cp.owner() else {
+        return Vec::new();
+    };
+    owner
+        .retained()
+        .into_iter()
+        .filter_map(|id| {
+            let r = owner.record(id)?;
+            let names: Vec<&str> = owner::record_backends(&r).collect();
+            let backend = names
+                .iter()
+                .find(|b| **b == backend_id)
+                .or(names.first())
+                .map_or_else(String::new, |b| b.to_string());
+            Some((id, backend))
+        })
+        .collect()
 }
 
 /// The operator states stored in checkpoint `checkpoint_id` by every backend (operator

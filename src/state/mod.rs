@@ -139,7 +139,7 @@ pub(crate) struct StateCore {
     pub(crate) key_groups: KeyGroupRange,
     pub(crate) max_parallelism: u32,
     pub(crate) max_value_bytes: usize,
-    pub(crate) list_seq: Arc<crate::backend::SequenceAllocator>,
+    pub(crate) list_seq: Arc<crate::meta::SequenceAllocator>,
     pub(crate) ttl: Option<TtlRuntime>,
     /// Heap incremental TTL cleanup, when configured (only with TTL on a heap backend).
     pub(crate) incremental: Option<IncrementalCleanup>,
@@ -453,5 +453,21 @@ pub(crate) fn with_encoded<T: Serialize + ?Sized, R>(
             what,
             detail: e.to_string(),
         }),
+    }
+}
+
+/// A state name must be non-empty and at most [`crate::meta::MAX_STATE_NAME`] bytes.
+pub(crate) fn check_state_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > crate::meta::MAX_STATE_NAME {
+        return Err(Error::InvalidStateName(name.to_string()));
+    }
+    Ok(())
+}
+
+pub(crate) fn mismatch_error(existing: &StateMeta, requested: &StateMeta) -> Error {
+    Error::StateMismatch {
+        name: requested.name.clone(),
+        existing: describe(existing),
+        requested: describe(requested),
     }
 }
