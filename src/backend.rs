@@ -30,6 +30,7 @@ use crate::keygroup::{self, KeyGroupRange};
 use crate::operator_state::OperatorState;
 use crate::options::DbOptions;
 use crate::restore::RestoreParams;
+use crate::savepoint::{FullSnapshot, SavepointTarget};
 use crate::state::{
     AggregateFunction, AggregatingState, CodecId, IncrementalCleanup, ListState, MapState,
     RawEntry, RawListState, RawMapState, RawValueState, ReducingState, StateCore, StateDescriptor,
@@ -38,6 +39,7 @@ use crate::state::{
 use crate::storage::CheckpointStorage;
 use crate::store::Table;
 use crate::ttl::{TimeDomain, TtlCounters, TtlStats, UpdateType};
+use sst_format::SavepointStats;
 
 pub use crate::meta::{BackendMeta, BACKEND_META_VERSION, MAX_STATE_NAME};
 use crate::meta::{
@@ -326,10 +328,6 @@ impl KeyedBackend {
     /// The key groups this backend owns.
     pub fn key_groups(&self) -> KeyGroupRange {
         self.inner.key_groups
-    }
-    /// The processing-time clock (TTL, and the time savepoints record).
-    pub(crate) fn processing_clock(&self) -> &Arc<dyn Clock> {
-        &self.inner.clock
     }
 
     /// The job's number of key groups.
@@ -785,6 +783,83 @@ impl BackendBuilder {
     }
 }
 
+/// Savepoints: the facade over `crate::savepoint`, which owns the format's writer and reader
+/// (`docs/savepoint-format.md`).
+impl KeyedBackend {
+    /// What `crate::savepoint` reads from and writes into.
+    fn savepoint_target<'a>(
+        &'a self,
+        core_for: &'a dyn Fn(&StateMeta) -> Result<Arc<StateCore>>,
+    ) -> Result<SavepointTarget<'a>> {
+        Ok(SavepointTarget {
+            max_parallelism: self.max_parallelism(),
+            key_groups: self.key_groups(),
+            db: match &self.inner.engine {
+                Engine::Rocks(db) => Some(db),
+                Engine::Heap { .. } => None,
+            },
+            path: self.path(),
+            list_seq: &self.inner.list_seq,
+            clock: self.inner.clock.as_ref(),
+            states: self.states()?,
+            core_for,
+        })
+    }
+
+    /// Writes every state of this backend into a canonical savepoint at `path` (created; an
+    /// existing file is an error: savepoints are never overwritten).
+    pub fn write_savepoint(&self, path: &Path) -> Result<SavepointStats> {
+        self.write_savepoint_with(path, &OperatorState::new())
+    }
+
+    /// [`KeyedBackend::write_savepoint`], also storing the operator's non-keyed state. On the
+    /// heap backend this is [`KeyedBackend::full_snapshot`] then
+    /// [`FullSnapshot::write_savepoint`] on the calling thread.
+    pub fn write_savepoint_with(
+        &self,
+        path: &Path,
+        operator_state: &OperatorState,
+    ) -> Result<SavepointStats> {
+        let core_for = |m: &StateMeta| self.core_for(m);
+        crate::savepoint::snapshot_view(&self.savepoint_target(&core_for)?)?
+            .write_savepoint(path, operator_state)
+    }
+
+    /// A point-in-time view of a heap backend's keyed state for a savepoint, taken
+    /// copy-on-write: every state's map is cloned in O(1) and the current time is fixed for
+    /// full-snapshot TTL cleanup, so the view holds exactly the state at this call. Move it to
+    /// another thread and call [`FullSnapshot::write_savepoint`] while the task keeps writing.
+    /// A RocksDB backend answers [`Error::Unsupported`]: use [`KeyedBackend::write_savepoint`]
+    /// or checkpoints there.
+    pub fn full_snapshot(&self) -> Result<FullSnapshot> {
+        if self.kind() != BackendKind::Heap {
+            return Err(Error::Unsupported(
+                "full_snapshot of a RocksDB backend (use write_savepoint or snapshot)".into(),
+            ));
+        }
+        let core_for = |m: &StateMeta| self.core_for(m);
+        crate::savepoint::snapshot_view(&self.savepoint_target(&core_for)?)
+    }
+
+    /// Loads the savepoint at `path` into this backend, which must hold no state yet. Only key
+    /// groups in this backend's range are loaded, so any parallelism works; the max parallelism
+    /// must match. Every block is verified before anything is written: a corrupt savepoint is
+    /// a typed error and leaves the backend's data untouched.
+    pub fn restore_savepoint(&self, path: &Path) -> Result<SavepointStats> {
+        self.restore_savepoints(&[path])
+    }
+
+    /// Loads the savepoints of several old instances (one file each, e.g. the two halves of a
+    /// parallelism-2 job) into this empty backend, keeping only this backend's key groups: the
+    /// restore side of rescaling through savepoints. The files' key-group ranges must not
+    /// overlap, their max parallelism must be this backend's, and their state metadata must
+    /// agree. Every block of every file is verified before anything is written.
+    pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
+        let core_for = |m: &StateMeta| self.core_for(m);
+        crate::savepoint::restore_savepoints(&self.savepoint_target(&core_for)?, paths)
+    }
+}
+
 /// Checkpoints: the facade over `crate::checkpoint`, which owns the snapshot, upload and
 /// bookkeeping (`docs/checkpoint-format.md`, `docs/ownership.md`).
 impl KeyedBackend {
@@ -904,11 +979,6 @@ impl KeyedBackend {
     /// This backend's id: random, persisted in the database, new for a restored backend.
     pub fn backend_id(&self) -> &str {
         &self.inner.backend_id
-    }
-
-    /// The backend-wide allocator of list element sequence numbers.
-    pub(crate) fn list_sequence(&self) -> &SequenceAllocator {
-        &self.inner.list_seq
     }
 
     pub(crate) fn checkpointer(&self) -> Option<&Arc<Checkpointer>> {

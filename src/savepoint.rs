@@ -22,6 +22,7 @@ use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -30,271 +31,254 @@ use sst_format::{
     SavepointStats, SavepointWriter,
 };
 
-use crate::backend::{BackendKind, KeyedBackend};
+use crate::clock::Clock;
 use crate::codec;
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
+use crate::meta::SequenceAllocator;
 use crate::operator_state::OperatorState;
-use crate::state::{self, KeyBuf, StateKind, StateMeta};
+use crate::state::{self, KeyBuf, StateCore, StateKind, StateMeta};
 use crate::store::Table;
 use crate::ttl;
 
 /// zstd level of savepoint blocks: fast to write, still compact.
 pub const SAVEPOINT_ZSTD_LEVEL: i32 = 1;
 
-impl KeyedBackend {
-    /// Writes every state of this backend into a canonical savepoint at `path` (created; an
-    /// existing file is an error: savepoints are never overwritten).
-    pub fn write_savepoint(&self, path: &Path) -> Result<SavepointStats> {
-        self.write_savepoint_with(path, &OperatorState::new())
-    }
+/// What a savepoint is written from or restored into: the backend's key groups, its
+/// database (none for the heap backend), and how to reach its states. The backend facade
+/// builds it; this module never names the backend types.
+pub(crate) struct SavepointTarget<'a> {
+    /// The job's number of key groups.
+    pub(crate) max_parallelism: u32,
+    /// The backend's key groups.
+    pub(crate) key_groups: KeyGroupRange,
+    /// The RocksDB instance; `None` for the heap backend.
+    pub(crate) db: Option<&'a Arc<Db>>,
+    /// The backend's directory (restore stages SSTs next to it).
+    pub(crate) path: &'a Path,
+    /// The backend's list-element sequence numbers.
+    pub(crate) list_seq: &'a SequenceAllocator,
+    /// The processing-time clock (the time a savepoint records).
+    pub(crate) clock: &'a dyn Clock,
+    /// The registered states' metadata.
+    pub(crate) states: Vec<StateMeta>,
+    /// The state registered under `meta` (registering it if new; other metadata under the
+    /// same name is an error).
+    pub(crate) core_for: &'a dyn Fn(&StateMeta) -> Result<Arc<StateCore>>,
+}
 
-    /// [`KeyedBackend::write_savepoint`], also storing the operator's non-keyed state. On the
-    /// heap backend this is [`KeyedBackend::full_snapshot`] then
-    /// [`FullSnapshot::write_savepoint`] on the calling thread.
-    pub fn write_savepoint_with(
-        &self,
-        path: &Path,
-        operator_state: &OperatorState,
-    ) -> Result<SavepointStats> {
-        self.snapshot_view()?.write_savepoint(path, operator_state)
+/// Every state's metadata, table view and TTL expiry rule as of now: the view a savepoint is
+/// written from. For the heap backend the tables are copy-on-write clones; for RocksDB,
+/// snapshots.
+pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
+    let start = Instant::now();
+    let mut states = Vec::new();
+    for meta in &t.states {
+        let core = (t.core_for)(meta)?;
+        let expiry = core
+            .ttl
+            .as_ref()
+            .filter(|t| t.config.cleanup.full_snapshot)
+            .map(|t| (t.ttl_ms, t.clock.now_ms()));
+        states.push(SnapshotState {
+            table: core.table.frozen(),
+            meta: meta.clone(),
+            expiry,
+        });
     }
+    Ok(FullSnapshot {
+        max_parallelism: t.max_parallelism,
+        key_groups: t.key_groups,
+        states,
+        taken_in: start.elapsed(),
+        taken_at_ms: t.clock.now_ms(),
+    })
+}
 
-    /// A point-in-time view of a heap backend's keyed state for a savepoint, taken
-    /// copy-on-write: every state's map is cloned in O(1) and the current time is fixed for
-    /// full-snapshot TTL cleanup, so the view holds exactly the state at this call. Move it to
-    /// another thread and call [`FullSnapshot::write_savepoint`] while the task keeps writing.
-    /// A RocksDB backend answers [`Error::Unsupported`]: use [`KeyedBackend::write_savepoint`]
-    /// or checkpoints there.
-    pub fn full_snapshot(&self) -> Result<FullSnapshot> {
-        if self.kind() != BackendKind::Heap {
-            return Err(Error::Unsupported(
-                "full_snapshot of a RocksDB backend (use write_savepoint or snapshot)".into(),
-            ));
-        }
-        self.snapshot_view()
+/// Loads the savepoints at `paths` into the backend `t` describes, which must hold no state
+/// yet (see `KeyedBackend::restore_savepoints`).
+pub(crate) fn restore_savepoints(
+    t: &SavepointTarget<'_>,
+    paths: &[&Path],
+) -> Result<SavepointStats> {
+    if !t.states.is_empty() {
+        return Err(Error::InvalidOption {
+            name: "restore_savepoint",
+            detail: "the backend already holds state; restore into an empty backend".into(),
+        });
     }
-
-    /// Every state's metadata, table view and TTL expiry rule as of now.
-    fn snapshot_view(&self) -> Result<FullSnapshot> {
-        let start = Instant::now();
-        let mut states = Vec::new();
-        for meta in self.states()? {
-            let core = self.core_for(&meta)?;
-            let expiry = core
-                .ttl
-                .as_ref()
-                .filter(|t| t.config.cleanup.full_snapshot)
-                .map(|t| (t.ttl_ms, t.clock.now_ms()));
-            states.push(SnapshotState {
-                table: core.table.frozen(),
-                meta,
-                expiry,
+    let max_parallelism = t.max_parallelism;
+    let range = t.key_groups;
+    let mut readers = Vec::with_capacity(paths.len());
+    for path in paths {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let reader = SavepointReader::open(BufReader::new(file))?;
+        let h = reader.header();
+        if h.max_parallelism != max_parallelism {
+            return Err(Error::BackendMismatch {
+                path: path.to_path_buf(),
+                existing: format!("max parallelism {}", h.max_parallelism),
+                requested: format!("max parallelism {max_parallelism}"),
             });
         }
-        Ok(FullSnapshot {
-            max_parallelism: self.max_parallelism(),
-            key_groups: self.key_groups(),
-            states,
-            taken_in: start.elapsed(),
-            taken_at_ms: self.processing_clock().now_ms(),
-        })
-    }
-
-    /// Loads the savepoint at `path` into this backend, which must hold no state yet. Only key
-    /// groups in this backend's range are loaded, so any parallelism works; the max parallelism
-    /// must match. Every block is verified before anything is written: a corrupt savepoint is
-    /// a typed error and leaves the backend's data untouched.
-    pub fn restore_savepoint(&self, path: &Path) -> Result<SavepointStats> {
-        self.restore_savepoints(&[path])
-    }
-
-    /// Loads the savepoints of several old instances (one file each, e.g. the two halves of a
-    /// parallelism-2 job) into this empty backend, keeping only this backend's key groups: the
-    /// restore side of rescaling through savepoints. The files' key-group ranges must not
-    /// overlap, their max parallelism must be this backend's, and their state metadata must
-    /// agree. Every block of every file is verified before anything is written.
-    pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
-        if !self.states()?.is_empty() {
-            return Err(Error::InvalidOption {
-                name: "restore_savepoint",
-                detail: "the backend already holds state; restore into an empty backend".into(),
-            });
-        }
-        let max_parallelism = self.max_parallelism();
-        let range = self.key_groups();
-        let mut readers = Vec::with_capacity(paths.len());
-        for path in paths {
-            let file = File::open(path).map_err(|e| Error::io(path, e))?;
-            let reader = SavepointReader::open(BufReader::new(file))?;
-            let h = reader.header();
-            if h.max_parallelism != max_parallelism {
-                return Err(Error::BackendMismatch {
-                    path: path.to_path_buf(),
-                    existing: format!("max parallelism {}", h.max_parallelism),
-                    requested: format!("max parallelism {max_parallelism}"),
-                });
+        let groups = KeyGroupRange::new(h.key_group_start, h.key_group_end)?;
+        for (other, _) in &readers {
+            if groups.intersect(other).is_some() {
+                return Err(Error::InvalidKeyGroups(format!(
+                    "savepoint {} holds key groups {groups}, overlapping another one's {other}",
+                    path.display()
+                )));
             }
-            let groups = KeyGroupRange::new(h.key_group_start, h.key_group_end)?;
-            for (other, _) in &readers {
-                if groups.intersect(other).is_some() {
-                    return Err(Error::InvalidKeyGroups(format!(
-                        "savepoint {} holds key groups {groups}, overlapping another one's {other}",
-                        path.display()
-                    )));
-                }
-            }
-            readers.push((groups, reader));
         }
-        // The files' state metadata must agree, name by name, and every name be one the
-        // backend accepts (registration after the pass must not fail halfway on a name).
-        let mut metas: BTreeMap<&str, &StateMeta> = BTreeMap::new();
-        for (_, reader) in &readers {
-            for meta in &reader.header().states {
-                crate::state::check_state_name(&meta.name)?;
-                if let Some(seen) = metas.insert(&meta.name, meta) {
-                    if seen != meta {
-                        return Err(crate::state::mismatch_error(seen, meta));
-                    }
+        readers.push((groups, reader));
+    }
+    // The files' state metadata must agree, name by name, and every name be one the
+    // backend accepts (registration after the pass must not fail halfway on a name).
+    let mut metas: BTreeMap<&str, &StateMeta> = BTreeMap::new();
+    for (_, reader) in &readers {
+        for meta in &reader.header().states {
+            crate::state::check_state_name(&meta.name)?;
+            if let Some(seen) = metas.insert(&meta.name, meta) {
+                if seen != meta {
+                    return Err(crate::state::mismatch_error(seen, meta));
                 }
             }
         }
-        let mut stats = SavepointStats::default();
-        match self.kind() {
-            BackendKind::RocksDb => self.restore_into_rocksdb(&mut readers, range, &mut stats)?,
-            BackendKind::Heap => self.restore_into_heap(&mut readers, range, &mut stats)?,
-        }
-        for path in paths {
-            stats.file_bytes += std::fs::metadata(path)
-                .map_err(|e| Error::io(path, e))?
-                .len();
-        }
-        Ok(stats)
     }
-
-    /// One pass over each file decompresses and verifies every block (checksum, decompression,
-    /// entry structure, key groups) while writing its entries into one SST per state and file
-    /// (entries come sorted by stored key, and list elements' fresh sequence numbers ascend in
-    /// that order). Only when every file has passed are the states registered and the SSTs
-    /// ingested, so a corrupt file leaves the backend without states, and the entries never
-    /// pass through the memtable. (An I/O error while creating a column family or ingesting
-    /// after that point can still leave some states registered: discard such a backend.) The
-    /// SSTs are staged next to the database (same file system: ingestion moves them) in a
-    /// directory removed on drop, success or not.
-    fn restore_into_rocksdb(
-        &self,
-        readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
-        range: KeyGroupRange,
-        stats: &mut SavepointStats,
-    ) -> Result<()> {
-        let db = self.database()?;
-        let parent = self.path().parent().unwrap_or(self.path());
-        let staging = tempfile::Builder::new()
-            .prefix(".savepoint-restore-")
-            .tempdir_in(parent)
-            .map_err(|e| Error::io(parent, e))?;
-        let max_parallelism = self.max_parallelism();
-        // Per state (by name): its metadata and its SSTs, one per file. Files cover disjoint
-        // key groups, so one state's SSTs never overlap and go in one ingestion.
-        let mut ingest: BTreeMap<String, (StateMeta, Vec<std::path::PathBuf>)> = BTreeMap::new();
-        for (file_no, (_, reader)) in readers.iter_mut().enumerate() {
-            let states = reader.header().states.clone();
-            let blocks = blocks_in(reader, range);
-            stats.blocks += blocks.len() as u64;
-            let paths: Vec<std::path::PathBuf> = (0..states.len())
-                .map(|state| staging.path().join(format!("{file_no}-{state}.sst")))
-                .collect();
-            let path_refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
-            let seq = self.list_sequence();
-            // One sink per state, and `restore_entries` passes only indices of the header's
-            // states.
-            let written = db.write_ssts(&path_refs, |sinks| {
-                restore_entries(
-                    reader,
-                    &blocks,
-                    max_parallelism,
-                    Some(seq),
-                    stats,
-                    |state, k, v| sinks[state].put(k, v),
-                )
-            })?;
-            for ((meta, path), written) in states.into_iter().zip(paths).zip(written) {
-                if written.is_some() {
-                    ingest
-                        .entry(meta.name.clone())
-                        .or_insert_with(|| (meta, Vec::new()))
-                        .1
-                        .push(path);
-                }
-            }
-        }
-        // Every state of every file is registered, also those without entries here.
-        for (_, reader) in readers.iter() {
-            for meta in &reader.header().states {
-                self.core_for(meta)?;
-            }
-        }
-        for (meta, paths) in ingest.values() {
-            match &self.core_for(meta)?.table {
-                Table::Rocks(cf) => cf.ingest(paths)?,
-                Table::Heap(_) => {
-                    return Err(Error::Unsupported(
-                        "a RocksDB backend holding a heap state".into(),
-                    ))
-                }
-            }
-        }
-        Ok(())
+    let mut stats = SavepointStats::default();
+    match t.db {
+        Some(db) => restore_into_rocksdb(t, db, &mut readers, range, &mut stats)?,
+        None => restore_into_heap(t, &mut readers, range, &mut stats)?,
     }
+    for path in paths {
+        stats.file_bytes += std::fs::metadata(path)
+            .map_err(|e| Error::io(path, e))?
+            .len();
+    }
+    Ok(stats)
+}
 
-    /// Verifies every block of every file first (a dry run), then registers the states,
-    /// builds one batch per state and file, and commits them all at the end.
-    fn restore_into_heap(
-        &self,
-        readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
-        range: KeyGroupRange,
-        stats: &mut SavepointStats,
-    ) -> Result<()> {
-        let max_parallelism = self.max_parallelism();
-        for (_, reader) in readers.iter_mut() {
-            let blocks = blocks_in(reader, range);
-            restore_entries(reader, &blocks, max_parallelism, None, stats, |_, _, _| {
-                Ok(())
-            })?;
-        }
-        let mut all_batches = Vec::new();
-        for (_, reader) in readers.iter_mut() {
-            let cores = reader
-                .header()
-                .states
-                .iter()
-                .map(|m| self.core_for(m))
-                .collect::<Result<Vec<_>>>()?;
-            let blocks = blocks_in(reader, range);
-            stats.blocks += blocks.len() as u64;
-            let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
-            let seq = self.list_sequence();
-            // One batch per state (see `restore_into_rocksdb`).
+/// One pass over each file decompresses and verifies every block (checksum, decompression,
+/// entry structure, key groups) while writing its entries into one SST per state and file
+/// (entries come sorted by stored key, and list elements' fresh sequence numbers ascend in
+/// that order). Only when every file has passed are the states registered and the SSTs
+/// ingested, so a corrupt file leaves the backend without states, and the entries never
+/// pass through the memtable. (An I/O error while creating a column family or ingesting
+/// after that point can still leave some states registered: discard such a backend.) The
+/// SSTs are staged next to the database (same file system: ingestion moves them) in a
+/// directory removed on drop, success or not.
+fn restore_into_rocksdb(
+    t: &SavepointTarget<'_>,
+    db: &Db,
+    readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
+    range: KeyGroupRange,
+    stats: &mut SavepointStats,
+) -> Result<()> {
+    let parent = t.path.parent().unwrap_or(t.path);
+    let staging = tempfile::Builder::new()
+        .prefix(".savepoint-restore-")
+        .tempdir_in(parent)
+        .map_err(|e| Error::io(parent, e))?;
+    let max_parallelism = t.max_parallelism;
+    // Per state (by name): its metadata and its SSTs, one per file. Files cover disjoint
+    // key groups, so one state's SSTs never overlap and go in one ingestion.
+    let mut ingest: BTreeMap<String, (StateMeta, Vec<std::path::PathBuf>)> = BTreeMap::new();
+    for (file_no, (_, reader)) in readers.iter_mut().enumerate() {
+        let states = reader.header().states.clone();
+        let blocks = blocks_in(reader, range);
+        stats.blocks += blocks.len() as u64;
+        let paths: Vec<std::path::PathBuf> = (0..states.len())
+            .map(|state| staging.path().join(format!("{file_no}-{state}.sst")))
+            .collect();
+        let path_refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+        // One sink per state, and `restore_entries` passes only indices of the header's
+        // states.
+        let written = db.write_ssts(&path_refs, |sinks| {
             restore_entries(
                 reader,
                 &blocks,
                 max_parallelism,
-                Some(seq),
+                Some(t.list_seq),
                 stats,
-                |state, k, v| {
-                    batches[state].put(k, v);
-                    Ok(())
-                },
-            )?;
-            all_batches.extend(batches);
+                |state, k, v| sinks[state].put(k, v),
+            )
+        })?;
+        for ((meta, path), written) in states.into_iter().zip(paths).zip(written) {
+            if written.is_some() {
+                ingest
+                    .entry(meta.name.clone())
+                    .or_insert_with(|| (meta, Vec::new()))
+                    .1
+                    .push(path);
+            }
         }
-        // Nothing is applied before every file's second pass succeeded (the files are read
-        // again, so an I/O error there still leaves the states registered but empty).
-        for batch in all_batches {
-            batch.commit()?;
-        }
-        Ok(())
     }
+    // Every state of every file is registered, also those without entries here.
+    for (_, reader) in readers.iter() {
+        for meta in &reader.header().states {
+            (t.core_for)(meta)?;
+        }
+    }
+    for (meta, paths) in ingest.values() {
+        match &(t.core_for)(meta)?.table {
+            Table::Rocks(cf) => cf.ingest(paths)?,
+            Table::Heap(_) => {
+                return Err(Error::Unsupported(
+                    "a RocksDB backend holding a heap state".into(),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Verifies every block of every file first (a dry run), then registers the states,
+/// builds one batch per state and file, and commits them all at the end.
+fn restore_into_heap(
+    t: &SavepointTarget<'_>,
+    readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
+    range: KeyGroupRange,
+    stats: &mut SavepointStats,
+) -> Result<()> {
+    let max_parallelism = t.max_parallelism;
+    for (_, reader) in readers.iter_mut() {
+        let blocks = blocks_in(reader, range);
+        restore_entries(reader, &blocks, max_parallelism, None, stats, |_, _, _| {
+            Ok(())
+        })?;
+    }
+    let mut all_batches = Vec::new();
+    for (_, reader) in readers.iter_mut() {
+        let cores = reader
+            .header()
+            .states
+            .iter()
+            .map(|m| (t.core_for)(m))
+            .collect::<Result<Vec<_>>>()?;
+        let blocks = blocks_in(reader, range);
+        stats.blocks += blocks.len() as u64;
+        let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
+        // One batch per state (see `restore_into_rocksdb`).
+        restore_entries(
+            reader,
+            &blocks,
+            max_parallelism,
+            Some(t.list_seq),
+            stats,
+            |state, k, v| {
+                batches[state].put(k, v);
+                Ok(())
+            },
+        )?;
+        all_batches.extend(batches);
+    }
+    // Nothing is applied before every file's second pass succeeded (the files are read
+    // again, so an I/O error there still leaves the states registered but empty).
+    for batch in all_batches {
+        batch.commit()?;
+    }
+    Ok(())
 }
 
 /// The index entries of `reader`'s blocks of key groups in `range`.

@@ -82,8 +82,7 @@ fn only_the_database_layer_names_rocksdb() {
 #[test]
 fn modules_below_the_facade_do_not_import_it() {
     // The facade (`backend.rs`) sits on top; the job level (`coordinator.rs`, `barrier.rs`) and
-    // the crate root may use it. `savepoint.rs` still defines its `impl KeyedBackend` block
-    // (docs/architecture.md §3): the one module below the facade that imports it today.
+    // the crate root may use it.
     let above = [
         "backend.rs",
         "coordinator.rs",
