@@ -43,9 +43,11 @@ pub struct FreqcapArgs {
     /// How many runs are killed (each at a random moment) before one runs to the end.
     #[arg(long, default_value_t = 1)]
     pub kills: u32,
-    /// A kill falls uniformly within this many ms after its run's processes started.
-    #[arg(long, default_value_t = 3_000)]
-    pub kill_window_ms: u64,
+    /// A kill falls after a random number of the run's checkpoints completed (fewer than
+    /// its epochs, so the run cannot finish first; zero kills during startup and restore)
+    /// plus a random delay of up to this many ms (during processing, uploads and commits).
+    #[arg(long, default_value_t = 400)]
+    pub kill_delay_ms: u64,
     /// Seed of the kill moments and victims (default: from the time; printed).
     #[arg(long)]
     pub kill_seed: Option<u64>,
@@ -125,6 +127,18 @@ pub enum RunEnd {
     Failed(String),
 }
 
+/// When a run is killed: once `after_completions` of its checkpoints completed, `delay`
+/// later; `pick` chooses the victim among the running processes.
+#[derive(Debug, Clone, Copy)]
+pub struct KillAt {
+    /// Checkpoints of the run that complete first.
+    pub after_completions: u64,
+    /// Delay after that.
+    pub delay: Duration,
+    /// Chooses the victim.
+    pub pick: u64,
+}
+
 /// What a run starts from.
 #[derive(Debug, Clone, Copy)]
 pub struct RunStart {
@@ -132,6 +146,8 @@ pub struct RunStart {
     pub restore: Option<u64>,
     /// The run's first epoch.
     pub first_epoch: u64,
+    /// The epochs the run processes (to the end of the input).
+    pub epochs: u64,
 }
 
 /// Finds where a run of `job` starts: the newest job record, and the first id above every
@@ -139,12 +155,14 @@ pub struct RunStart {
 /// that commits).
 pub fn run_start(job: &Job) -> Result<RunStart> {
     let storage = freqcap::open_job_storage(&job.storage, &job.id)?;
-    let restore = latest_job_checkpoint(storage.as_ref())?.map(|r| r.checkpoint_id);
+    let record = latest_job_checkpoint(storage.as_ref())?;
+    let plan = StartPlan::new(&job.params, record.as_ref(), 1)?;
     let first_epoch = JobOwner::open(storage, RETAINED, std::sync::Arc::new(SystemClock))?
         .next_checkpoint_id()?;
     Ok(RunStart {
-        restore,
+        restore: record.map(|r| r.checkpoint_id),
         first_epoch,
+        epochs: job.params.epochs_left(&plan.all_offsets()),
     })
 }
 
@@ -212,6 +230,11 @@ fn kill_all(children: &mut [Child]) {
     }
 }
 
+/// Checkpoints of a run that completed so far (worker 0 writes one line per commit).
+fn completed_in(path: &Path) -> u64 {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count() as u64)
+}
+
 fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
@@ -219,13 +242,13 @@ fn tail(path: &Path) -> String {
 }
 
 /// Runs `job` as run number `run` at `workers` workers (`threads` per process if it
-/// divides), killing one process after `kill_at` if it is still running then.
+/// divides), killing one process at `kill_at` if it is still running then.
 pub fn run_job(
     job: &Job,
     run: u32,
     (processes, threads): (usize, usize),
     start: RunStart,
-    kill_at: Option<(Duration, u64)>,
+    kill_at: Option<KillAt>,
     timeout: Duration,
 ) -> Result<RunEnd> {
     let exe = std::env::current_exe().map_err(|e| Error::io("locating the launcher", e))?;
@@ -258,6 +281,7 @@ pub fn run_job(
         }
     }
     let started = Instant::now();
+    let mut kill_from: Option<Instant> = None;
     let mut exited: Vec<Option<ExitStatus>> = vec![None; processes];
     loop {
         for (i, c) in children.iter_mut().enumerate() {
@@ -283,8 +307,13 @@ pub fn run_job(
         if exited.iter().all(Option::is_some) {
             return Ok(RunEnd::Finished);
         }
-        if let Some((at, pick)) = kill_at {
-            if started.elapsed() >= at {
+        if let Some(k) = kill_at {
+            let completions = job.dir.join(format!("completion-run-{run}"));
+            if kill_from.is_none() && completed_in(&completions) >= k.after_completions {
+                kill_from = Some(Instant::now());
+            }
+            if kill_from.is_some_and(|t| t.elapsed() >= k.delay) {
+                let pick = k.pick;
                 let running: Vec<usize> = (0..processes).filter(|&i| exited[i].is_none()).collect();
                 let victim = running[(pick % running.len() as u64) as usize];
                 let _ = children[victim].kill();
@@ -334,11 +363,15 @@ fn run_with_kills(
         };
         workers_seen.push(workers);
         let start = run_start(job)?;
-        let kill_at = (run < kills).then(|| {
-            (
-                Duration::from_millis(draw.below(args.kill_window_ms + 1)),
-                draw.below(u64::MAX),
-            )
+        // Kills spread over the input, leaving epochs for the kills after: a run completes
+        // fewer than half its share of the remaining epochs among the kills left before the
+        // delay starts.
+        let left = start.epochs.saturating_sub(1);
+        let span = (left / (2 * u64::from(kills.saturating_sub(run).max(1)))).max(1);
+        let kill_at = (run < kills).then(|| KillAt {
+            after_completions: draw.below(span),
+            delay: Duration::from_millis(draw.below(args.kill_delay_ms + 1)),
+            pick: draw.below(u64::MAX),
         });
         eprintln!(
             "  run {run}: {workers} workers ({processes} processes x {threads} threads), {}, \
@@ -349,11 +382,24 @@ fn run_with_kills(
             start.first_epoch
         );
         match run_job(job, run, (processes, threads), start, kill_at, timeout)? {
-            RunEnd::Finished => return Ok(Ok(workers_seen)),
-            RunEnd::Killed { victim, at } => eprintln!(
-                "  run {run}: kill -9 process {victim} at {} ms, then the other processes",
-                at.as_millis()
-            ),
+            RunEnd::Finished => {
+                if let Some(k) = kill_at {
+                    eprintln!(
+                        "  run {run}: finished before its kill (after {} checkpoints + {} ms)",
+                        k.after_completions,
+                        k.delay.as_millis()
+                    );
+                }
+                return Ok(Ok(workers_seen));
+            }
+            RunEnd::Killed { victim, at } => {
+                eprintln!(
+                    "  run {run}: kill -9 process {victim} at {} ms, after {} of its checkpoints \
+                     completed, then the other processes",
+                    at.as_millis(),
+                    completed_in(&job.dir.join(format!("completion-run-{run}")))
+                )
+            }
             RunEnd::Failed(why) => return Ok(Err(why)),
         }
         run += 1;
