@@ -575,3 +575,85 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
     }
     Ok(pass)
 }
+
+/// Arguments of `rockstate-timely bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// OS processes.
+    #[arg(long, default_value_t = 2)]
+    pub processes: usize,
+    /// Worker threads per process.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Directory for the jobs' files (default: a temporary directory).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// The job's parameters (--no-checkpoints is ignored: both variants run).
+    #[command(flatten)]
+    pub params: JobParams,
+}
+
+/// `rockstate-timely bench`: the job's throughput with a checkpoint every epoch and with
+/// checkpoints off (each a whole run, process start included), and the time from an epoch's
+/// end at worker 0's source to its job-wide commit.
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    args.params.validate()?;
+    let tmp = tempfile::tempdir().map_err(|e| Error::io("creating a temporary directory", e))?;
+    let work = args
+        .work_dir
+        .clone()
+        .unwrap_or_else(|| tmp.path().to_path_buf());
+    let timed = |checkpoints: bool| -> Result<(f64, Vec<f64>)> {
+        let name = if checkpoints { "with" } else { "without" };
+        let mut params = args.params.clone();
+        params.no_checkpoints = !checkpoints;
+        let job = Job {
+            dir: work.join(name),
+            storage: work.join(name).join("storage").display().to_string(),
+            id: format!("bench-{name}"),
+            params,
+        };
+        let start = run_start(&job)?;
+        let t = Instant::now();
+        match run_job(
+            &job,
+            0,
+            (args.processes, args.threads),
+            start,
+            None,
+            Duration::from_secs(3_600),
+        )? {
+            RunEnd::Finished => {}
+            other => return Err(Error::Job(format!("bench run {name} ended: {other:?}"))),
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let text = std::fs::read_to_string(job.dir.join("completion-run-0")).unwrap_or_default();
+        let mut ms: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.split(' ').nth(1)?.parse().ok())
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        Ok((args.params.impressions as f64 / secs, ms))
+    };
+    let (with, ms) = timed(true)?;
+    let (without, _) = timed(false)?;
+    let pct = |q: f64| -> f64 {
+        if ms.is_empty() {
+            return 0.0;
+        }
+        ms[((ms.len() - 1) as f64 * q).round() as usize]
+    };
+    println!(
+        "timely_job records_s_with_checkpoints={with:.0} records_s_without={without:.0} \
+         ratio={:.3} completion_ms_p50={:.1} p99={:.1} (checkpoints {}, every {} records, \
+         {} processes x {} workers)",
+        with / without,
+        pct(0.5),
+        pct(0.99),
+        ms.len(),
+        args.params.epoch_records,
+        args.processes,
+        args.threads
+    );
+    Ok(())
+}
