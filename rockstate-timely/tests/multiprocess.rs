@@ -1,0 +1,96 @@
+//! The frequency-capping job as real OS processes: kill -9 at random moments, full restarts,
+//! a rescale chain, and a run on the S3 test server; exactly-once asserted each time by the
+//! launcher's verdict (its exit status and `verdict: PASS`).
+
+#[path = "../../tests/checkpoint_common/s3.rs"]
+#[allow(dead_code)]
+mod s3;
+
+use std::process::Command;
+
+/// A small job (each test sets its epoch length): seconds per run in the debug profile.
+const JOB: &[&str] = &[
+    "--impressions=20000",
+    "--users=500",
+    "--ads=10",
+    "--partitions=12",
+];
+
+/// Runs the launcher with `extra` arguments; asserts it passed and printed `expect`.
+fn launcher(extra: &[&str], expect: &str, env: &[(&str, String)]) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rockstate-timely"));
+    cmd.arg("freqcap").args(JOB).args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("running rockstate-timely freqcap");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("verdict: PASS") && stdout.contains(expect),
+        "status {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    eprintln!("{stderr}{stdout}");
+}
+
+/// 2 processes x 2 workers, fifty epochs, ten runs each killed with SIGKILL at a random moment (during
+/// startup and restore, processing, uploads and commits alike), then a run to the end.
+#[test]
+fn ten_random_kills_two_processes_of_two_workers() {
+    launcher(
+        &[
+            "--processes=2",
+            "--threads=2",
+            "--kills=10",
+            "--epoch-records=400",
+            "--kill-delay-ms=150",
+            "--no-reference",
+        ],
+        "kills 10,",
+        &[],
+    );
+}
+
+/// Restarts at 4 -> 3 -> 5 workers: key-group ranges recomputed, offsets and pending sink
+/// transactions redistributed; also compared with a crash-free reference run.
+#[test]
+fn rescale_chain_four_three_five_workers() {
+    launcher(
+        &[
+            "--processes=2",
+            "--threads=2",
+            "--kills=2",
+            "--rescale=3,5",
+            "--epoch-records=1000",
+            "--kill-delay-ms=150",
+        ],
+        "workers 4 -> 3 -> 5,",
+        &[],
+    );
+}
+
+/// Checkpoints on the S3 test server (moto), one kill.
+#[test]
+fn kill_and_restore_on_s3() {
+    let server = s3::server();
+    let url = server.bucket_url("checkpoints");
+    let env = [
+        ("AWS_ENDPOINT", server.endpoint.clone()),
+        ("AWS_ACCESS_KEY_ID", "testing".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "testing".to_string()),
+        ("AWS_REGION", "us-east-1".to_string()),
+    ];
+    launcher(
+        &[
+            "--processes=2",
+            "--threads=2",
+            "--kills=1",
+            "--epoch-records=2000",
+            "--no-reference",
+            &format!("--storage={url}"),
+        ],
+        "kills 1,",
+        &env,
+    );
+}
