@@ -717,7 +717,10 @@ impl BackendBuilder {
     }
 
     /// This backend is a task of a job whose owner lives in another process (it commits the
-    /// job records and deletes); see [`BackendBuilder::job_owner`].
+    /// job records and deletes); see [`BackendBuilder::job_owner`]. That owner cannot see this
+    /// backend's uploads in flight: start checkpoint `e` only once checkpoint `e - retained`
+    /// completed, or the owner may delete a file `e` reuses and reject its commit
+    /// (`docs/ownership.md` §4).
     pub fn job_coordinated(mut self) -> Self {
         self.ownership = crate::checkpoint::Ownership::Job(None);
         self

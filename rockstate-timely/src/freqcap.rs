@@ -26,6 +26,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,7 @@ use timely::dataflow::operators::Probe;
 use timely::dataflow::Stream;
 
 use crate::error::{Error, Result};
-use crate::operator::{checkpointed, fatal, worker_range, EpochLogic, Settings};
+use crate::operator::{checkpointed, fatal, worker_range, Activity, EpochLogic, Settings};
 
 /// Key groups of the job.
 pub const MAX_PARALLELISM: u32 = 128;
@@ -381,6 +382,9 @@ struct ProcessCtx {
     last_epoch: u64,
     owner: Option<Arc<JobOwner>>,
     sink: SinkDir,
+    /// What this process's workers are doing, written to `activity-process-<n>` of the run's
+    /// directory every few ms for the launcher (which names the phase a kill hit).
+    activity: Arc<Activity>,
 }
 
 /// Runs one process of the job until its last epoch completed job-wide.
@@ -424,6 +428,22 @@ pub fn run_process(args: ProcessArgs) -> Result<()> {
         },
         worker: timely::WorkerConfig::default().idle_spin(Duration::ZERO),
     };
+    let activity = Arc::new(Activity::default());
+    // Every worker counts as restoring until its backend is open and checked.
+    activity.restoring.store(args.threads, Ordering::Relaxed);
+    let activity_file = args
+        .job_dir
+        .join(format!("run-{}", args.run))
+        .join(format!("activity-process-{}", args.process));
+    let observed = Arc::clone(&activity);
+    std::thread::spawn(move || loop {
+        // Best effort: a missing line only makes the launcher name the phase `startup`.
+        let tmp = activity_file.with_extension("tmp");
+        if std::fs::write(&tmp, observed.line()).is_ok() {
+            let _ = std::fs::rename(&tmp, &activity_file);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    });
     let ctx = Arc::new(ProcessCtx {
         args,
         storage,
@@ -431,6 +451,7 @@ pub fn run_process(args: ProcessArgs) -> Result<()> {
         last_epoch,
         owner,
         sink,
+        activity,
     });
     let guards = timely::execute(config, move |worker| {
         if let Err(e) = run_worker(worker, &ctx) {
@@ -471,6 +492,7 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
     {
         check_restored(ctx, &counts, &backend, index, *checkpoint_id)?;
     }
+    ctx.activity.restoring.fetch_sub(1, Ordering::Relaxed);
     let offsets_after: OffsetsAfter = Rc::default();
     let logic = FreqCap {
         worker: index as u32,
@@ -496,6 +518,7 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
         owner: if index == 0 { ctx.owner.clone() } else { None },
         job_name: format!("freqcap {}", ctx.args.job_id),
         pipelined: RETAINED as u64,
+        activity: Some(Arc::clone(&ctx.activity)),
         on_commit: Some(Box::new(move |e, _record| {
             // Time from the end of epoch `e` at worker 0's source to its job-wide commit.
             if let Some(t) = closed.borrow_mut().remove(&e) {

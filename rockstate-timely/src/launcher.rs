@@ -14,6 +14,7 @@
 //! from what its sources had consumed, and a final job record whose offsets reach the end of
 //! every partition.
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -122,6 +123,9 @@ pub enum RunEnd {
         victim: usize,
         /// When, after the run started.
         at: Duration,
+        /// What the victim was doing then, from its activity file
+        /// ([`crate::operator::Activity::phase`]; `startup` before it wrote one).
+        phase: &'static str,
     },
     /// A process failed on its own, or the run timed out.
     Failed(String),
@@ -316,12 +320,18 @@ pub fn run_job(
                 let pick = k.pick;
                 let running: Vec<usize> = (0..processes).filter(|&i| exited[i].is_none()).collect();
                 let victim = running[(pick % running.len() as u64) as usize];
+                let phase =
+                    std::fs::read_to_string(run_dir.join(format!("activity-process-{victim}")))
+                        .ok()
+                        .and_then(|l| crate::operator::Activity::phase_of_line(l.trim()))
+                        .unwrap_or("startup");
                 let _ = children[victim].kill();
                 let _ = children[victim].wait();
                 kill_all(&mut children);
                 return Ok(RunEnd::Killed {
                     victim,
                     at: started.elapsed(),
+                    phase,
                 });
             }
         }
@@ -336,11 +346,13 @@ pub fn run_job(
 }
 
 /// Runs `job` with kills per `args` until a run ends; returns the worker counts of its runs.
+/// The phase each kill hit is added to `phases`.
 fn run_with_kills(
     job: &Job,
     args: &FreqcapArgs,
     draw: &mut Draw,
     kills: u32,
+    phases: &mut BTreeMap<&'static str, u32>,
 ) -> Result<std::result::Result<Vec<usize>, String>> {
     let timeout = Duration::from_secs(args.run_timeout_s);
     let first = args.processes * args.threads;
@@ -392,10 +404,11 @@ fn run_with_kills(
                 }
                 return Ok(Ok(workers_seen));
             }
-            RunEnd::Killed { victim, at } => {
+            RunEnd::Killed { victim, at, phase } => {
+                *phases.entry(phase).or_default() += 1;
                 eprintln!(
-                    "  run {run}: kill -9 process {victim} at {} ms, after {} of its checkpoints \
-                     completed, then the other processes",
+                    "  run {run}: kill -9 process {victim} at {} ms ({phase}), after {} of its \
+                     checkpoints completed, then the other processes",
                     at.as_millis(),
                     completed_in(&job.dir.join(format!("completion-run-{run}")))
                 )
@@ -452,9 +465,8 @@ pub fn check(job: &Job, expected: &[(u32, u32)]) -> Result<Check> {
 }
 
 fn now_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+    use rockstate::Clock;
+    rockstate::SystemClock.now_ms()
 }
 
 /// `rockstate-timely freqcap`: the reference run, the run with kills, the verdict. Returns
@@ -516,7 +528,7 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
             params: args.params.clone(),
         };
         eprintln!("reference run (no kill):");
-        match run_with_kills(&job, args, &mut draw.clone(), 0)? {
+        match run_with_kills(&job, args, &mut draw.clone(), 0, &mut BTreeMap::new())? {
             Ok(_) => {
                 let mut alerts = SinkDir::new(&job.dir)?.read_all()?;
                 alerts.sort_unstable();
@@ -536,7 +548,12 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
         params: args.params.clone(),
     };
     eprintln!("job run with {} kill(s):", args.kills);
-    let outcome = run_with_kills(&job, args, &mut draw, args.kills)?;
+    let mut phases = BTreeMap::new();
+    let outcome = run_with_kills(&job, args, &mut draw, args.kills, &mut phases)?;
+    if !phases.is_empty() {
+        let list: Vec<String> = phases.iter().map(|(p, n)| format!("{p} {n}")).collect();
+        println!("kill phases: {}", list.join(", "));
+    }
     let (workers, failure) = match outcome {
         Ok(w) => (w, None),
         Err(why) => (Vec::new(), Some(why)),

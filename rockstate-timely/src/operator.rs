@@ -34,6 +34,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -121,6 +122,90 @@ pub struct Settings {
     pub pipelined: u64,
     /// Called on worker 0 after the job record of each epoch was committed.
     pub on_commit: Option<OnCommit>,
+    /// The process's activity gauges, if anyone observes them.
+    pub activity: Option<Arc<Activity>>,
+}
+
+/// What the adapter of one process is doing right now, as gauges (an observer, such as a
+/// harness that kills processes at random moments, reads them to tell which phase it hit).
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Workers restoring their backend (set by the job around its restore).
+    pub restoring: AtomicUsize,
+    /// Epochs being applied to state.
+    pub applying: AtomicUsize,
+    /// Checkpoint uploads in flight.
+    pub uploading: AtomicUsize,
+    /// Completions in progress: worker 0 committing a job record, or a worker notifying its
+    /// backend and committing its staged sink output.
+    pub completing: AtomicUsize,
+}
+
+impl Activity {
+    /// The phase to name for a process in this state, most specific first: `restore`,
+    /// `completion`, `upload`, `processing`, else `idle` (waiting for input or progress).
+    pub fn phase(
+        restoring: usize,
+        applying: usize,
+        uploading: usize,
+        completing: usize,
+    ) -> &'static str {
+        if restoring > 0 {
+            "restore"
+        } else if completing > 0 {
+            "completion"
+        } else if uploading > 0 {
+            "upload"
+        } else if applying > 0 {
+            "processing"
+        } else {
+            "idle"
+        }
+    }
+
+    /// One line `restoring=… applying=… uploading=… completing=…`.
+    pub fn line(&self) -> String {
+        format!(
+            "restoring={} applying={} uploading={} completing={}",
+            self.restoring.load(Ordering::Relaxed),
+            self.applying.load(Ordering::Relaxed),
+            self.uploading.load(Ordering::Relaxed),
+            self.completing.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The phase a [`Activity::line`] names (`None` if it is not such a line).
+    pub fn phase_of_line(line: &str) -> Option<&'static str> {
+        let mut v = [0usize; 4];
+        for (i, (part, key)) in line
+            .split_whitespace()
+            .zip(["restoring=", "applying=", "uploading=", "completing="])
+            .enumerate()
+        {
+            v[i] = part.strip_prefix(key)?.parse().ok()?;
+        }
+        Some(Activity::phase(v[0], v[1], v[2], v[3]))
+    }
+}
+
+/// Counts one unit of work on `gauge` while alive.
+struct Busy(Option<Arc<Activity>>, fn(&Activity) -> &AtomicUsize);
+
+impl Busy {
+    fn new(activity: &Option<Arc<Activity>>, gauge: fn(&Activity) -> &AtomicUsize) -> Busy {
+        if let Some(a) = activity {
+            gauge(a).fetch_add(1, Ordering::Relaxed);
+        }
+        Busy(activity.clone(), gauge)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Some(a) = &self.0 {
+            (self.1)(a).fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// An upload in flight: the capability that keeps epoch `e` open on the acknowledgement
@@ -155,7 +240,9 @@ where
         job_name,
         pipelined,
         mut on_commit,
+        activity,
     } = settings;
+    let commit_activity = activity.clone();
     let pipelined = pipelined.max(1);
     let max_parallelism = backend.max_parallelism();
     let mut builder = OperatorBuilder::new("rockstate-keyed".into(), scope);
@@ -187,6 +274,7 @@ where
                     let next = completed_in.borrow_mut().pop_front();
                     let Some(e) = next else { break };
                     if e > completed_through {
+                        let _busy = Busy::new(&activity, |a| &a.completing);
                         backend.notify_checkpoint_complete(e)?;
                         logic.completed(e)?;
                         completed_through = e;
@@ -210,7 +298,9 @@ where
                     && (!checkpoints || applied + 1 - completed_through <= pipelined)
                 {
                     let e = applied + 1;
+                    let applying = Busy::new(&activity, |a| &a.applying);
                     logic.apply(&backend, e, buffered.remove(&e).unwrap_or_default())?;
+                    drop(applying);
                     applied = e;
                     if !checkpoints {
                         logic.completed(e)?;
@@ -230,8 +320,11 @@ where
                         },
                     );
                     let (tx, wake) = (tx.clone(), wake.clone());
+                    let uploading = Busy::new(&activity, |a| &a.uploading);
                     std::thread::spawn(move || {
-                        let _ = tx.send((e, pending.upload()));
+                        let uploaded = pending.upload();
+                        drop(uploading);
+                        let _ = tx.send((e, uploaded));
                         let _ = wake.activate();
                     });
                 }
@@ -288,6 +381,7 @@ where
                             break;
                         };
                         let started = Instant::now();
+                        let _busy = Busy::new(&commit_activity, |a| &a.completing);
                         match commit(
                             owner.as_deref(),
                             &job_name,
@@ -369,6 +463,21 @@ fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn activity_lines_name_the_most_specific_phase() {
+        let a = Activity::default();
+        assert_eq!(Activity::phase_of_line(&a.line()), Some("idle"));
+        a.applying.store(1, Ordering::Relaxed);
+        assert_eq!(Activity::phase_of_line(&a.line()), Some("processing"));
+        a.uploading.store(2, Ordering::Relaxed);
+        assert_eq!(Activity::phase_of_line(&a.line()), Some("upload"));
+        a.completing.store(1, Ordering::Relaxed);
+        assert_eq!(Activity::phase_of_line(&a.line()), Some("completion"));
+        a.restoring.store(1, Ordering::Relaxed);
+        assert_eq!(Activity::phase_of_line(&a.line()), Some("restore"));
+        assert_eq!(Activity::phase_of_line("garbage"), None);
+    }
 
     #[test]
     fn owner_of_matches_the_worker_ranges() {
