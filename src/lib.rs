@@ -65,8 +65,8 @@ pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
     RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,
 };
-pub use storage::{
-    open_storage, Fault, FaultyStorage, ObjectStorage, ObjectStorageOptions, OpKind, ScopedStorage,
-};
+pub use storage::{open_storage, ObjectStorage, ObjectStorageOptions, ScopedStorage};
 pub use storage::{CheckpointStorage, LocalStorage, ObjectDigest, ObjectInfo};
+#[cfg(feature = "testing")]
+pub use storage::{Fault, FaultyStorage, OpKind};
 pub use ttl::TtlConfig;

@@ -162,20 +162,20 @@ pub fn stored_is_expired(stored: &[u8], ttl_ms: u64, now: u64) -> bool {
 
 /// Counts of what TTL cleanup did for one state.
 #[derive(Debug, Default)]
-pub struct TtlCounters {
+pub(crate) struct TtlCounters {
     /// Entries the compaction filter dropped.
-    pub dropped_by_compaction: AtomicU64,
+    pub(crate) dropped_by_compaction: AtomicU64,
     /// Entries the compaction filter examined.
-    pub examined_by_compaction: AtomicU64,
+    pub(crate) examined_by_compaction: AtomicU64,
     /// Compaction filters run (one per compaction, or sub-compaction, of the state).
-    pub compaction_filters: AtomicU64,
+    pub(crate) compaction_filters: AtomicU64,
     /// Expired entries removed when a read found them.
-    pub dropped_on_read: AtomicU64,
+    pub(crate) dropped_on_read: AtomicU64,
     /// Expired entries removed by the heap backend's incremental cleanup.
-    pub dropped_incrementally: AtomicU64,
+    pub(crate) dropped_incrementally: AtomicU64,
 }
 
-/// A snapshot of [`TtlCounters`].
+/// What TTL cleanup did for one state (`KeyedBackend::ttl_stats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TtlStats {
     /// Entries the compaction filter dropped.

@@ -24,15 +24,15 @@ pub const CHECKPOINT_PREFIX: &str = "chk-";
 /// File name of the manifest in a checkpoint directory.
 pub const METADATA_FILE: &str = "_metadata";
 /// Name of the staging directory created next to backend directories.
-pub const STAGING_DIR_NAME: &str = ".rockstate-staging";
+pub(crate) const STAGING_DIR_NAME: &str = ".rockstate-staging";
 
 /// A fresh random 128-bit hex identifier (backend ids, shared object names).
-pub fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
 /// A new backend id.
-pub fn new_backend_id() -> String {
+pub(crate) fn new_backend_id() -> String {
     random_hex()
 }
 
@@ -194,7 +194,7 @@ pub fn parse_checkpoint_object(name: &str) -> Option<CheckpointObject<'_>> {
 /// Whether `name` is acceptable as a file name inside a RocksDB directory (what a manifest's
 /// `local_name` may be): one plain component of ASCII letters, digits, `.`, `_`, `-`, not
 /// starting with `.`, at most 255 bytes.
-pub fn valid_local_name(name: &str) -> bool {
+pub(crate) fn valid_local_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 255
         && !name.starts_with('.')
@@ -213,7 +213,7 @@ pub fn default_staging_root(db_path: &Path) -> PathBuf {
 }
 
 /// The local staging directory of checkpoint `id` of `backend_id`.
-pub fn staging_dir(staging_root: &Path, backend_id: &str, id: u64) -> PathBuf {
+pub(crate) fn staging_dir(staging_root: &Path, backend_id: &str, id: u64) -> PathBuf {
     staging_root.join(backend_id).join(format!("snap-{id}"))
 }
 

@@ -19,6 +19,7 @@
 //! * Object names are relative, `/`-separated, with non-empty components other than `.` and
 //!   `..` (checked by [`validate_object_name`]).
 
+#[cfg(feature = "testing")]
 mod faults;
 mod local;
 mod object;
@@ -28,6 +29,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+#[cfg(feature = "testing")]
 pub use faults::{Fault, FaultyStorage, OpKind};
 pub use local::LocalStorage;
 pub use object::{ObjectStorage, ObjectStorageOptions};

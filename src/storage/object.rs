@@ -323,8 +323,20 @@ impl ObjectStorage {
     }
 
     /// Runs `fut` on the storage's runtime and waits for it on the calling thread (which may
-    /// be any thread, inside a tokio runtime or not).
+    /// be any thread, inside a tokio runtime or not). A test aid (feature `testing`): tests
+    /// reach the object store directly through it.
+    #[cfg(feature = "testing")]
     pub fn run<T, F>(&self, fut: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        self.block_on(fut)
+    }
+
+    /// Runs `fut` on the storage's runtime and waits for it on the calling thread (which may
+    /// be any thread, inside a tokio runtime or not).
+    pub(crate) fn block_on<T, F>(&self, fut: F) -> Result<T>
     where
         T: Send + 'static,
         F: Future<Output = T> + Send + 'static,
@@ -378,7 +390,7 @@ impl ObjectStorage {
         let store = self.store();
         self.with_retries(|_| {
             let (store, path, payload) = (Arc::clone(&store), path.clone(), payload.clone());
-            let r = self.run(async move {
+            let r = self.block_on(async move {
                 store
                     .put_opts(&path, PutPayload::from(payload), PutMode::Create.into())
                     .await
@@ -436,7 +448,7 @@ impl ObjectStorage {
         let store = self.store();
         self.with_retries(|_| {
             let (store, from, to) = (Arc::clone(&store), staging.clone(), path.clone());
-            match self.run(async move { store.copy_if_not_exists(&from, &to).await })? {
+            match self.block_on(async move { store.copy_if_not_exists(&from, &to).await })? {
                 Ok(()) => Ok(digest),
                 Err(object_store::Error::AlreadyExists { .. }) => self.resolve_exists(name, digest),
                 Err(e) => Err(map_error("put", name, e)),
@@ -457,13 +469,13 @@ impl ObjectStorage {
         let store = Arc::clone(store);
         let path2 = path.clone();
         let mut upload: Box<dyn MultipartUpload> = self
-            .run(async move { store.put_multipart(&path2).await })?
+            .block_on(async move { store.put_multipart(&path2).await })?
             .map_err(|e| map_error("put", name, e))?;
         let result = self.send_parts(name, &mut upload, local);
         let mut taken = None;
         let (upload_back, result) = match result {
             Ok(digest) => {
-                let (upload, done) = self.run(async move {
+                let (upload, done) = self.block_on(async move {
                     let r = upload.complete().await;
                     (upload, r)
                 })?;
@@ -486,7 +498,7 @@ impl ObjectStorage {
         };
         if result.is_err() {
             let mut upload = upload_back;
-            let _ = self.run(async move { upload.abort().await });
+            let _ = self.block_on(async move { upload.abort().await });
         }
         match taken {
             Some(digest) => self.resolve_exists(name, digest),
@@ -617,8 +629,10 @@ impl ObjectStorage {
         let store = self.store();
         let metas = self.with_retries(|_| {
             let (store, list_path) = (Arc::clone(&store), list_path.clone());
-            self.run(async move { store.list(list_path.as_ref()).try_collect::<Vec<_>>().await })?
-                .map_err(|e| map_error("list", prefix, e))
+            self.block_on(
+                async move { store.list(list_path.as_ref()).try_collect::<Vec<_>>().await },
+            )?
+            .map_err(|e| map_error("list", prefix, e))
         })?;
         Ok(metas
             .into_iter()
@@ -778,7 +792,7 @@ impl CheckpointStorage for ObjectStorage {
         let store = self.store();
         self.with_retries(|_| {
             let (store, path) = (Arc::clone(&store), path.clone());
-            match self.run(async move { store.head(&path).await })? {
+            match self.block_on(async move { store.head(&path).await })? {
                 Ok(_) => Ok(true),
                 Err(object_store::Error::NotFound { .. }) => Ok(false),
                 Err(e) => Err(map_error("head", name, e)),
@@ -791,7 +805,7 @@ impl CheckpointStorage for ObjectStorage {
         let store = self.store();
         self.with_retries(|_| {
             let (store, path) = (Arc::clone(&store), path.clone());
-            match self.run(async move { store.delete(&path).await })? {
+            match self.block_on(async move { store.delete(&path).await })? {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                 Err(e) => Err(map_error("delete", name, e)),
             }
