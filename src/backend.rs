@@ -213,7 +213,7 @@ impl BackendBuilder {
                 Arc::clone(&self.checkpoint_clock),
                 restored,
             )?,
-            Table::Heap(_) => (crate::checkpoint::layout::new_backend_id(), None),
+            Table::Heap(_) => (crate::layout::new_backend_id(), None),
         };
         let list_seq = Arc::new(SequenceAllocator::new(meta.clone(), reserved));
         Ok(KeyedBackend {

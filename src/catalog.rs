@@ -20,10 +20,9 @@ use parking_lot::Mutex;
 
 use sst_format::{CheckpointManifest, JobCheckpoint};
 
-use crate::checkpoint::layout;
-use crate::checkpoint::registry::decode_manifest_named;
 use crate::clock::millis_since_epoch;
 use crate::error::{Error, Result};
+use crate::layout;
 use crate::storage::{CheckpointStorage, ObjectInfo};
 
 /// One committed task checkpoint.
@@ -722,4 +721,12 @@ pub fn gc_apply(storage: &dyn CheckpointStorage, plan: &GcPlan) -> Result<Vec<Ob
         }
     }
     Ok(deleted)
+}
+
+/// Decodes manifest bytes, naming the object on failure.
+pub(crate) fn decode_manifest_named(name: &str, bytes: &[u8]) -> Result<CheckpointManifest> {
+    sst_format::decode_manifest(bytes).map_err(|e| Error::CheckpointCorrupt {
+        file: name.to_string(),
+        detail: e.to_string(),
+    })
 }

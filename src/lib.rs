@@ -33,6 +33,7 @@ pub mod error;
 mod heap;
 mod key_bounds;
 pub mod keygroup;
+pub mod layout;
 mod meta;
 pub mod metrics;
 pub mod operator_state;

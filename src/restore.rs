@@ -28,16 +28,17 @@ use std::sync::Arc;
 
 use sst_format::{CheckpointManifest, SstUniqueId};
 
-use crate::checkpoint::layout;
+use crate::catalog::decode_manifest_named;
 use crate::checkpoint::local_recovery::{LocalSource, RestoreReport};
 use crate::checkpoint::owner::{read_record, record_ids};
-use crate::checkpoint::registry::{decode_manifest_named, list_committed, RestoredBase};
+use crate::checkpoint::registry::{list_committed, RestoredBase};
 use crate::checkpoint::uploader::run_parallel;
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
 use crate::clock::Clock;
 use crate::db::MemoryBudget;
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
+use crate::layout;
 use crate::options::DbOptions;
 use crate::rescale;
 use crate::state::StateMeta;

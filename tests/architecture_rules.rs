@@ -1,6 +1,7 @@
 //! Rules of the code base that the compiler does not check, checked over the source tree:
 //! time is read only through the clock module, RocksDB is named only by the database layer,
-//! and the modules below the `KeyedBackend` facade do not import it.
+//! the modules below the `KeyedBackend` facade do not import it, and the top-level modules
+//! form no cycle.
 
 use std::path::{Path, PathBuf};
 
@@ -112,4 +113,99 @@ fn modules_below_the_facade_do_not_import_it() {
         "modules below the facade must not import it (pass what they need as plain data):\n{}",
         found.join("\n")
     );
+}
+
+/// The top-level modules of `src/` (files and directories, without `lib.rs` and `bin/`) and
+/// the other top-level modules each names as `crate::<module>` outside comments (in paths and
+/// in `use crate::{…}` groups).
+fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let src = root().join("src");
+    let mut names = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let p = entry.unwrap().path();
+        let name = p.file_stem().unwrap().to_string_lossy().to_string();
+        if name != "lib" && name != "bin" && (p.is_dir() || name != "main") {
+            names.insert(name);
+        }
+    }
+    let mut graph = std::collections::BTreeMap::new();
+    for name in &names {
+        let (file, dir) = (src.join(format!("{name}.rs")), src.join(name));
+        let files = if dir.is_dir() {
+            rust_files(&dir)
+        } else {
+            vec![file]
+        };
+        let mut deps = std::collections::BTreeSet::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for line in text.lines() {
+                let code = line.split("//").next().unwrap_or("");
+                let mut rest = code;
+                while let Some(i) = rest.find("crate::") {
+                    rest = &rest[i + "crate::".len()..];
+                    let group = rest
+                        .strip_prefix('{')
+                        .map(|g| g.split('}').next().unwrap_or(""));
+                    let words: Vec<&str> = match group {
+                        Some(g) => g.split(',').map(|w| w.trim()).collect(),
+                        None => vec![rest],
+                    };
+                    for w in words {
+                        let m: String = w
+                            .chars()
+                            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                            .collect();
+                        if m != *name && names.contains(&m) {
+                            deps.insert(m);
+                        }
+                    }
+                }
+            }
+        }
+        graph.insert(name.clone(), deps);
+    }
+    graph
+}
+
+#[test]
+fn top_level_modules_form_no_cycle() {
+    // `error` names `KeyGroupRange` in its variants and `keygroup` returns `Error`: the one
+    // accepted pair (docs/architecture.md §3).
+    let mut graph = module_graph();
+    assert!(graph.len() > 20, "modules found: {:?}", graph.keys());
+    if let Some(deps) = graph.get_mut("error") {
+        deps.remove("keygroup");
+    }
+    // Depth-first search for a back edge; reports the cycle it closes.
+    fn visit(
+        m: &str,
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            let mut cycle = path[i..].to_vec();
+            cycle.push(m.to_string());
+            return Some(cycle);
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m.to_string());
+        for d in &graph[m] {
+            if let Some(c) = visit(d, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(m.to_string());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    for m in graph.keys() {
+        if let Some(cycle) = visit(m, &graph, &mut Vec::new(), &mut done) {
+            panic!("module cycle: {}", cycle.join(" -> "));
+        }
+    }
 }

@@ -25,7 +25,7 @@
 //! # Ok(()) }
 //! ```
 
-pub mod layout;
+pub use crate::layout;
 pub(crate) mod local_recovery;
 pub mod owner;
 pub(crate) mod registry;
@@ -423,7 +423,7 @@ pub fn read_operator_states(
         if id != checkpoint_id || named.as_ref().is_some_and(|n| !n.contains(&name)) {
             continue;
         }
-        let m = registry::decode_manifest_named(&name, &storage.get_bytes(&name)?)?;
+        let m = crate::catalog::decode_manifest_named(&name, &storage.get_bytes(&name)?)?;
         if m.checkpoint_id != id || m.backend_id != backend {
             return Err(Error::CheckpointCorrupt {
                 file: name,

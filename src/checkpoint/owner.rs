@@ -21,8 +21,8 @@ use parking_lot::Mutex;
 use sst_format::{CheckpointManifest, JobCheckpoint};
 
 use super::layout;
-use super::registry::decode_manifest_named;
 use super::SweepStats;
+use crate::catalog::decode_manifest_named;
 use crate::catalog::{classify, Catalog, GcPlan, GcPolicy, GcReason, ManifestCache};
 use crate::clock::Clock;
 use crate::error::{Error, Result};

@@ -21,6 +21,7 @@ use sst_format::{CheckpointManifest, JobCheckpoint, SstUniqueId, TaskCheckpoint}
 use super::layout;
 use super::owner::{read_record, record_ids, JobOwner};
 use super::CheckpointOptions;
+use crate::catalog::decode_manifest_named;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::storage::CheckpointStorage;
@@ -130,14 +131,6 @@ impl FileStamp {
             modified: meta.modified().ok(),
         }
     }
-}
-
-/// Decodes manifest bytes, naming the object on failure.
-pub(crate) fn decode_manifest_named(name: &str, bytes: &[u8]) -> Result<CheckpointManifest> {
-    sst_format::decode_manifest(bytes).map_err(|e| Error::CheckpointCorrupt {
-        file: name.to_string(),
-        detail: e.to_string(),
-    })
 }
 
 /// Every manifest in storage: `(manifest object name, id, backend id)`, by id.
