@@ -171,11 +171,32 @@ pub fn run_start(job: &Job) -> Result<RunStart> {
 }
 
 fn free_addresses(n: usize) -> Result<Vec<String>> {
-    // Bound together, so no two are equal; closed before the children bind them.
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<_>>()
-        .map_err(|e| Error::io("binding a free port", e))?;
+    // Ports below Linux's ephemeral range (32768 and up): between the check here and a child
+    // binding it, no outgoing connection (timely's own among them) can take the port, which
+    // one drawn from the ephemeral range could see. Bound together, so no two are equal;
+    // closed before the children bind them.
+    const FIRST: u64 = 20_000;
+    const SPAN: u64 = 12_000;
+    let mut draw = Draw::new(now_seed() ^ u64::from(std::process::id()).rotate_left(32));
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
+    let mut tries = 0;
+    while listeners.len() < n {
+        tries += 1;
+        if tries > 1000 {
+            return Err(Error::io(
+                "finding free ports",
+                std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "no free port in 20000..32000",
+                ),
+            ));
+        }
+        // `FIRST + SPAN` is below 65536: the cast cannot truncate.
+        let port = (FIRST + draw.below(SPAN)) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(l);
+        }
+    }
     listeners
         .iter()
         .map(|l| {
@@ -345,14 +366,26 @@ pub fn run_job(
     }
 }
 
+/// What the kills of a job run hit and left behind.
+#[derive(Debug, Default)]
+pub struct KillLog {
+    /// How many kills hit each phase ([`crate::operator::Activity::phase`]).
+    pub phases: BTreeMap<&'static str, u32>,
+    /// The largest retained checkpoint state seen after a kill, in bytes.
+    pub live_max: u64,
+    /// Whether storage stayed within the bound of `docs/ownership.md` §3 rule 5 after every
+    /// kill ([`rockstate::catalog::Footprint::within_bound`]).
+    pub bounded: bool,
+}
+
 /// Runs `job` with kills per `args` until a run ends; returns the worker counts of its runs.
-/// The phase each kill hit is added to `phases`.
+/// The phase each kill hit and the storage it left are added to `log`.
 fn run_with_kills(
     job: &Job,
     args: &FreqcapArgs,
     draw: &mut Draw,
     kills: u32,
-    phases: &mut BTreeMap<&'static str, u32>,
+    log: &mut KillLog,
 ) -> Result<std::result::Result<Vec<usize>, String>> {
     let timeout = Duration::from_secs(args.run_timeout_s);
     let first = args.processes * args.threads;
@@ -405,7 +438,23 @@ fn run_with_kills(
                 return Ok(Ok(workers_seen));
             }
             RunEnd::Killed { victim, at, phase } => {
-                *phases.entry(phase).or_default() += 1;
+                *log.phases.entry(phase).or_default() += 1;
+                // What the kill left in storage: the retained checkpoints, attempts newer than
+                // the last completed one, and at most one interrupted garbage pass.
+                let storage = freqcap::open_job_storage(&job.storage, &job.id)?;
+                let f = rockstate::catalog::Catalog::load(storage.as_ref())?.footprint(RETAINED);
+                log.live_max = log.live_max.max(f.retained_bytes);
+                let within = f.within_bound(log.live_max);
+                log.bounded &= within;
+                eprintln!(
+                    "  run {run}: storage {} B after the kill: retained {} B, newer attempts {} B, \
+                     garbage {} B{}",
+                    f.total_bytes,
+                    f.retained_bytes,
+                    f.newer_bytes,
+                    f.garbage_bytes,
+                    if within { "" } else { " (OVER BOUND)" }
+                );
                 eprintln!(
                     "  run {run}: kill -9 process {victim} at {} ms ({phase}), after {} of its \
                      checkpoints completed, then the other processes",
@@ -528,7 +577,7 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
             params: args.params.clone(),
         };
         eprintln!("reference run (no kill):");
-        match run_with_kills(&job, args, &mut draw.clone(), 0, &mut BTreeMap::new())? {
+        match run_with_kills(&job, args, &mut draw.clone(), 0, &mut KillLog::default())? {
             Ok(_) => {
                 let mut alerts = SinkDir::new(&job.dir)?.read_all()?;
                 alerts.sort_unstable();
@@ -548,10 +597,13 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
         params: args.params.clone(),
     };
     eprintln!("job run with {} kill(s):", args.kills);
-    let mut phases = BTreeMap::new();
-    let outcome = run_with_kills(&job, args, &mut draw, args.kills, &mut phases)?;
-    if !phases.is_empty() {
-        let list: Vec<String> = phases.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    let mut log = KillLog {
+        bounded: true,
+        ..KillLog::default()
+    };
+    let outcome = run_with_kills(&job, args, &mut draw, args.kills, &mut log)?;
+    if !log.phases.is_empty() {
+        let list: Vec<String> = log.phases.iter().map(|(p, n)| format!("{p} {n}")).collect();
         println!("kill phases: {}", list.join(", "));
     }
     let (workers, failure) = match outcome {
@@ -569,6 +621,7 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
         eprintln!("  restored state differs from its sources' offsets: {m}");
     }
     let pass = reference_ok
+        && log.bounded
         && checked.as_ref().is_some_and(|c| {
             c.equal && c.duplicates == 0 && c.mismatches.is_empty() && c.consumed_all
         });
@@ -576,7 +629,7 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
     match &checked {
         Some(c) => println!(
             "verdict: {} alerts {} (expected {}, reference run {}), duplicates {}, kills {}, \
-             workers {}, restored-state mismatches {}, input consumed {}, {:.1}s",
+             workers {}, restored-state mismatches {}, input consumed {}, storage {}, {:.1}s",
             if pass { "PASS" } else { "FAIL" },
             c.alerts,
             expected.len(),
@@ -586,6 +639,7 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
             chain.join(" -> "),
             c.mismatches.len(),
             if c.consumed_all { "fully" } else { "NOT fully" },
+            if log.bounded { "bounded" } else { "OVER BOUND" },
             started.elapsed().as_secs_f64()
         ),
         None => println!("verdict: FAIL the job did not finish"),

@@ -22,7 +22,8 @@
 //! - [`launcher`] owns the multi-process run: it starts the job's OS processes on 127.0.0.1,
 //!   kills one with SIGKILL at a random moment, stops the rest, restarts the whole job from
 //!   the newest job record (optionally at another worker count) and checks the output
-//!   against a crash-free reference.
+//!   against a crash-free reference, and the checkpoint storage against its bound after
+//!   every kill.
 //! - [`error`] owns the crate's error type.
 
 #![warn(missing_docs)]

@@ -16,7 +16,8 @@ const JOB: &[&str] = &[
     "--partitions=12",
 ];
 
-/// Runs the launcher with `extra` arguments; asserts it passed and printed every `expect`.
+/// Runs the launcher with `extra` arguments; asserts it passed (exactly-once output, and
+/// storage within the bound after every kill) and printed every `expect`.
 fn launcher(extra: &[&str], expect: &[&str], env: &[(&str, String)]) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rockstate-timely"));
     cmd.arg("freqcap").args(JOB).args(extra);
@@ -29,6 +30,7 @@ fn launcher(extra: &[&str], expect: &[&str], env: &[(&str, String)]) {
     assert!(
         out.status.success()
             && stdout.contains("verdict: PASS")
+            && stdout.contains("storage bounded")
             && expect.iter().all(|e| stdout.contains(e)),
         "status {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
