@@ -30,7 +30,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rockstate::checkpoint::layout;
 use rockstate::coordinator::read_job_checkpoint;
 use rockstate::operator_state::{redistribute, OperatorState};
 use rockstate::{
@@ -298,27 +297,10 @@ impl StartPlan {
             .iter()
             .map(|o| o.get(PENDING))
             .collect::<rockstate::Result<_>>()?;
-        let mut backend_ids = Vec::new();
-        for manifest in r.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
-            match layout::parse_checkpoint_object(manifest) {
-                Some(obj) if obj.id == r.checkpoint_id => {
-                    backend_ids.push(obj.backend_id.to_string())
-                }
-                _ => {
-                    return Err(Error::Job(format!(
-                        "job record {} names manifest `{manifest}` of another checkpoint",
-                        r.checkpoint_id
-                    )))
-                }
-            }
-        }
         Ok(StartPlan {
             offsets,
             txns,
-            restore: Some(RestoreFrom::Handles {
-                checkpoint_id: r.checkpoint_id,
-                backend_ids,
-            }),
+            restore: Some(RestoreFrom::job_record(r)?),
         })
     }
 
@@ -436,13 +418,21 @@ pub fn run_process(args: ProcessArgs) -> Result<()> {
         .join(format!("run-{}", args.run))
         .join(format!("activity-process-{}", args.process));
     let observed = Arc::clone(&activity);
-    std::thread::spawn(move || loop {
-        // Best effort: a missing line only makes the launcher name the phase `startup`.
+    std::thread::spawn(move || {
         let tmp = activity_file.with_extension("tmp");
-        if std::fs::write(&tmp, observed.line()).is_ok() {
-            let _ = std::fs::rename(&tmp, &activity_file);
+        let mut written = String::new();
+        loop {
+            // Only a changed line is written. Best effort: a missing line only makes the
+            // launcher name the phase `startup`.
+            let line = observed.line();
+            if line != written
+                && std::fs::write(&tmp, &line).is_ok()
+                && std::fs::rename(&tmp, &activity_file).is_ok()
+            {
+                written = line;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
-        std::thread::sleep(Duration::from_millis(5));
     });
     let ctx = Arc::new(ProcessCtx {
         args,

@@ -181,6 +181,33 @@ pub enum RestoreFrom {
     },
 }
 
+impl RestoreFrom {
+    /// The restore of a job's instance from job record `record` (the newest one, after any
+    /// crash or rescale): [`RestoreFrom::Handles`] with the backend id of every manifest the
+    /// record names. A record naming a manifest of another checkpoint id, or a name that is
+    /// not a manifest's, is [`Error::CheckpointCorrupt`].
+    pub fn job_record(record: &sst_format::JobCheckpoint) -> Result<RestoreFrom> {
+        let mut backend_ids = Vec::new();
+        for name in record.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
+            match layout::parse_checkpoint_object(name) {
+                Some(obj) if obj.id == record.checkpoint_id && obj.is_metadata() => {
+                    backend_ids.push(obj.backend_id.to_string())
+                }
+                _ => {
+                    return Err(Error::CheckpointCorrupt {
+                        file: layout::job_record_name(record.checkpoint_id),
+                        detail: format!("names `{name}`, not a manifest of its checkpoint"),
+                    })
+                }
+            }
+        }
+        Ok(RestoreFrom::Handles {
+            checkpoint_id: record.checkpoint_id,
+            backend_ids,
+        })
+    }
+}
+
 /// Result of [`verify_checkpoints`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -463,4 +490,61 @@ fn prepare_staging(dir: &Path) -> Result<()> {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: u64, manifests: &[&str]) -> sst_format::JobCheckpoint {
+        sst_format::JobCheckpoint {
+            checkpoint_id: id,
+            job_name: "job".into(),
+            max_parallelism: 128,
+            triggered_at_ms: 0,
+            completed_at_ms: 0,
+            tasks: manifests
+                .iter()
+                .enumerate()
+                .map(|(i, m)| sst_format::TaskCheckpoint {
+                    task: i as u32,
+                    manifest: (!m.is_empty()).then(|| m.to_string()),
+                    key_group_start: 0,
+                    key_group_end: 0,
+                    operator_state: Vec::new(),
+                    state_bytes: 0,
+                    bytes_uploaded: 0,
+                    files_reused: 0,
+                    sync_micros: 0,
+                    async_micros: 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_job_record_restores_from_the_backends_it_names() {
+        let r = record(
+            7,
+            &[
+                "",
+                &layout::metadata_name(7, "aa"),
+                &layout::metadata_name(7, "bb"),
+            ],
+        );
+        assert_eq!(
+            RestoreFrom::job_record(&r).unwrap(),
+            RestoreFrom::Handles {
+                checkpoint_id: 7,
+                backend_ids: vec!["aa".into(), "bb".into()],
+            }
+        );
+        for bad in [
+            layout::metadata_name(6, "aa"),
+            layout::private_name(7, "aa", "CURRENT"),
+        ] {
+            let e = RestoreFrom::job_record(&record(7, &[&bad])).unwrap_err();
+            assert!(matches!(e, Error::CheckpointCorrupt { .. }), "{bad}: {e}");
+        }
+    }
 }

@@ -35,7 +35,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rockstate::barrier::{AlignmentMode, BarrierAligner, Input, Output};
-use rockstate::checkpoint::layout;
 use rockstate::coordinator::{
     latest_job_checkpoint, task_checkpoint, Coordinator, CoordinatorConfig, Outcome, TaskCommand,
     TaskReporter, Triggered,
@@ -546,25 +545,10 @@ fn plan_start(
         .iter()
         .map(|o| o.get(PENDING))
         .collect::<rockstate::Result<_>>()?;
-    let mut backend_ids = Vec::new();
-    for manifest in r.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
-        match layout::parse_checkpoint_object(manifest) {
-            Some(obj) if obj.id == r.checkpoint_id => backend_ids.push(obj.backend_id.to_string()),
-            _ => {
-                return Err(CliError::storage(format!(
-                    "job record {} names manifest `{manifest}` of another checkpoint",
-                    r.checkpoint_id
-                )))
-            }
-        }
-    }
     Ok(StartPlan {
         source_parts,
         keyed_txns,
-        restore: Some(RestoreFrom::Handles {
-            checkpoint_id: r.checkpoint_id,
-            backend_ids,
-        }),
+        restore: Some(RestoreFrom::job_record(r)?),
     })
 }
 
