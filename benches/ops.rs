@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use rockstate::{CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig};
+use rockstate::{CodecId, KeyedBackend, MemoryBudget, MemoryBudgetConfig};
 
 fn budget() -> MemoryBudget {
     MemoryBudget::new(MemoryBudgetConfig::default()).unwrap()
@@ -129,10 +129,18 @@ fn list_layouts(c: &mut Criterion) {
             .open()
             .unwrap();
         let list_b = b.raw_list_state("l", CodecId::new("bytes", 1)).unwrap();
-        let raw_budget = budget();
-        let mut opts =
-            rockstate::rocksdb_options_for_benchmarks(&DbOptions::default(), &raw_budget, 1)
-                .unwrap();
+        // Layout (A) needs a merge operator, which rockstate's options do not carry: plain
+        // RocksDB options with rockstate's defaults where they matter for these reads (a
+        // 10-bit bloom filter, LZ4, a block cache of the budget's size).
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        table.set_block_cache(&rocksdb::Cache::new_lru_cache(
+            MemoryBudgetConfig::default().total_bytes,
+        ));
+        opts.set_block_based_table_factory(&table);
+        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_merge_operator_associative("concat", concat_merge);
         let db_a = rocksdb::DB::open(&opts, dir.path().join("a")).unwrap();
         let mut wo = rocksdb::WriteOptions::default();

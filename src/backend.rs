@@ -180,7 +180,7 @@ impl BackendBuilder {
                     path: self.path.clone(),
                     tables: Mutex::new(BTreeMap::new()),
                 };
-                (engine, Table::Heap(HeapTable::new()))
+                (engine, Table::Heap(HeapTable::new(&self.path)))
             }
         };
         let wanted = BackendMeta {
@@ -376,8 +376,12 @@ impl KeyedBackend {
             Engine::Rocks(db) => Ok(Table::Rocks(
                 db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?,
             )),
-            Engine::Heap { tables, .. } => Ok(Table::Heap(
-                tables.lock().entry(name.to_string()).or_default().clone(),
+            Engine::Heap { tables, path } => Ok(Table::Heap(
+                tables
+                    .lock()
+                    .entry(name.to_string())
+                    .or_insert_with(|| HeapTable::new(path))
+                    .clone(),
             )),
         }
     }
@@ -459,7 +463,7 @@ impl KeyedBackend {
                     t.config.cleanup.periodic_compaction.as_secs(),
                 )?;
                 if t.config.visibility == crate::ttl::Visibility::ReturnExpiredIfNotCleanedUp {
-                    cf.keep_out_of_value_cache();
+                    cf.keep_out_of_value_cache()?;
                 }
             }
         }
@@ -660,10 +664,27 @@ impl KeyedBackend {
         }
     }
 
-    /// Flushes and closes this handle (the database closes when the last clone and state handle
-    /// are dropped).
+    /// Closes the backend: writes out every cached write, flushes the memtables and closes
+    /// RocksDB, releasing its directory lock and the backend's shares of the memory budget, so
+    /// the same path can be opened again at once. It closes the backend for every clone and
+    /// state handle: they may stay alive, and each later call through them returns an error of
+    /// kind [`crate::ErrorKind::Closed`]. Waits for calls in flight on other threads (a
+    /// state callback must not call it: it would wait for itself). The heap backend drops its
+    /// tables (savepoints already taken keep their copy). Closing twice does nothing more. On
+    /// an error the backend stays open, so nothing cached is lost: retry, or drop it.
     pub fn close(self) -> Result<()> {
-        self.flush()
+        match &self.inner.engine {
+            Engine::Rocks(db) => db.close(),
+            Engine::Heap { tables, .. } => {
+                if let Table::Heap(meta) = &self.inner.meta {
+                    meta.close();
+                }
+                for table in tables.lock().values() {
+                    table.close();
+                }
+                Ok(())
+            }
+        }
     }
 }
 

@@ -35,6 +35,9 @@ pub enum ErrorKind {
     /// The operation is not available here (e.g. on the heap backend), or a format version
     /// is newer than this build understands.
     Unsupported,
+    /// The backend (or the database under it) was closed: every state handle and clone of a
+    /// closed backend answers with this. Open the path again for a new backend.
+    Closed,
     /// An internal invariant failed: a bug in rockstate or RocksDB, never the caller's input.
     Internal,
 }
@@ -123,6 +126,13 @@ pub enum Error {
     /// An internal invariant failed (a bug, not the caller's input).
     #[error("internal error: {0}")]
     Internal(String),
+    /// The backend at `path` was closed ([`crate::KeyedBackend::close`]); its state handles
+    /// and clones no longer reach its database.
+    #[error("backend at {path} is closed")]
+    Closed {
+        /// The backend's directory.
+        path: PathBuf,
+    },
     /// Filesystem error, with the path involved.
     #[error("i/o on {path}: {source}")]
     Io {
@@ -324,6 +334,7 @@ impl Error {
             Error::CommitInDoubt { .. } => K::Transient,
             Error::Unsupported(_) => K::Unsupported,
             Error::Internal(_) => K::Internal,
+            Error::Closed { .. } => K::Closed,
             Error::RocksDb { kind, .. } => *kind,
             Error::Io { source, .. } => io_kind(source),
             Error::Storage { transient, .. } => {

@@ -14,12 +14,13 @@
 //! value's `Arc` out, scans iterate a frozen clone of the map.
 
 use std::ops::Bound;
+use std::path::Path;
 use std::sync::Arc;
 
 use imbl::OrdMap;
 use parking_lot::Mutex;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Stored bytes: shared so that copy-on-write node copies are cheap.
 pub(crate) type Bytes = Arc<[u8]>;
@@ -28,9 +29,12 @@ pub(crate) type Bytes = Arc<[u8]>;
 pub(crate) type Map = OrdMap<Bytes, Bytes>;
 
 /// One state's entries (or the backend's metadata) in memory. Clones share the same map.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct HeapTable {
-    map: Arc<Mutex<Map>>,
+    /// The entries; `None` once the backend closed the table ([`HeapTable::close`]).
+    map: Arc<Mutex<Option<Map>>>,
+    /// The backend's directory, for [`Error::Closed`].
+    path: Arc<Path>,
 }
 
 /// One operation of a heap batch.
@@ -40,59 +44,85 @@ pub(crate) enum HeapOp {
 }
 
 impl HeapTable {
-    /// An empty table.
-    pub(crate) fn new() -> Self {
-        Self::default()
+    /// An empty table of the backend at `path`.
+    pub(crate) fn new(path: &Path) -> Self {
+        HeapTable {
+            map: Arc::new(Mutex::new(Some(Map::new()))),
+            path: path.into(),
+        }
+    }
+
+    /// Runs `f` on the map; [`Error::Closed`] once the table is closed.
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(&mut Map) -> R) -> Result<R> {
+        match self.map.lock().as_mut() {
+            Some(map) => Ok(f(map)),
+            None => Err(Error::Closed {
+                path: self.path.to_path_buf(),
+            }),
+        }
     }
 
     /// The stored value of `key` (a reference-count bump, no copy).
     #[inline]
-    pub(crate) fn get(&self, key: &[u8]) -> Option<Bytes> {
-        self.map.lock().get(key).cloned()
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.with(|map| map.get(key).cloned())
     }
 
     /// Stores `value` under `key`.
     #[inline]
-    pub(crate) fn put(&self, key: &[u8], value: &[u8]) {
+    pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let (k, v): (Bytes, Bytes) = (Arc::from(key), Arc::from(value));
-        self.map.lock().insert(k, v);
+        self.with(|map| {
+            map.insert(k, v);
+        })
     }
 
     /// Deletes `key`.
-    pub(crate) fn delete(&self, key: &[u8]) {
-        self.map.lock().remove(key);
+    pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
+        self.with(|map| {
+            map.remove(key);
+        })
+    }
+
+    /// Drops the entries (their memory is freed once no snapshot holds them); every later call
+    /// on this table or a clone of it returns [`Error::Closed`].
+    pub(crate) fn close(&self) {
+        *self.map.lock() = None;
     }
 
     /// Applies `ops` in order under one lock, so readers see all or none of them.
-    pub(crate) fn apply(&self, ops: Vec<HeapOp>) {
-        let mut map = self.map.lock();
-        for op in ops {
-            match op {
-                HeapOp::Put(k, v) => {
-                    map.insert(k, v);
-                }
-                HeapOp::Delete(k) => {
-                    map.remove(&k);
+    pub(crate) fn apply(&self, ops: Vec<HeapOp>) -> Result<()> {
+        self.with(|map| {
+            for op in ops {
+                match op {
+                    HeapOp::Put(k, v) => {
+                        map.insert(k, v);
+                    }
+                    HeapOp::Delete(k) => {
+                        map.remove(&k);
+                    }
                 }
             }
-        }
+        })
     }
 
     /// The map as it is now: O(1), later writes to this table do not show in it.
-    pub(crate) fn frozen(&self) -> Map {
-        self.map.lock().clone()
+    pub(crate) fn frozen(&self) -> Result<Map> {
+        self.with(|map| map.clone())
     }
 
     /// A new, independent table starting as this one's current content (O(1)).
-    pub(crate) fn snapshot(&self) -> HeapTable {
-        HeapTable {
-            map: Arc::new(Mutex::new(self.frozen())),
-        }
+    pub(crate) fn snapshot(&self) -> Result<HeapTable> {
+        Ok(HeapTable {
+            map: Arc::new(Mutex::new(Some(self.frozen()?))),
+            path: Arc::clone(&self.path),
+        })
     }
 
     /// Number of entries.
-    pub(crate) fn len(&self) -> usize {
-        self.map.lock().len()
+    pub(crate) fn len(&self) -> Result<usize> {
+        self.with(|map| map.len())
     }
 
     /// Visits entries in `[lower, upper)` in key order until `f` returns `Ok(false)`. Iterates
@@ -103,7 +133,7 @@ impl HeapTable {
         upper: Option<&[u8]>,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        let map = self.frozen();
+        let map = self.frozen()?;
         let upper = match upper {
             Some(u) => Bound::Excluded(u),
             None => Bound::Unbounded,
@@ -123,26 +153,44 @@ mod tests {
 
     #[test]
     fn scan_is_ordered_bounded_and_frozen() {
-        let t = HeapTable::new();
+        let t = HeapTable::new(Path::new("heap"));
         for k in [&b"b2"[..], b"a", b"b1", b"c"] {
-            t.put(k, k);
+            t.put(k, k).unwrap();
         }
-        let snap = t.snapshot();
+        let snap = t.snapshot().unwrap();
         let mut seen = Vec::new();
         t.scan(b"b", Some(b"c"), |k, v| {
             assert_eq!(k, v);
             seen.push(k.to_vec());
             // Writing during a scan neither deadlocks nor shows up in it.
-            t.put(b"b3", b"x");
+            t.put(b"b3", b"x")?;
             Ok(true)
         })
         .unwrap();
         assert_eq!(seen, vec![b"b1".to_vec(), b"b2".to_vec()]);
-        t.apply(vec![HeapOp::Delete(Arc::from(&b"a"[..]))]);
-        assert_eq!(t.get(b"a"), None);
-        assert_eq!(t.len(), 4);
-        assert_eq!(snap.len(), 4);
-        assert_eq!(snap.get(b"a").as_deref(), Some(&b"a"[..]));
-        assert_eq!(snap.get(b"b3"), None);
+        t.apply(vec![HeapOp::Delete(Arc::from(&b"a"[..]))]).unwrap();
+        assert_eq!(t.get(b"a").unwrap(), None);
+        assert_eq!(t.len().unwrap(), 4);
+        assert_eq!(snap.len().unwrap(), 4);
+        assert_eq!(snap.get(b"a").unwrap().as_deref(), Some(&b"a"[..]));
+        assert_eq!(snap.get(b"b3").unwrap(), None);
+    }
+
+    #[test]
+    fn a_closed_table_and_its_clones_answer_closed_and_snapshots_live_on() {
+        let t = HeapTable::new(Path::new("heap"));
+        t.put(b"k", b"v").unwrap();
+        let (clone, snap) = (t.clone(), t.snapshot().unwrap());
+        t.close();
+        for table in [&t, &clone] {
+            assert!(matches!(table.get(b"k"), Err(Error::Closed { .. })));
+            assert!(matches!(table.put(b"k", b"w"), Err(Error::Closed { .. })));
+            assert!(matches!(table.delete(b"k"), Err(Error::Closed { .. })));
+            assert!(matches!(
+                table.scan(b"", None, |_, _| Ok(true)),
+                Err(Error::Closed { .. })
+            ));
+        }
+        assert_eq!(snap.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
     }
 }

@@ -55,9 +55,10 @@ pub use checkpoint::{
 };
 pub use checkpoint::{GcStats, JobOwner, RestoreReport};
 pub use clock::{Clock, ManualClock, SystemClock};
+// The benchmarks' raw-RocksDB baseline (`rockstate-bench`), not part of the engine API.
 #[doc(hidden)]
-pub use db::rocksdb_options_for_benchmarks;
-pub use db::MemoryBudget;
+pub use db::RawRocksDb;
+pub use db::{lower_compaction_priority, MemoryBudget};
 pub use error::{Error, ErrorKind, Result};
 pub use keygroup::KeyGroupRange;
 pub use metrics::{BackendMetrics, CheckpointMetrics, LevelMetrics, RocksDbMetrics};

@@ -82,19 +82,6 @@ pub struct DbOptions {
     /// evictable). Only takes effect with `cache_index_and_filter_blocks` (otherwise every
     /// open SST holds its blocks outside the cache anyway).
     pub pin_index_and_filter_blocks: bool,
-    /// Compaction threads run at the lowest CPU priority (`nice` 19), so on a busy machine the
-    /// threads that read and write state (the stream task's) get the cores first and
-    /// compaction takes what is left. Default on. Flush threads are left alone (they keep the
-    /// priority of the thread that opened the first database), so flushes are not delayed.
-    /// RocksDB's compaction threads are shared by every RocksDB database in the process, so
-    /// this is process-wide, and RocksDB offers no way to raise them back: once rockstate has
-    /// built the RocksDB options of any database with it on (an open, even one that then
-    /// fails, a rescale's ingestion, `bench ops`'s raw baselines), it stays on until the
-    /// process exits. Under sustained overload compaction then falls behind and RocksDB slows
-    /// writers at 20 L0 files, as it would with too few compaction threads. Measured with
-    /// `bench ops --solo-only` (1M × 100 B, alternating runs): insert 587k / 543k / 577k ops/s
-    /// vs 508k / 449k / 501k with it off (docs/decisions/0013-low-priority-compaction.md).
-    pub low_priority_compaction: bool,
     /// Compaction cuts a state's files at key-group boundaries (RocksDB's fixed-prefix SST
     /// partitioner on the key-group prefix), so every compacted file holds one key group.
     /// Default off (it was on until `key_bounds` came). What it gives: a rescale that
@@ -182,7 +169,6 @@ impl Default for DbOptions {
             memtable_bloom_ratio: 0.02,
             memtable_insert_hint: true,
             pin_index_and_filter_blocks: true,
-            low_priority_compaction: true,
             key_group_files: false,
             write_cache_bytes: 2 << 20,
             key_bounds: true,

@@ -518,7 +518,7 @@ fn claimed_range(src: &Source<'_>) -> Result<KeyGroupRange> {
 }
 
 fn state_cf(db: &Arc<Db>, src: &Source<'_>, name: &str) -> Result<Cf> {
-    db.cf(&format!("{STATE_CF_PREFIX}{name}"))
+    db.cf(&format!("{STATE_CF_PREFIX}{name}"))?
         .ok_or_else(|| corrupt(src, format!("state `{name}` has no column family")))
 }
 
@@ -551,7 +551,7 @@ fn check_source(
     }
     let below = prefix(u32::from(claimed.start), max_parallelism);
     let above = prefix(u32::from(claimed.end) + 1, max_parallelism);
-    for cf_name in db.cf_names() {
+    for cf_name in db.cf_names()? {
         let Some(name) = cf_name.strip_prefix(STATE_CF_PREFIX) else {
             continue;
         };

@@ -82,7 +82,7 @@ pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
             .filter(|t| t.config.cleanup.full_snapshot)
             .map(|t| (t.ttl_ms, t.clock.now_ms()));
         states.push(SnapshotState {
-            table: core.table.frozen(),
+            table: core.table.frozen()?,
             meta: meta.clone(),
             expiry,
         });

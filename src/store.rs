@@ -56,7 +56,7 @@ impl TableBatch {
             TableBatch::Rocks(_, b) if b.len() == 0 => Ok(()),
             TableBatch::Rocks(cf, b) => cf.db().write(b),
             TableBatch::Heap(t, ops) => {
-                t.apply(ops);
+                t.apply(ops)?;
                 Ok(())
             }
         }
@@ -69,7 +69,7 @@ impl Table {
     pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         match self {
             Table::Rocks(cf) => cf.get_with(key, f),
-            Table::Heap(t) => Ok(t.get(key).map(|v| f(&v))),
+            Table::Heap(t) => Ok(t.get(key)?.map(|v| f(&v))),
         }
     }
 
@@ -78,10 +78,7 @@ impl Table {
     pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         match self {
             Table::Rocks(cf) => cf.put(key, value),
-            Table::Heap(t) => {
-                t.put(key, value);
-                Ok(())
-            }
+            Table::Heap(t) => t.put(key, value),
         }
     }
 
@@ -89,10 +86,7 @@ impl Table {
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
         match self {
             Table::Rocks(cf) => cf.delete(key),
-            Table::Heap(t) => {
-                t.delete(key);
-                Ok(())
-            }
+            Table::Heap(t) => t.delete(key),
         }
     }
 
@@ -124,11 +118,11 @@ impl Table {
 
     /// This table as of now: for the heap an O(1) copy-on-write clone that later writes do not
     /// change; for RocksDB the live column family (no isolation).
-    pub(crate) fn frozen(&self) -> Table {
-        match self {
+    pub(crate) fn frozen(&self) -> Result<Table> {
+        Ok(match self {
             Table::Rocks(cf) => Table::Rocks(cf.clone()),
-            Table::Heap(t) => Table::Heap(t.snapshot()),
-        }
+            Table::Heap(t) => Table::Heap(t.snapshot()?),
+        })
     }
 
     /// An empty batch for this table.
@@ -152,7 +146,11 @@ impl Table {
     pub(crate) fn property_u64(&self, name: &str) -> Result<Option<u64>> {
         match self {
             Table::Rocks(cf) => cf.property_u64(name),
-            Table::Heap(t) => Ok((name == "rocksdb.estimate-num-keys").then(|| t.len() as u64)),
+            Table::Heap(t) => Ok(if name == "rocksdb.estimate-num-keys" {
+                Some(t.len()? as u64)
+            } else {
+                None
+            }),
         }
     }
 }

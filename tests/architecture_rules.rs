@@ -70,11 +70,9 @@ fn the_wall_clock_is_read_only_by_the_clock_module() {
 
 #[test]
 fn only_the_database_layer_names_rocksdb() {
-    let allowed = [root().join("src/db.rs")];
     let mut found = Vec::new();
     for f in rust_files(&root().join("src")) {
-        // The operator binary's benchmarks open raw RocksDB as their baseline.
-        if allowed.contains(&f) || f.starts_with(root().join("src/bin")) {
+        if f.starts_with(root().join("src/db")) {
             continue;
         }
         for needle in [concat!("rocksdb", "::"), concat!("librocksdb", "_sys")] {
@@ -83,7 +81,7 @@ fn only_the_database_layer_names_rocksdb() {
     }
     assert!(
         found.is_empty(),
-        "RocksDB belongs to the database layer (src/db.rs):\n{}",
+        "RocksDB belongs to the database layer (src/db/):\n{}",
         found.join("\n")
     );
 }

@@ -1,10 +1,10 @@
-//! `DbOptions::low_priority_compaction` (default on): RocksDB's compaction threads run at nice
-//! 19 once they have taken a job, flush threads keep normal priority. The setting is
-//! process-wide (one compaction pool per process), which is why this scenario has a test
-//! binary of its own. Read from `/proc`, so Linux only.
+//! `rockstate::lower_compaction_priority`: RocksDB's compaction threads run at nice 19 once
+//! they have taken a job, flush threads keep normal priority. The call is process-wide (one
+//! compaction pool per process), which is why this scenario has a test binary of its own. Read
+//! from `/proc`, so Linux only.
 #![cfg(target_os = "linux")]
 
-use rockstate::{DbOptions, KeyedBackend};
+use rockstate::KeyedBackend;
 
 /// The nice value in a `/proc/.../stat` line (field 19; fields are counted after the
 /// parenthesised thread name, which may itself hold spaces).
@@ -31,7 +31,7 @@ fn threads() -> Vec<(String, i64)> {
 
 #[test]
 fn compaction_threads_run_at_the_lowest_priority_and_flush_threads_do_not() {
-    assert!(DbOptions::default().low_priority_compaction);
+    rockstate::lower_compaction_priority().unwrap();
     // Flush threads keep the priority the test runs at (`nice cargo test` raises every
     // thread's); compaction threads go to nice 19, an absolute value.
     let ours = nice_of(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());

@@ -5,7 +5,7 @@
 //! by a rescale, loaded from savepoints). The keys here are the shape the bounds serve:
 //! big-endian ids that grow, looked up before they are stored, as a dedup of sequence numbers
 //! does. The bounds' own rules (learning, losing them at ingestion) are unit-tested in
-//! `src/key_bounds.rs` and `src/db.rs`; `tests/model.rs` runs every state kind with them on.
+//! `src/key_bounds.rs` and `src/db/`; `tests/model.rs` runs every state kind with them on.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;

@@ -34,7 +34,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Freqcap(args) => freqcap(&args),
         Cmd::Bench(args) => bench(&args).map(|()| true),
-        Cmd::Worker(args) => run_process(args).map(|()| true),
+        // Each worker process runs its task threads ahead of RocksDB's compactions.
+        Cmd::Worker(args) => rockstate::lower_compaction_priority()
+            .map_err(Into::into)
+            .and_then(|()| run_process(args))
+            .map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -1,7 +1,7 @@
 //! `rockstate-bench ops`: the foundation workload through rockstate's value state and through
 //! raw rust-rocksdb opened with the same options, phase by phase in one process, so the ratio
-//! is measured under the same machine conditions. (This file and the criterion benches are the
-//! only places outside `db` that name `rocksdb::` types: they are the comparison baseline.)
+//! is measured under the same machine conditions (`rockstate::RawRocksDb`, the database
+//! layer's baseline, so no `rocksdb::` type is named here).
 //!
 //! `--backend heap` runs the same phases through the heap backend, against plain
 //! `BTreeMap<Vec<u8>, Vec<u8>>` baselines (raw keys, and rockstate's key layout), then times a
@@ -83,9 +83,7 @@ pub(crate) fn parse_override<T: serde::de::DeserializeOwned + Default>(
 /// Raw rust-rocksdb. With `same_layout`, keys are stored in rockstate's layout
 /// (`[key group][len][key][len][namespace]`), so only rockstate's code path differs.
 struct Raw {
-    db: rocksdb::DB,
-    write: rocksdb::WriteOptions,
-    read: rocksdb::ReadOptions,
+    db: rockstate::RawRocksDb,
     same_layout: bool,
 }
 
@@ -106,26 +104,17 @@ impl Raw {
         baseline_key(key, self.same_layout)
     }
     fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>> {
-        self.db
-            .get_pinned_opt(self.key(key), &self.read)
-            .map(|v| v.map(|v| v.to_vec()))
-            .map_err(rockstate::Error::from)
+        self.db.get(&self.key(key))
     }
     fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
-        self.db
-            .put_opt(self.key(key), value, &self.write)
-            .map_err(rockstate::Error::from)
+        self.db.put(&self.key(key), value)
     }
     /// SST files per non-empty level, as `L<n>:<files>` joined by commas.
     fn files(&self) -> String {
-        levels(|p| self.db.property_int_value(p).ok().flatten())
+        levels(|p| self.db.property_u64(p).ok().flatten())
     }
     fn settle(&self) -> rockstate::Result<()> {
-        let mut opts = rocksdb::WaitForCompactOptions::default();
-        opts.set_flush(true);
-        self.db
-            .wait_for_compact(&opts)
-            .map_err(rockstate::Error::from)
+        self.db.wait_for_compactions()
     }
 }
 
@@ -325,16 +314,13 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
             128,
             rockstate::KeyGroupRange::all(128)?,
         );
-        let opts = rockstate::rocksdb_options_for_benchmarks(&options, &budget, partition)?;
-        let db = rocksdb::DB::open(&opts, dir.path().join(name)).map_err(rockstate::Error::from)?;
-        let mut write = rocksdb::WriteOptions::default();
-        write.disable_wal(!options.wal);
-        Ok(Raw {
-            db,
-            write,
-            read: rocksdb::ReadOptions::default(),
-            same_layout,
-        })
+        let db = rockstate::RawRocksDb::open_like_rockstate(
+            &dir.path().join(name),
+            &options,
+            &budget,
+            partition,
+        )?;
+        Ok(Raw { db, same_layout })
     };
     let raw = open_raw("raw", false)?;
     let raw_same = open_raw("raw-same-layout", true)?;
@@ -436,7 +422,7 @@ fn run_solo(
             "raw rust-rocksdb alone with RocksDB's default options plus a 10-bit bloom filter, a \
              256 MiB LRU block cache, LZ4 and the WAL off (the issue's reference configuration), \
              8-byte keys as they are; its compactions run in the process's one compaction pool, \
-             at low priority if rockstate lowered it (low_priority_compaction); vs_reference = \
+             at low priority unless --normal-priority-compaction; vs_reference = \
              rockstate solo / reference",
         )
         .print();
@@ -455,20 +441,8 @@ fn run_solo(
 
 /// Raw rust-rocksdb in the reference configuration (see the reference pass).
 fn open_reference(path: &std::path::Path) -> rockstate::Result<Raw> {
-    let mut opts = rocksdb::Options::default();
-    opts.create_if_missing(true);
-    let mut table = rocksdb::BlockBasedOptions::default();
-    table.set_bloom_filter(10.0, false);
-    table.set_block_cache(&rocksdb::Cache::new_lru_cache(256 << 20));
-    opts.set_block_based_table_factory(&table);
-    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
-    let db = rocksdb::DB::open(&opts, path).map_err(rockstate::Error::from)?;
-    let mut write = rocksdb::WriteOptions::default();
-    write.disable_wal(true);
     Ok(Raw {
-        db,
-        write,
-        read: rocksdb::ReadOptions::default(),
+        db: rockstate::RawRocksDb::open_reference(path)?,
         same_layout: false,
     })
 }

@@ -23,6 +23,10 @@ struct Cli {
     /// Print one JSON object per line (same fields) instead of key=value lines.
     #[arg(long, global = true)]
     json: bool,
+    /// Leave RocksDB's compaction threads at normal CPU priority (by default the benchmarks
+    /// call `rockstate::lower_compaction_priority` first, as an engine would on start-up).
+    #[arg(long, global = true)]
+    normal_priority_compaction: bool,
     #[command(subcommand)]
     which: BenchCommand,
 }
@@ -44,6 +48,12 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     report::set_json(cli.json);
+    if !cli.normal_priority_compaction {
+        if let Err(e) = rockstate::lower_compaction_priority() {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result = match cli.which {
         BenchCommand::Ops(args) => bench_ops::run(&args),
         BenchCommand::Checkpoint(args) => bench_checkpoint::run(&args),

@@ -1,0 +1,211 @@
+//! The memory budget: one block cache and write-buffer manager shared by every database opened
+//! on it, and the shares of it granted to each open database's write cache and value cache.
+
+use std::sync::{Arc, Weak};
+
+use parking_lot::RwLock;
+use rocksdb::{Cache, WriteBufferManager};
+
+use super::front::Front;
+use crate::error::Result;
+use crate::options::{CacheKind, MemoryBudgetConfig};
+
+/// One memory budget for a whole process, shared by every backend and state that uses it:
+/// a block cache, and a write-buffer manager that charges memtables to that same cache, so
+/// N operator instances cannot add up past `total_bytes` (Flink's "managed memory"). Every
+/// backend flushes as soon as the memtables of all of them exceed their share. Writers are not
+/// stalled (a stall deadlocks a task that drives several backends from one thread), so
+/// memtables awaiting their flush may overshoot briefly. Each open backend's write cache
+/// (`DbOptions::write_cache_bytes`) is taken out of the block cache's capacity while the
+/// backend is open; together the write caches get at most an eighth of the budget, and a
+/// backend opened when that share is used up writes straight through. The value caches
+/// (`DbOptions::value_cache_bytes`) share a quarter of the budget evenly: each open backend
+/// with one gets the quarter divided by their number, or what it asks if less, and the caches
+/// are resized (emptied) whenever a backend opens or closes; what they hold is taken out of
+/// the block cache's capacity too.
+#[derive(Clone)]
+pub struct MemoryBudget {
+    pub(super) cache: Cache,
+    pub(super) write_buffers: WriteBufferManager,
+    config: MemoryBudgetConfig,
+    /// Bytes granted to open backends' write caches and value caches.
+    reserved: Arc<parking_lot::Mutex<Reserved>>,
+}
+
+/// Bytes of a [`MemoryBudget`] granted out of its block cache.
+#[derive(Default)]
+struct Reserved {
+    write_caches: usize,
+    /// The open databases with a value cache, and what each was granted; the grants add up to
+    /// `value_caches`.
+    value_users: Vec<ValueUser>,
+    value_caches: usize,
+    next_user: u64,
+}
+
+/// A database on the budget whose value cache takes a share of the value caches' quarter.
+struct ValueUser {
+    id: u64,
+    /// `DbOptions::value_cache_bytes`: the most it takes.
+    want: usize,
+    granted: usize,
+    /// Its front, not the database: the budget must never be what keeps a closed database
+    /// (its RocksDB handle, its directory lock) alive.
+    front: Weak<RwLock<Front>>,
+}
+
+/// Bytes of a [`MemoryBudget`] granted to one backend's write cache; given back on drop.
+pub(super) struct Reservation {
+    budget: MemoryBudget,
+    pub(super) bytes: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut reserved = self.budget.reserved.lock();
+        reserved.write_caches -= self.bytes;
+        self.budget.resize_cache(&reserved);
+    }
+}
+
+/// A database's place among the value caches of a [`MemoryBudget`]; leaving (on drop) gives
+/// its share to the others.
+pub(super) struct ValueShare {
+    budget: MemoryBudget,
+    id: u64,
+}
+
+impl Drop for ValueShare {
+    fn drop(&mut self) {
+        let mut reserved = self.budget.reserved.lock();
+        reserved.value_users.retain(|u| u.id != self.id);
+        self.budget.share_values(&mut reserved);
+    }
+}
+
+impl MemoryBudget {
+    /// Creates a budget; share it by cloning (clones share the same memory).
+    pub fn new(config: MemoryBudgetConfig) -> Result<Self> {
+        config.validate()?;
+        let cache = match config.cache {
+            CacheKind::Lru => Cache::new_lru_cache(config.total_bytes),
+            // 0 = let the cache size its table itself (RocksDB's AutoHyperClockCache).
+            CacheKind::HyperClock => Cache::new_hyper_clock_cache(config.total_bytes, 0),
+        };
+        let memtable_bytes = (config.total_bytes as f64 * config.write_buffer_ratio) as usize;
+        let write_buffers = WriteBufferManager::new_write_buffer_manager_with_cache(
+            memtable_bytes,
+            false,
+            cache.clone(),
+        );
+        Ok(MemoryBudget {
+            cache,
+            write_buffers,
+            config,
+            reserved: Arc::new(parking_lot::Mutex::new(Reserved::default())),
+        })
+    }
+
+    /// Grants up to `want` bytes out of the write caches' eighth of the budget, shrinking the
+    /// block cache by what it grants.
+    pub(super) fn reserve(&self, want: usize) -> Reservation {
+        let mut reserved = self.reserved.lock();
+        let bytes = want.min((self.config.total_bytes / 8).saturating_sub(reserved.write_caches));
+        reserved.write_caches += bytes;
+        self.resize_cache(&reserved);
+        Reservation {
+            budget: self.clone(),
+            bytes,
+        }
+    }
+
+    /// Adds a database's `front` (its value cache empty so far) whose value cache may take
+    /// up to `want` bytes to the value caches' quarter of the budget, which is split evenly
+    /// among them; sizes every cache to its new share, this one included.
+    pub(super) fn join_values(&self, front: &Arc<RwLock<Front>>, want: usize) -> ValueShare {
+        let mut reserved = self.reserved.lock();
+        let id = reserved.next_user;
+        reserved.next_user += 1;
+        reserved.value_users.push(ValueUser {
+            id,
+            want,
+            granted: 0,
+            front: Arc::downgrade(front),
+        });
+        self.share_values(&mut reserved);
+        ValueShare {
+            budget: self.clone(),
+            id,
+        }
+    }
+
+    /// Splits the value caches' quarter evenly among their databases (each takes at most what
+    /// it wants), resizes each cache whose grant changed, and sizes the block cache by what
+    /// is granted. A front already gone (its database is being dropped) keeps its grant
+    /// counted until the database leaves.
+    fn share_values(&self, reserved: &mut Reserved) {
+        let n = reserved.value_users.len().max(1);
+        let share = self.config.total_bytes / 4 / n;
+        for u in &mut reserved.value_users {
+            let grant = u.want.min(share);
+            if u.granted != grant {
+                if let Some(front) = u.front.upgrade() {
+                    front.write().values.resize(grant);
+                    u.granted = grant;
+                }
+            }
+        }
+        reserved.value_caches = reserved.value_users.iter().map(|u| u.granted).sum();
+        self.resize_cache(reserved);
+    }
+
+    /// Sets the block cache's capacity to the budget minus the caches' bytes. The caller
+    /// holds the `reserved` lock, so capacity changes apply in order.
+    fn resize_cache(&self, reserved: &Reserved) {
+        // Never negative: the shares add up to at most three eighths of the budget.
+        self.cache.clone().set_capacity(
+            self.config
+                .total_bytes
+                .saturating_sub(reserved.write_caches + reserved.value_caches),
+        );
+    }
+
+    /// The process's shared budget with [`MemoryBudgetConfig::default`], created by the first
+    /// call and the same for every later one. It is what a backend opened without
+    /// [`crate::BackendBuilder::memory_budget`] uses: every operator instance of a process
+    /// then shares one block cache and one memtable limit, as Flink's instances share their
+    /// slot's managed memory, instead of each adding its own. An engine that sizes memory
+    /// itself creates its budgets with [`MemoryBudget::new`] and passes them to every builder.
+    pub fn process_default() -> Result<MemoryBudget> {
+        static BUDGET: std::sync::OnceLock<MemoryBudget> = std::sync::OnceLock::new();
+        if let Some(b) = BUDGET.get() {
+            return Ok(b.clone());
+        }
+        let budget = MemoryBudget::new(MemoryBudgetConfig::default())?;
+        Ok(BUDGET.get_or_init(|| budget).clone())
+    }
+
+    /// The budget's settings.
+    pub fn config(&self) -> &MemoryBudgetConfig {
+        &self.config
+    }
+
+    /// Bytes currently charged to the shared cache (blocks and memtables).
+    pub fn usage_bytes(&self) -> usize {
+        self.cache.get_usage()
+    }
+
+    /// Bytes the memtables of every backend on this budget use now.
+    pub fn memtable_bytes(&self) -> usize {
+        self.write_buffers.get_usage()
+    }
+}
+
+impl std::fmt::Debug for MemoryBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBudget")
+            .field("config", &self.config)
+            .field("usage_bytes", &self.usage_bytes())
+            .finish()
+    }
+}

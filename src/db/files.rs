@@ -1,0 +1,240 @@
+//! File-level changes of one column family (docs/rescale.md): dropping the SST files inside a
+//! range, range deletion, ingestion of SSTs written by [`super::Db::write_sst`], the live file
+//! list, and ingestion of files written by *other* databases with their sequence numbers
+//! through RocksDB's C API.
+
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+
+use super::budget::MemoryBudget;
+use super::rocks_error;
+use super::ttl_filter::FilterRegistry;
+use super::Cf;
+use crate::error::{Error, Result};
+use crate::options::DbOptions;
+
+impl Cf {
+    /// Drops the SST files that lie entirely inside `[from, to)` (they are then no longer part
+    /// of the database); keys in other files stay. RocksDB selects those files with `to`
+    /// *inclusive*: callers pass a key-group prefix, which no stored key equals (stored keys
+    /// are longer than their prefix).
+    pub(crate) fn drop_files_in_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        self.delete_in_range(from, to, false)
+    }
+
+    /// Deletes every key in `[from, to)` with a range tombstone; first drops the SST files that
+    /// lie entirely inside the range ([`Cf::drop_files_in_range`]).
+    pub(crate) fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        self.delete_in_range(from, to, true)
+    }
+
+    /// Drops the files inside `[from, to)` and, with `tombstone`, deletes the rest of the
+    /// range: one hold of the front lock across both changes, so no read records a value in
+    /// between.
+    fn delete_in_range(&self, from: &[u8], to: &[u8], tombstone: bool) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let open = self.db.opened()?;
+        let changing = open.changing()?;
+        let handle = changing.handle(self.slot)?;
+        changing
+            .rocks()
+            .delete_file_in_range_cf(handle, from, to)
+            .map_err(rocks_error)?;
+        if tombstone {
+            changing
+                .rocks()
+                .delete_range_cf_opt(handle, from, to, changing.write_options())
+                .map_err(rocks_error)?;
+        }
+        Ok(())
+    }
+
+    /// Ingests SST files written by [`super::Db::write_sst`] into this column family, moving
+    /// them (hard link) into the database directory. Their entries get sequence numbers above
+    /// everything already in the database, so they win over earlier range tombstones.
+    pub(crate) fn ingest(&self, files: &[PathBuf]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let mut opts = rocksdb::IngestExternalFileOptions::default();
+        opts.set_move_files(true);
+        let open = self.db.opened()?;
+        let mut changing = open.changing()?;
+        // Keys enter around the puts: every bound of the column family is unknown from
+        // before RocksDB takes the files until a read asks RocksDB after it has them.
+        if let Some(b) = changing.bounds() {
+            b.begin_ingest(self.slot);
+        }
+        let ingested = changing.rocks().ingest_external_file_cf_opts(
+            changing.handle(self.slot)?,
+            &opts,
+            files.to_vec(),
+        );
+        if let Some(b) = changing.bounds() {
+            b.end_ingest(self.slot);
+        }
+        ingested.map_err(rocks_error)?;
+        Ok(())
+    }
+
+    /// The live SST files of this column family, in the order [`ingest_db_generated`] must
+    /// get them: the deepest level first, L0 oldest first. For any key in several of them the
+    /// older version then comes first, as RocksDB requires (options.h,
+    /// `allow_db_generated_files`). A file without key bounds is an error.
+    pub(crate) fn live_files(&self) -> Result<Vec<LiveSst>> {
+        let open = self.db.opened()?;
+        let drained = open.drained()?;
+        let mut out = Vec::new();
+        for f in drained.rocks().live_files().map_err(rocks_error)? {
+            if f.column_family_name != *self.name {
+                continue;
+            }
+            let (Some(smallest), Some(largest)) = (f.start_key, f.end_key) else {
+                return Err(Error::Internal(format!(
+                    "live file {} has no key range",
+                    f.name
+                )));
+            };
+            // `name` is relative to the database directory, with a leading '/'.
+            out.push(LiveSst {
+                path: self.db.path.join(f.name.trim_start_matches('/')),
+                level: f.level,
+                smallest,
+                largest,
+            });
+        }
+        // RocksDB lists levels top-down and L0 newest first: reversing the whole list gives the
+        // deepest level first and L0 oldest first. The stable sort only guards the level order.
+        out.reverse();
+        out.sort_by_key(|f| std::cmp::Reverse(f.level));
+        Ok(out)
+    }
+}
+
+/// One live SST file of a column family ([`Cf::live_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LiveSst {
+    /// The file's path.
+    pub(crate) path: PathBuf,
+    /// Its LSM level.
+    pub(crate) level: i32,
+    /// Smallest user key, range tombstone starts included.
+    pub(crate) smallest: Vec<u8>,
+    /// Largest user key, range tombstone ends (exclusive bounds) included.
+    pub(crate) largest: Vec<u8>,
+}
+
+/// SST files written by another database, for one column family of [`ingest_db_generated`].
+#[derive(Debug, Clone)]
+pub(crate) struct ForeignFiles {
+    /// The column family to ingest into (it must exist).
+    pub(crate) cf: String,
+    /// The files, in [`Cf::live_files`] order.
+    pub(crate) files: Vec<PathBuf>,
+}
+
+/// Owns a `rocksdb_ingestexternalfileoptions_t` of the C API.
+struct RawIngestOptions(*mut librocksdb_sys::rocksdb_ingestexternalfileoptions_t);
+
+impl Drop for RawIngestOptions {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `rocksdb_ingestexternalfileoptions_create`, is non-null
+        // (checked at creation) and is destroyed exactly once, here.
+        unsafe { librocksdb_sys::rocksdb_ingestexternalfileoptions_destroy(self.0) }
+    }
+}
+
+/// Ingests SST files written by *other* databases into the closed database at `path`, keeping
+/// their sequence numbers (RocksDB's `allow_db_generated_files`, which rust-rocksdb does not
+/// wrap; the C API is called directly). The files are hard-linked (`link_files`): the sources
+/// stay intact. Each entry is one ingestion call, atomic on its own; RocksDB refuses one whose
+/// files overlap any data already in the column family (that is the caller's fallback case,
+/// returned as `Err(reason)` per entry; the database is then unchanged by that entry). The
+/// database's last sequence number is raised to the largest ingested one (and persisted in its
+/// MANIFEST), so later writes, range tombstones included, are newer than every ingested entry.
+///
+/// The database is opened single-threaded for this: only that handle type exposes its raw
+/// pointer in rust-rocksdb 0.25 (`AsRawPtr`). Nothing else may have it open.
+pub(crate) fn ingest_db_generated(
+    path: &Path,
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    batches: &[ForeignFiles],
+) -> Result<Vec<std::result::Result<(), String>>> {
+    use rocksdb::{AsColumnFamilyRef, AsRawPtr};
+    options.validate()?;
+    let opts = super::options::db_options(options, budget)?;
+    // No file partitioning: the database is open only for the ingestion, and file cuts
+    // change where compaction splits files, never what a read sees.
+    let filters = FilterRegistry::default();
+    let (_, descriptors) = super::options::descriptors(path, &opts, options, budget, &filters, 0)?;
+    let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors).map_err(rocks_error)?;
+    // SAFETY: creates a fresh options object; null (allocation failure) is checked below.
+    let raw =
+        RawIngestOptions(unsafe { librocksdb_sys::rocksdb_ingestexternalfileoptions_create() });
+    if raw.0.is_null() {
+        return Err(Error::Internal("cannot create ingestion options".into()));
+    }
+    // SAFETY: `raw.0` is a valid, exclusively owned options object (created above).
+    unsafe {
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_db_generated_files(raw.0, 1);
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_link_files(raw.0, 1);
+        // Both as options.h's setting guide asks for DB-generated files: they cannot get a
+        // global sequence number, and must not overlap a memtable (ours are empty).
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_snapshot_consistency(raw.0, 0);
+        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_blocking_flush(raw.0, 0);
+    }
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        if batch.files.is_empty() {
+            out.push(Ok(()));
+            continue;
+        }
+        let cf = db.cf_handle(&batch.cf).ok_or_else(|| {
+            Error::Internal(format!("column family {} missing for ingestion", batch.cf))
+        })?;
+        let paths = batch
+            .files
+            .iter()
+            .map(|p| {
+                p.to_str()
+                    .and_then(|s| std::ffi::CString::new(s).ok())
+                    .ok_or_else(|| Error::InvalidOption {
+                        name: "path",
+                        detail: format!("{} is not valid UTF-8 without NUL", p.display()),
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ptrs: Vec<*const std::ffi::c_char> = paths.iter().map(|p| p.as_ptr()).collect();
+        let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
+        // SAFETY: `db` (and so its raw pointer and the column family handle `cf`) lives until
+        // the end of this function; `ptrs` points into `paths`, NUL-terminated strings alive
+        // across the call, and has `ptrs.len()` entries; `raw.0` is a valid options object;
+        // `err` is a valid out-pointer RocksDB sets to a malloc'ed message on failure.
+        unsafe {
+            librocksdb_sys::rocksdb_ingest_external_file_cf(
+                db.as_raw_ptr(),
+                cf.inner(),
+                ptrs.as_ptr(),
+                ptrs.len(),
+                raw.0,
+                &mut err,
+            );
+        }
+        if err.is_null() {
+            out.push(Ok(()));
+        } else {
+            // SAFETY: non-null `err` is a NUL-terminated C string RocksDB allocated with
+            // malloc; it is read once and freed once with `rocksdb_free`.
+            let message = unsafe {
+                let m = CStr::from_ptr(err).to_string_lossy().into_owned();
+                librocksdb_sys::rocksdb_free(err.cast());
+                m
+            };
+            out.push(Err(message));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,653 @@
+//! An open database: the RocksDB handle and, in front of it under one lock, the write cache,
+//! the value cache and the key bounds that point reads consult first.
+//!
+//! This module is the only one that holds the RocksDB handle, and it hands it out in two ways
+//! only, so a read of RocksDB's data that skips the write cache does not compile:
+//!
+//! - [`Open::drained`] drains the write cache and returns a [`Drained`] token, the way to every
+//!   read of RocksDB's data (scans, properties, live files, flushes, checkpoints);
+//! - [`Open::changing`] drains, empties the value cache and returns a [`Changing`] guard that
+//!   holds the front lock across a change of RocksDB's data other than a write (dropped
+//!   files, range deletion, ingestion).
+//!
+//! The writes themselves ([`Open::put`], [`Open::delete`], [`Open::write`]) and two reads
+//! that may bypass the drain live here too, each with its reason: the point read
+//! ([`Open::get_with`], which looks in the write cache before RocksDB) and a key bound's
+//! reverse seek ([`Open::get_with`]'s learning step, covered by the drain's raise of the bound).
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use rocksdb::{
+    BoundColumnFamily, DBWithThreadMode, MultiThreaded, Options, ReadOptions, WriteBatch,
+    WriteOptions,
+};
+
+use super::budget::{MemoryBudget, Reservation, ValueShare};
+use super::rocks_error;
+use super::BatchOp;
+use crate::error::{Error, Result};
+use crate::key_bounds::{Check, KeyBounds};
+use crate::value_cache::ValueCache;
+use crate::write_cache::{CachedWrite, WriteCache};
+
+/// The RocksDB handle type rockstate uses.
+pub(super) type Rocks = DBWithThreadMode<MultiThreaded>;
+
+/// A column-family handle whose lifetime is erased; it lives inside the [`Open`] that owns its
+/// database and is dropped before it (see [`Open::handles`]).
+type Handle = Arc<BoundColumnFamily<'static>>;
+
+/// The most column families one database holds (rockstate's metadata and 1023 states). The
+/// handle table is allocated at this size, so a state registered while other threads read
+/// (a scan, a savepoint) takes a free slot without waiting for them.
+pub(super) const MAX_COLUMN_FAMILIES: usize = 1024;
+
+/// What a point read consults before RocksDB, under one lock.
+pub(super) struct Front {
+    /// Writes not yet in RocksDB (see [`crate::write_cache`]); drained before every other
+    /// access to RocksDB's data, except the reverse seek that learns a key bound (which the
+    /// drain's raise of the bound covers).
+    pub(super) cache: WriteCache,
+    /// Values recently written to RocksDB or read from it (see [`crate::value_cache`]): each
+    /// entry equals RocksDB's value for its key once `cache` has nothing newer for it.
+    pub(super) values: ValueCache,
+    /// Bounds of each key group's keys in RocksDB (see [`crate::key_bounds`]; a point read
+    /// looks in `cache` first, and a drain raises them for what it writes); `None` when the
+    /// keys' layout is not known or `DbOptions::key_bounds` is off.
+    pub(super) bounds: Option<KeyBounds>,
+}
+
+impl Front {
+    /// What the bounds say about `key` in column family `slot`.
+    #[inline]
+    pub(super) fn check(&self, slot: usize, key: &[u8]) -> Check {
+        match &self.bounds {
+            Some(b) => b.check(slot, key),
+            None => Check::Maybe,
+        }
+    }
+
+    /// Counts a put of `key` that goes straight to RocksDB (the write cache is off) in the
+    /// bounds, before the key gets there.
+    #[inline]
+    fn raise(&mut self, slot: usize, key: &[u8]) {
+        if let Some(b) = &mut self.bounds {
+            b.raise(slot, key);
+        }
+    }
+}
+
+/// Write options shared by every write of one database.
+pub(super) struct SharedWriteOptions(WriteOptions);
+// SAFETY: rocksdb::WriteOptions is Send but not Sync only because it wraps a raw pointer.
+// The C++ WriteOptions it points to is a plain struct that RocksDB only reads during a write;
+// we never mutate it after construction, so shared `&` access from many threads is sound.
+unsafe impl Sync for SharedWriteOptions {}
+
+/// Read options shared by every point read of one database (see [`SharedWriteOptions`]).
+struct SharedReadOptions(ReadOptions);
+// SAFETY: as for SharedWriteOptions: never mutated after construction; RocksDB only reads it.
+unsafe impl Sync for SharedReadOptions {}
+
+/// An open RocksDB database with its front and its shares of the memory budget. Dropping it
+/// drains the write cache, closes RocksDB (releasing its directory lock) and hands the shares
+/// back to the budget.
+pub(super) struct Open {
+    /// Handles of every column family, by slot (the slot is a column family's place in the
+    /// write cache); [`MAX_COLUMN_FAMILIES`] slots, filled in order. Declared before `rocks`:
+    /// every handle is dropped before the database it belongs to, and no handle is ever
+    /// reachable without the `Open` that owns its database.
+    handles: Box<[OnceLock<Handle>]>,
+    /// The names of the column families, by slot; held while a column family is created.
+    names: Mutex<Vec<String>>,
+    rocks: Rocks,
+    /// Declared before the budget shares below, so its memory is freed before they hand it
+    /// back to the budget. The budget holds it weakly, to resize the value cache.
+    front: Arc<RwLock<Front>>,
+    /// The write cache's share of the memory budget.
+    reservation: Reservation,
+    /// The value cache's place among the budget's value caches (`None`: no value cache).
+    value_share: Option<ValueShare>,
+    write: SharedWriteOptions,
+    read: SharedReadOptions,
+    /// Whether point reads are bounded per key group (`Front::bounds` is `Some`).
+    bounded: bool,
+    path: std::path::PathBuf,
+}
+
+/// Settings of an [`Open`] database's front.
+pub(super) struct FrontSettings {
+    /// Whether writes skip the WAL.
+    pub(super) disable_wal: bool,
+    /// Bytes the write cache asks of the budget (0: writes go straight to RocksDB).
+    pub(super) write_cache_bytes: usize,
+    /// Bytes the value cache asks of the budget (0: no value cache).
+    pub(super) value_cache_bytes: usize,
+    /// Bytes of the key-group prefix when point reads are bounded per key group.
+    pub(super) bounds_prefix: Option<usize>,
+}
+
+impl Open {
+    /// Takes over `rocks`, opened with the column families `names` (all of its column
+    /// families), and puts a front on the budget in front of it.
+    pub(super) fn new(
+        rocks: Rocks,
+        names: Vec<String>,
+        budget: &MemoryBudget,
+        settings: FrontSettings,
+        path: &Path,
+    ) -> Result<Open> {
+        if names.len() > MAX_COLUMN_FAMILIES {
+            return Err(too_many_column_families());
+        }
+        let handles: Box<[OnceLock<Handle>]> =
+            (0..MAX_COLUMN_FAMILIES).map(|_| OnceLock::new()).collect();
+        for (slot, name) in names.iter().enumerate() {
+            // Fresh cells: setting cannot fail.
+            let _ = handles[slot].set(handle(&rocks, name)?);
+        }
+        let mut write = WriteOptions::default();
+        write.disable_wal(settings.disable_wal);
+        let reservation = budget.reserve(settings.write_cache_bytes);
+        // One hasher for both caches: a key hashed for one serves the other.
+        let hasher = std::hash::RandomState::new();
+        let front = Arc::new(RwLock::new(Front {
+            cache: WriteCache::new(reservation.bytes, hasher.clone()),
+            // Sized by the budget as it joins (below).
+            values: ValueCache::new(0, hasher),
+            // Every bound starts unknown: the database may hold keys already.
+            bounds: settings.bounds_prefix.map(KeyBounds::new),
+        }));
+        let value_share = (settings.value_cache_bytes > 0)
+            .then(|| budget.join_values(&front, settings.value_cache_bytes));
+        Ok(Open {
+            handles,
+            names: Mutex::new(names),
+            rocks,
+            bounded: settings.bounds_prefix.is_some(),
+            front,
+            reservation,
+            value_share,
+            write: SharedWriteOptions(write),
+            read: SharedReadOptions(ReadOptions::default()),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The slot of column family `name`, if it exists.
+    pub(super) fn slot(&self, name: &str) -> Option<usize> {
+        self.names.lock().iter().position(|n| n == name)
+    }
+
+    /// The names of every column family, by slot.
+    pub(super) fn names(&self) -> Vec<String> {
+        self.names.lock().clone()
+    }
+
+    /// Creates column family `name` with `options` (unless it exists) and returns its slot;
+    /// `options` is called only when it is created.
+    pub(super) fn create_cf(
+        &self,
+        name: &str,
+        options: impl FnOnce() -> Result<Options>,
+    ) -> Result<usize> {
+        // Held across the creation, so no one sees a slot without its handle.
+        let mut names = self.names.lock();
+        if let Some(slot) = names.iter().position(|n| n == name) {
+            return Ok(slot);
+        }
+        let slot = names.len();
+        if slot >= MAX_COLUMN_FAMILIES {
+            return Err(too_many_column_families());
+        }
+        self.rocks
+            .create_cf(name, &options()?)
+            .map_err(rocks_error)?;
+        // A fresh cell (slots fill in order under `names`): setting cannot fail.
+        let _ = self.handles[slot].set(handle(&self.rocks, name)?);
+        names.push(name.to_string());
+        Ok(slot)
+    }
+
+    /// The handle of the column family in `slot`.
+    #[inline]
+    fn handle(&self, slot: usize) -> Result<&Handle> {
+        self.handles
+            .get(slot)
+            .and_then(OnceLock::get)
+            .ok_or_else(|| Error::Internal(format!("no column family in slot {slot}")))
+    }
+
+    /// The handles of every column family, in slot order.
+    fn all_handles(&self) -> impl Iterator<Item = &Handle> {
+        self.handles.iter().map_while(OnceLock::get)
+    }
+
+    /// Sets RocksDB options of the column family in `slot` at run time (no data is read).
+    pub(super) fn set_options_cf(&self, slot: usize, options: &[(&str, &str)]) -> Result<()> {
+        self.rocks
+            .set_options_cf(self.handle(slot)?, options)
+            .map_err(rocks_error)?;
+        Ok(())
+    }
+
+    /// Whether point reads may be served from a value cache: the database has a share of
+    /// the budget's value caches (its size may change, to 0 too, as databases open and
+    /// close; writes that bypass the write cache lock the front whenever it could be on).
+    #[inline]
+    fn values_on(&self) -> bool {
+        self.value_share.is_some()
+    }
+
+    /// Whether a point read takes the front lock: something in front of RocksDB may answer.
+    #[inline]
+    fn fronted(&self) -> bool {
+        self.cache_on() || self.bounded || self.values_on()
+    }
+
+    /// Whether writes go through the write cache: the WAL is off, the database writable, and
+    /// the memory budget granted the cache bytes.
+    #[inline]
+    fn cache_on(&self) -> bool {
+        self.reservation.bytes > 0
+    }
+
+    /// Bytes the write cache may hold.
+    pub(super) fn write_cache_limit(&self) -> usize {
+        self.reservation.bytes
+    }
+
+    /// The value cache's limit, bytes and entries.
+    pub(super) fn value_cache_figures(&self) -> (usize, usize, usize) {
+        let values = &self.front.read().values;
+        (values.limit(), values.bytes(), values.len())
+    }
+
+    /// For a write that bypasses the write cache: the front lock, when the front tracks what
+    /// RocksDB holds (key bounds or a value cache), to hold across the write as a drain
+    /// does. Bounds are raised before RocksDB has the keys; the value cache records the write
+    /// after, and no read can record an older value in between or find one after.
+    fn tracking_front(&self) -> Option<RwLockWriteGuard<'_, Front>> {
+        (self.bounded || self.values_on()).then(|| self.front.write())
+    }
+
+    /// A RocksDB write batch of `writes` (slot, key, value or `None` for a delete), with
+    /// `capacity` bytes reserved up front.
+    fn write_batch<'a>(
+        &self,
+        writes: impl Iterator<Item = CachedWrite<'a>>,
+        capacity: usize,
+    ) -> Result<WriteBatch> {
+        let mut wb = WriteBatch::with_capacity_bytes(capacity);
+        for (slot, key, value) in writes {
+            let handle = self.handle(slot)?;
+            match value {
+                Some(v) => wb.put_cf(handle, key, v),
+                None => wb.delete_cf(handle, key),
+            }
+        }
+        Ok(wb)
+    }
+
+    /// Writes every cached write to RocksDB in one batch, in key order, records them in the
+    /// value cache and forgets them once RocksDB has them; raises each key group's bound to
+    /// the largest key put in it. On an error nothing is forgotten: the next drain writes them
+    /// again. The caller holds the lock across the write, so no reader finds a key in neither
+    /// place, nor a key in RocksDB above its group's bound, nor an older value in the value
+    /// cache with nothing newer in the write cache.
+    fn write_cached(&self, front: &mut Front) -> Result<()> {
+        let Front {
+            cache,
+            bounds,
+            values,
+        } = front;
+        if cache.is_empty() {
+            return Ok(());
+        }
+        // Sorted by slot, then key: the last put of each (slot, group) run is its largest. A
+        // bound raised for a write RocksDB then refuses is only higher than it needs to be.
+        let mut run: Option<(usize, &[u8])> = None;
+        let writes = cache.sorted().inspect(|&(slot, key, value)| {
+            let Some(b) = bounds.as_mut() else { return };
+            if let Some((s, k)) = run {
+                if s != slot || b.group(k) != b.group(key) {
+                    b.raise(s, k);
+                    run = None;
+                }
+            }
+            if value.is_some() {
+                run = Some((slot, key));
+            }
+        });
+        let wb = self.write_batch(writes, cache.bytes())?;
+        if let (Some(b), Some((slot, key))) = (bounds.as_mut(), run) {
+            b.raise(slot, key);
+        }
+        self.rocks
+            .write_opt(wb, &self.write.0)
+            .map_err(rocks_error)?;
+        values.record_drained(cache.writes());
+        cache.clear();
+        Ok(())
+    }
+
+    /// Writes every cached write to RocksDB (every column family's: one sorted batch is as
+    /// cheap as one per column family; see [`crate::write_cache`]).
+    pub(super) fn drain(&self) -> Result<()> {
+        if !self.cache_on() {
+            return Ok(());
+        }
+        let mut front = self.front.write();
+        self.write_cached(&mut front)
+    }
+
+    /// Drains the write cache and hands out RocksDB for reading its data: what was written
+    /// before this call is in RocksDB. Writes made while the token is held go to the write
+    /// cache again; a read through the token does not see them.
+    pub(super) fn drained(&self) -> Result<Drained<'_>> {
+        self.drain()?;
+        Ok(Drained { open: self })
+    }
+
+    /// Readies the front for a change of RocksDB's data other than a write (dropped files,
+    /// range deletion, ingestion) and holds its lock until the guard is dropped: drains the
+    /// write cache (so the change is newer than every cached write) and empties the value
+    /// cache. With the lock held across the change, a read that looked before it cannot
+    /// record what it found (the emptying moved the epoch), and none looks during it.
+    pub(super) fn changing(&self) -> Result<Changing<'_>> {
+        let mut front = self.front.write();
+        self.write_cached(&mut front)?;
+        front.values.clear();
+        Ok(Changing { open: self, front })
+    }
+
+    /// Applies a batch atomically: readers see all of it or none of it. With the cache on,
+    /// a full cache is drained first (an error leaves the batch undone), then the batch is
+    /// cached under one lock.
+    pub(super) fn write(&self, batch: &[BatchOp]) -> Result<()> {
+        if self.cache_on() {
+            let mut front = self.front.write();
+            if front.cache.is_full() {
+                self.write_cached(&mut front)?;
+            }
+            for op in batch {
+                front.cache.write(op.slot, &op.key, op.value.as_deref());
+            }
+            return Ok(());
+        }
+        let ops = batch
+            .iter()
+            .map(|op| (op.slot, &*op.key, op.value.as_deref()));
+        let wb = self.write_batch(ops, 0)?;
+        let mut front = self.tracking_front();
+        if let Some(front) = &mut front {
+            for op in batch.iter().filter(|op| op.value.is_some()) {
+                front.raise(op.slot, &op.key);
+            }
+        }
+        self.rocks
+            .write_opt(wb, &self.write.0)
+            .map_err(rocks_error)?;
+        if let Some(front) = &mut front {
+            for op in batch {
+                front
+                    .values
+                    .record_write(op.slot, &op.key, op.value.as_deref());
+            }
+        }
+        Ok(())
+    }
+
+    /// Caches a put or a delete (only with the cache on). A full cache is drained first, so
+    /// an error of that drain leaves this write undone.
+    #[inline]
+    fn write_one(&self, slot: usize, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let mut front = self.front.write();
+        if front.cache.is_full() {
+            self.write_cached(&mut front)?;
+        }
+        front.cache.write(slot, key, value);
+        Ok(())
+    }
+
+    /// Stores `value` under `key` in the column family in `slot`.
+    #[inline]
+    pub(super) fn put(&self, slot: usize, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.cache_on() {
+            return self.write_one(slot, key, Some(value));
+        }
+        let handle = self.handle(slot)?;
+        let mut front = self.tracking_front();
+        if let Some(front) = &mut front {
+            front.raise(slot, key);
+        }
+        self.rocks
+            .put_cf_opt(handle, key, value, &self.write.0)
+            .map_err(rocks_error)?;
+        if let Some(front) = &mut front {
+            front.values.record_write(slot, key, Some(value));
+        }
+        Ok(())
+    }
+
+    /// Deletes `key` from the column family in `slot`.
+    pub(super) fn delete(&self, slot: usize, key: &[u8]) -> Result<()> {
+        if self.cache_on() {
+            return self.write_one(slot, key, None);
+        }
+        let handle = self.handle(slot)?;
+        let mut front = self.tracking_front();
+        self.rocks
+            .delete_cf_opt(handle, key, &self.write.0)
+            .map_err(rocks_error)?;
+        if let Some(front) = &mut front {
+            front.values.record_write(slot, key, None);
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with the stored value of `key` in the column family in `slot`, without
+    /// copying it out of RocksDB. A value found in the write cache or the value cache is
+    /// copied out first, so `f` runs with no front lock held and may call back into the
+    /// database; a key not in the write cache and above its group's bound is absent without
+    /// asking RocksDB.
+    ///
+    /// One of the two reads of RocksDB that do not drain: the write cache is looked at first,
+    /// so a key it holds never reaches RocksDB.
+    #[inline]
+    pub(super) fn get_with<R>(
+        &self,
+        slot: usize,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        let mut epoch = None;
+        if self.fronted() {
+            let front = self.front.read();
+            // The caches share their hasher: one hash serves both.
+            let hash = front.cache.hash(slot, key);
+            let cached: Option<Option<smallvec::SmallVec<[u8; 256]>>> = front
+                .cache
+                .get(hash, slot, key)
+                .map(|v| v.map(smallvec::SmallVec::from_slice));
+            if let Some(pending) = cached {
+                drop(front);
+                return Ok(pending.map(|v| f(&v)));
+            }
+            // Not in the write cache: RocksDB has the answer, unless the key is above its
+            // group's bound (then no value can be cached either), or the value cache holds it.
+            let check = front.check(slot, key);
+            if check == Check::Absent {
+                return Ok(None);
+            }
+            if let Some(v) = front.values.get(hash, slot, key) {
+                let v = smallvec::SmallVec::<[u8; 256]>::from_slice(v);
+                drop(front);
+                return Ok(Some(f(&v)));
+            }
+            epoch = front.values.is_on().then(|| (front.values.epoch(), hash));
+            drop(front);
+            if let Check::Unknown { losses } = check {
+                self.learn_bound(slot, key, losses)?;
+            }
+        }
+        let value = self
+            .rocks
+            .get_pinned_cf_opt(self.handle(slot)?, key, &self.read.0)
+            .map_err(rocks_error)?;
+        if let (Some((epoch, hash)), Some(v)) = (epoch, &value) {
+            self.front
+                .write()
+                .values
+                .record_read(epoch, hash, slot, key, v);
+        }
+        Ok(value.map(|v| f(&v)))
+    }
+
+    /// Asks RocksDB for the largest key of `key`'s group and installs it as the group's bound
+    /// (see [`crate::key_bounds`]): `losses` is the column family's loss count when the bound
+    /// was found unknown.
+    ///
+    /// The other read of RocksDB that does not drain: cached keys are found in the cache
+    /// before the bound is looked at, and the drain that writes them raises the bound.
+    #[cold]
+    fn learn_bound(&self, slot: usize, key: &[u8], losses: u64) -> Result<()> {
+        let Some((group, (lower, upper))) = self
+            .front
+            .read()
+            .bounds
+            .as_ref()
+            .and_then(|b| b.group(key).map(|g| (g, b.group_range(g))))
+        else {
+            return Ok(());
+        };
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(lower);
+        if let Some(upper) = upper {
+            read.set_iterate_upper_bound(upper);
+        }
+        let mut it = self.rocks.raw_iterator_cf_opt(self.handle(slot)?, read);
+        it.seek_to_last();
+        it.status().map_err(rocks_error)?;
+        let stored_max = it.key().map(<[u8]>::to_vec);
+        drop(it);
+        if let Some(b) = &mut self.front.write().bounds {
+            b.learn(slot, group, losses, stored_max.as_deref());
+        }
+        Ok(())
+    }
+
+    /// Keeps the values of the column family in `slot` out of the value cache from now on.
+    pub(super) fn keep_out_of_value_cache(&self, slot: usize) {
+        self.front.write().values.keep_out(slot);
+    }
+
+    /// The front, for the module's tests.
+    #[cfg(test)]
+    pub(super) fn front(&self) -> &RwLock<Front> {
+        &self.front
+    }
+
+    /// Whether point reads are bounded, for the module's tests.
+    #[cfg(test)]
+    pub(super) fn bounded(&self) -> bool {
+        self.bounded
+    }
+
+    /// Makes every later write to RocksDB fail (RocksDB refuses a synced write without a
+    /// WAL) or succeed again, for the module's tests.
+    #[cfg(test)]
+    pub(super) fn fail_writes(&mut self, fail: bool) {
+        let mut w = WriteOptions::default();
+        w.disable_wal(true);
+        w.set_sync(fail);
+        self.write = SharedWriteOptions(w);
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        // Closing writes out the memtables (WAL off); cached writes go there first. An error
+        // here has nowhere to go: `Db::close` drains first and returns it, so only a database
+        // dropped without `close` can end here with one.
+        if let Err(e) = self.drain() {
+            tracing::error!(
+                path = %self.path.display(),
+                error = %e,
+                "cached writes lost: the database was dropped without close and could not take them"
+            );
+        }
+    }
+}
+
+/// RocksDB after a drain: the only way to read its data other than a point read.
+pub(super) struct Drained<'a> {
+    open: &'a Open,
+}
+
+impl<'a> Drained<'a> {
+    /// The database.
+    pub(super) fn rocks(&self) -> &'a Rocks {
+        &self.open.rocks
+    }
+
+    /// The handle of the column family in `slot`.
+    pub(super) fn handle(&self, slot: usize) -> Result<&'a Handle> {
+        self.open.handle(slot)
+    }
+
+    /// The handles of every column family.
+    pub(super) fn handles(&self) -> Vec<&'a Handle> {
+        self.open.all_handles().collect()
+    }
+}
+
+/// The front's lock held across a change of RocksDB's data other than a write
+/// ([`Open::changing`]).
+pub(super) struct Changing<'a> {
+    open: &'a Open,
+    front: RwLockWriteGuard<'a, Front>,
+}
+
+impl<'a> Changing<'a> {
+    /// The database.
+    pub(super) fn rocks(&self) -> &'a Rocks {
+        &self.open.rocks
+    }
+
+    /// The handle of the column family in `slot`.
+    pub(super) fn handle(&self, slot: usize) -> Result<&'a Handle> {
+        self.open.handle(slot)
+    }
+
+    /// The write options of the database's writes.
+    pub(super) fn write_options(&self) -> &'a WriteOptions {
+        &self.open.write.0
+    }
+
+    /// The key bounds (`None`: reads are not bounded).
+    pub(super) fn bounds(&mut self) -> Option<&mut KeyBounds> {
+        self.front.bounds.as_mut()
+    }
+}
+
+fn too_many_column_families() -> Error {
+    Error::Unsupported(format!(
+        "more than {} states in one backend",
+        MAX_COLUMN_FAMILIES - 1
+    ))
+}
+
+/// The handle of column family `name` of `rocks`, its lifetime erased.
+fn handle(rocks: &Rocks, name: &str) -> Result<Handle> {
+    let bound = rocks
+        .cf_handle(name)
+        .ok_or_else(|| Error::Internal(format!("column family {name} has no handle")))?;
+    // SAFETY: this only erases the lifetime that ties the handle to `rocks`. Handles are kept
+    // only in `Open::handles`, declared before `Open::rocks`, so every handle is dropped
+    // before the database; they are reached only through a live `Open`. Column families are
+    // never dropped while rockstate runs.
+    Ok(unsafe { std::mem::transmute::<Arc<BoundColumnFamily<'_>>, Handle>(bound) })
+}

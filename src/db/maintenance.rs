@@ -1,0 +1,217 @@
+//! Reads and upkeep of whole column families and databases, each through a drained front
+//! ([`super::front::Drained`]): bounded scans, integer properties, flushes, full compaction,
+//! waiting for compactions, metrics and RocksDB checkpoints.
+
+use std::path::Path;
+
+use rocksdb::ReadOptions;
+
+use super::rocks_error;
+use super::{Cf, Db};
+use crate::error::Result;
+use crate::metrics::{LevelMetrics, RocksDbMetrics};
+
+impl Db {
+    /// Flushes every column family's memtable to SST files.
+    pub(crate) fn flush_all(&self) -> Result<()> {
+        let open = self.opened()?;
+        let drained = open.drained()?;
+        drained
+            .rocks()
+            .flush_cfs_opt(&drained.handles(), &rocksdb::FlushOptions::default())
+            .map_err(rocks_error)?;
+        Ok(())
+    }
+
+    /// Flushes memtables and waits until no compaction is pending or running.
+    pub(crate) fn wait_for_compactions(&self) -> Result<()> {
+        let open = self.opened()?;
+        let drained = open.drained()?;
+        let mut opts = rocksdb::WaitForCompactOptions::default();
+        opts.set_flush(true);
+        drained
+            .rocks()
+            .wait_for_compact(&opts)
+            .map_err(rocks_error)?;
+        Ok(())
+    }
+
+    /// RocksDB figures of the whole database: integer properties summed over every column
+    /// family, and SST counts and sizes per level from the live-file list.
+    pub(crate) fn metrics(&self) -> Result<RocksDbMetrics> {
+        let open = self.opened()?;
+        let drained = open.drained()?;
+        let rocks = drained.rocks();
+        let handles = drained.handles();
+        let sum = |prop: &str| -> Result<u64> {
+            let mut total = 0u64;
+            for h in &handles {
+                total = total.saturating_add(
+                    rocks
+                        .property_int_value_cf(*h, prop)
+                        .map_err(rocks_error)?
+                        .unwrap_or(0),
+                );
+            }
+            Ok(total)
+        };
+        let (value_cache_limit_bytes, value_cache_bytes, value_cache_entries) =
+            open.value_cache_figures();
+        let mut m = RocksDbMetrics {
+            memtable_bytes: sum("rocksdb.cur-size-all-mem-tables")?,
+            // One cache for the whole budget: read it once.
+            block_cache_bytes: rocks
+                .property_int_value("rocksdb.block-cache-usage")
+                .map_err(rocks_error)?
+                .unwrap_or(0),
+            block_cache_pinned_bytes: rocks
+                .property_int_value("rocksdb.block-cache-pinned-usage")
+                .map_err(rocks_error)?
+                .unwrap_or(0),
+            block_cache_capacity_bytes: rocks
+                .property_int_value("rocksdb.block-cache-capacity")
+                .map_err(rocks_error)?
+                .unwrap_or(0),
+            write_cache_limit_bytes: open.write_cache_limit() as u64,
+            value_cache_limit_bytes: value_cache_limit_bytes as u64,
+            value_cache_bytes: value_cache_bytes as u64,
+            value_cache_entries: value_cache_entries as u64,
+            estimated_keys: sum("rocksdb.estimate-num-keys")?,
+            pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
+            levels: Vec::new(),
+        };
+        let mut levels: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
+        for f in rocks.live_files().map_err(rocks_error)? {
+            let e = levels.entry(f.level.max(0) as u32).or_default();
+            e.0 += 1;
+            e.1 += f.size as u64;
+        }
+        m.levels = levels
+            .into_iter()
+            .map(|(level, (sst_files, sst_bytes))| LevelMetrics {
+                level,
+                sst_files,
+                sst_bytes,
+            })
+            .collect();
+        Ok(m)
+    }
+
+    /// Creates a RocksDB checkpoint in `dir` (which must not exist): memtables are flushed, SST
+    /// files hard-linked, MANIFEST/CURRENT/OPTIONS copied.
+    pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {
+        let open = self.opened()?;
+        let drained = open.drained()?;
+        rocksdb::checkpoint::Checkpoint::new(drained.rocks())
+            .map_err(rocks_error)?
+            .create_checkpoint(dir)
+            .map_err(rocks_error)?;
+        Ok(())
+    }
+}
+
+impl Cf {
+    /// Calls `f` for every entry with `lower <= key < upper` in key order until it returns
+    /// `Ok(false)`. `upper = None` scans to the end of the column family.
+    pub(crate) fn scan(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_with(ReadOptions::default(), lower, upper, f)
+    }
+
+    /// [`Cf::scan`] with `read` (its bounds are set here).
+    fn scan_with(
+        &self,
+        mut read: ReadOptions,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let open = self.db.opened()?;
+        let drained = open.drained()?;
+        read.set_iterate_lower_bound(lower.to_vec());
+        if let Some(upper) = upper {
+            read.set_iterate_upper_bound(upper.to_vec());
+        }
+        let mut it = drained
+            .rocks()
+            .raw_iterator_cf_opt(drained.handle(self.slot)?, read);
+        it.seek(lower);
+        while let Some((k, v)) = it.item() {
+            if !f(k, v)? {
+                return Ok(());
+            }
+            it.next();
+        }
+        it.status().map_err(rocks_error)?;
+        Ok(())
+    }
+
+    /// [`Cf::scan`] for one long sequential pass over many entries (savepoints, whole key
+    /// groups): the blocks read are not added to the block cache (a bulk scan would evict the
+    /// hot working set and pay for the inserts) and files are read ahead in 2 MiB steps.
+    pub(crate) fn scan_bulk(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut read = ReadOptions::default();
+        read.fill_cache(false);
+        read.set_readahead_size(2 << 20);
+        self.scan_with(read, lower, upper, f)
+    }
+
+    /// Compacts the whole column family (runs compaction filters on every entry).
+    pub(crate) fn compact_all(&self) -> Result<()> {
+        self.compact(None, None)
+    }
+
+    /// Compacts `[from, to)` down to the bottom level, so range tombstones and the entries they
+    /// cover are dropped from disk.
+    pub(crate) fn compact_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        self.compact(Some(from), Some(to))
+    }
+
+    /// Compacts the keys between `from` and `to` (`None`: unbounded) to the bottom level.
+    fn compact(&self, from: Option<&[u8]>, to: Option<&[u8]>) -> Result<()> {
+        let open = self.db.opened()?;
+        let drained = open.drained()?;
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
+        drained
+            .rocks()
+            .compact_range_cf_opt(drained.handle(self.slot)?, from, to, &opts);
+        Ok(())
+    }
+
+    /// An integer RocksDB property of this column family (e.g. `rocksdb.estimate-num-keys`).
+    pub(crate) fn property_u64(&self, name: &str) -> Result<Option<u64>> {
+        let open = self.db.opened()?;
+        let drained = open.drained()?;
+        drained
+            .rocks()
+            .property_int_value_cf(drained.handle(self.slot)?, name)
+            .map_err(rocks_error)
+    }
+
+    /// Whether this column family's memtables (active and immutable) hold no entries, so its
+    /// live SST files hold all of its data.
+    pub(crate) fn memtables_empty(&self) -> Result<bool> {
+        for prop in [
+            "rocksdb.num-entries-active-mem-table",
+            "rocksdb.num-entries-imm-mem-tables",
+        ] {
+            if self.property_u64(prop)?.unwrap_or(1) > 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,359 @@
+//! The database layer, the one part of the crate that names `rocksdb::` types: opening a
+//! database with rockstate's options, column families, point reads and writes through the
+//! front, bounded scans, write batches, flushes, compaction, RocksDB checkpoints, file-level
+//! surgery and SST writing. Everything above it works with plain byte slices and [`Cf`].
+//!
+//! | module | owns |
+//! |---|---|
+//! | `baseline` | [`RawRocksDb`], raw RocksDB for benchmarks to compare against |
+//! | `budget` | [`MemoryBudget`] and the shares of it granted to open databases |
+//! | `options` | RocksDB options built from [`DbOptions`] |
+//! | `ttl_filter` | the TTL compaction filter |
+//! | `front` | the open RocksDB handle and the write cache, value cache and key bounds in front of it; every read of RocksDB's data goes through its drain |
+//! | `maintenance` | reads of whole column families and databases: scans, properties, flushes, compaction, metrics, RocksDB checkpoints |
+//! | `files` | file-level changes: dropping files, range deletion, ingestion, live files, ingestion of other databases' files |
+//! | `sst_writer` | writing SST files with the database's table options |
+
+mod baseline;
+mod budget;
+mod files;
+mod front;
+mod maintenance;
+mod options;
+mod sst_writer;
+mod ttl_filter;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
+
+pub use baseline::RawRocksDb;
+pub use budget::MemoryBudget;
+pub(crate) use files::{ingest_db_generated, ForeignFiles, LiveSst};
+pub use options::lower_compaction_priority;
+pub(crate) use ttl_filter::TtlFilter;
+
+use front::{FrontSettings, Open, Rocks};
+use ttl_filter::FilterRegistry;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::keygroup::{self, KeyGroupRange};
+use crate::options::DbOptions;
+
+/// RocksDB's error as rockstate's, its status code mapped to a kind.
+pub(crate) fn rocks_error(e: rocksdb::Error) -> Error {
+    use rocksdb::ErrorKind as R;
+    let kind = match e.kind() {
+        R::NotFound => ErrorKind::NotFound,
+        R::Corruption => ErrorKind::Corruption,
+        R::NotSupported => ErrorKind::Unsupported,
+        R::InvalidArgument => ErrorKind::InvalidInput,
+        R::Busy
+        | R::TimedOut
+        | R::TryAgain
+        | R::Incomplete
+        | R::MergeInProgress
+        | R::Expired
+        | R::ShutdownInProgress => ErrorKind::Transient,
+        R::Aborted | R::ColumnFamilyDropped => ErrorKind::Conflict,
+        R::IOError | R::CompactionTooLarge | R::Unknown => ErrorKind::Io,
+    };
+    Error::RocksDb {
+        kind,
+        detail: e.into_string(),
+    }
+}
+
+/// A RocksDB database, open until [`Db::close`] (or its last holder's drop).
+pub(crate) struct Db {
+    /// The open database; `None` once closed. Every operation holds a read lock across its
+    /// use of RocksDB (taken recursively, so callbacks may call back in); `close` takes the
+    /// write lock, so it waits for operations in flight and none starts on a closed database.
+    open: RwLock<Option<Open>>,
+    filters: FilterRegistry,
+    options: DbOptions,
+    budget: MemoryBudget,
+    /// Key bytes at which compaction cuts files of state column families (0: none).
+    partition_prefix: usize,
+    path: PathBuf,
+}
+
+/// How the keys of a database's state column families begin: with their key-group prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyLayout {
+    /// Bytes of the key-group prefix (1 or 2).
+    group_prefix: usize,
+    /// Key bytes at which compaction cuts state files
+    /// ([`crate::keygroup::file_partition_prefix_len`]).
+    file_prefix: usize,
+}
+
+impl KeyLayout {
+    /// The layout of a backend owning `key_groups` of `max_parallelism`.
+    pub(crate) fn new(max_parallelism: u32, key_groups: KeyGroupRange) -> Self {
+        KeyLayout {
+            group_prefix: keygroup::prefix_len(max_parallelism),
+            file_prefix: keygroup::file_partition_prefix_len(max_parallelism, key_groups),
+        }
+    }
+}
+
+/// A column family of a database; keeps the database (not RocksDB) alive. Once the database
+/// is closed, every call returns [`Error::Closed`].
+#[derive(Clone)]
+pub(crate) struct Cf {
+    db: Arc<Db>,
+    name: Arc<str>,
+    /// Position of the column family among the database's: its slot in the write cache.
+    slot: usize,
+}
+
+/// A batch of writes applied atomically by [`Db::write`].
+pub(crate) struct Batch(Vec<BatchOp>);
+
+/// One write of a [`Batch`].
+pub(crate) struct BatchOp {
+    /// The column family's slot ([`Cf`]).
+    slot: usize,
+    key: Box<[u8]>,
+    /// `None`: a delete.
+    value: Option<Box<[u8]>>,
+}
+
+impl Db {
+    /// Opens (or creates) the database at `path` with every column family it already has.
+    /// With the keys' `layout`, compaction cuts state files at key-group boundaries
+    /// (`DbOptions::key_group_files`) and point reads are bounded per key group
+    /// (`DbOptions::key_bounds`); `None` does neither.
+    pub(crate) fn open(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+        layout: Option<KeyLayout>,
+    ) -> Result<Arc<Db>> {
+        Self::open_with(path, options, budget, layout, false)
+    }
+
+    /// Opens the existing database at `path` read-only: nothing is written, no compaction
+    /// runs, so its live files stay as they are while it is open (rescale sources).
+    pub(crate) fn open_read_only(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+    ) -> Result<Arc<Db>> {
+        Self::open_with(path, options, budget, None, true)
+    }
+
+    fn open_with(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+        layout: Option<KeyLayout>,
+        read_only: bool,
+    ) -> Result<Arc<Db>> {
+        options.validate()?;
+        let partition_prefix = layout.map_or(0, |l| l.file_prefix);
+        let opts = options::db_options(options, budget)?;
+        let filters = FilterRegistry::default();
+        let (existing, descriptors) =
+            options::descriptors(path, &opts, options, budget, &filters, partition_prefix)?;
+        let rocks = if read_only {
+            Rocks::open_cf_descriptors_read_only(&opts, path, descriptors, false)
+                .map_err(rocks_error)?
+        } else {
+            Rocks::open_cf_descriptors(&opts, path, descriptors).map_err(rocks_error)?
+        };
+        let settings = FrontSettings {
+            disable_wal: !options.wal,
+            // A batch larger than a memtable would overfill it: at most an eighth of one.
+            write_cache_bytes: if options.wal || read_only {
+                0
+            } else {
+                options.write_cache_bytes.min(options.write_buffer_size / 8)
+            },
+            value_cache_bytes: if read_only {
+                0
+            } else {
+                options.value_cache_bytes
+            },
+            bounds_prefix: layout
+                .filter(|_| options.key_bounds && !read_only)
+                .map(|l| l.group_prefix),
+        };
+        let open = Open::new(rocks, existing, budget, settings, path)?;
+        Ok(Arc::new(Db {
+            open: RwLock::new(Some(open)),
+            filters,
+            options: options.clone(),
+            budget: budget.clone(),
+            partition_prefix,
+            path: path.to_path_buf(),
+        }))
+    }
+
+    /// The open database, held open until the guard is dropped; [`Error::Closed`] once
+    /// [`Db::close`] ran.
+    #[inline]
+    fn opened(&self) -> Result<MappedRwLockReadGuard<'_, Open>> {
+        RwLockReadGuard::try_map(self.open.read_recursive(), Option::as_ref).map_err(|_| {
+            Error::Closed {
+                path: self.path.clone(),
+            }
+        })
+    }
+
+    /// Drains the write cache, flushes every memtable and closes RocksDB, releasing its
+    /// directory lock and the database's shares of the memory budget: the path can be opened
+    /// again at once. Waits for operations in flight; every later call on this database or
+    /// its column families returns [`Error::Closed`]. Closing a closed database does nothing.
+    /// On an error the database stays open (the caller may retry; dropping it tries once
+    /// more).
+    pub(crate) fn close(&self) -> Result<()> {
+        let mut open = self.open.write();
+        if let Some(o) = open.as_ref() {
+            let drained = o.drained()?;
+            drained
+                .rocks()
+                .flush_cfs_opt(&drained.handles(), &rocksdb::FlushOptions::default())
+                .map_err(rocks_error)?;
+        }
+        // Dropping the `Open` closes RocksDB.
+        *open = None;
+        Ok(())
+    }
+
+    /// The directory of the database.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The column family `name`, if it exists (`Ok(None)`), on an open database.
+    pub(crate) fn cf(self: &Arc<Self>, name: &str) -> Result<Option<Cf>> {
+        let slot = self.opened()?.slot(name);
+        Ok(slot.map(|slot| Cf {
+            db: Arc::clone(self),
+            name: name.into(),
+            slot,
+        }))
+    }
+
+    /// The column family `name`, created with rockstate's options when missing.
+    pub(crate) fn create_cf(self: &Arc<Self>, name: &str) -> Result<Cf> {
+        let slot = self.opened()?.create_cf(name, || {
+            options::state_cf_options(
+                &self.options,
+                &self.budget,
+                name,
+                &self.filters,
+                self.partition_prefix,
+            )
+        })?;
+        Ok(Cf {
+            db: Arc::clone(self),
+            name: name.into(),
+            slot,
+        })
+    }
+
+    /// The default column family (rockstate keeps its metadata there).
+    pub(crate) fn default_cf(self: &Arc<Self>) -> Result<Cf> {
+        self.cf(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)?
+            .ok_or_else(|| Error::Internal("default column family missing".into()))
+    }
+
+    /// The names of every column family of the database.
+    pub(crate) fn cf_names(&self) -> Result<Vec<String>> {
+        Ok(self.opened()?.names())
+    }
+
+    /// Applies a batch atomically: readers see all of it or none of it.
+    pub(crate) fn write(&self, batch: Batch) -> Result<()> {
+        self.opened()?.write(&batch.0)
+    }
+
+    /// Writes every cached write to RocksDB (see [`crate::write_cache`]).
+    #[cfg(test)]
+    pub(crate) fn drain(&self) -> Result<()> {
+        self.opened()?.drain()
+    }
+}
+
+impl Cf {
+    /// Calls `f` with the stored value of `key`, without copying it out of RocksDB (see
+    /// [`front`]'s point read: the write cache, the key bound and the value cache first).
+    #[inline]
+    pub(crate) fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        self.db.opened()?.get_with(self.slot, key, f)
+    }
+
+    /// Stores `value` under `key`.
+    #[inline]
+    pub(crate) fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db.opened()?.put(self.slot, key, value)
+    }
+
+    /// Deletes `key`.
+    pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
+        self.db.opened()?.delete(self.slot, key)
+    }
+
+    /// The database this column family belongs to.
+    pub(crate) fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+
+    /// Keeps this column family's values out of the value cache from now on (a state whose
+    /// reads may return expired entries until compaction drops them: a cached copy would
+    /// outlive the drop).
+    pub(crate) fn keep_out_of_value_cache(&self) -> Result<()> {
+        self.db.opened()?.keep_out_of_value_cache(self.slot);
+        Ok(())
+    }
+
+    /// Installs the TTL compaction filter for this column family (used from the next
+    /// compaction on) and sets RocksDB's periodic compaction so every file is filtered at
+    /// least every `periodic_secs` seconds (0 = off).
+    pub(crate) fn set_ttl_filter(&self, filter: TtlFilter, periodic_secs: u64) -> Result<()> {
+        let open = self.db.opened()?;
+        self.db
+            .filters
+            .write()
+            .insert(self.name.to_string(), Arc::new(filter));
+        let secs = periodic_secs.to_string();
+        open.set_options_cf(self.slot, &[("periodic_compaction_seconds", secs.as_str())])
+    }
+}
+
+impl Batch {
+    /// An empty batch.
+    pub(crate) fn new() -> Self {
+        Batch(Vec::new())
+    }
+
+    /// Adds a put.
+    pub(crate) fn put(&mut self, cf: &Cf, key: &[u8], value: &[u8]) {
+        self.0.push(BatchOp {
+            slot: cf.slot,
+            key: Box::from(key),
+            value: Some(Box::from(value)),
+        });
+    }
+
+    /// Adds a delete.
+    pub(crate) fn delete(&mut self, cf: &Cf, key: &[u8]) {
+        self.0.push(BatchOp {
+            slot: cf.slot,
+            key: Box::from(key),
+            value: None,
+        });
+    }
+
+    /// Number of operations in the batch.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+}

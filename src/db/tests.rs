@@ -1,0 +1,388 @@
+//! The database layer's own tests: the write cache's drain under failure, key bounds and the
+//! value cache kept true across writes, drains, reopening, range deletion, dropped files and
+//! ingestion.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::MappedRwLockReadGuard;
+
+use super::front::Open;
+use super::*;
+use crate::key_bounds::Check;
+use crate::options::MemoryBudgetConfig;
+
+/// The open database behind `db`.
+fn open_of(db: &Db) -> MappedRwLockReadGuard<'_, Open> {
+    db.opened().unwrap()
+}
+
+/// Makes `db`'s writes to RocksDB fail (or succeed again); `db` must have no other holder.
+fn fail_writes(db: &mut Arc<Db>, fail: bool) {
+    Arc::get_mut(db)
+        .unwrap()
+        .open
+        .get_mut()
+        .as_mut()
+        .unwrap()
+        .fail_writes(fail);
+}
+
+#[test]
+fn a_failed_drain_keeps_every_cached_write_and_refuses_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 KiB memtables: the cache holds 8 KiB.
+    let options = DbOptions {
+        write_buffer_size: 64 << 10,
+        ..DbOptions::default()
+    };
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let mut db = Db::open(dir.path(), &options, &budget, None).unwrap();
+    fail_writes(&mut db, true);
+    let cf = db.default_cf().unwrap();
+    let value = vec![7u8; 1000];
+    let mut n = 0u32;
+    // Cached only: nothing has reached RocksDB, so nothing fails yet.
+    while !open_of(&db).front().read().cache.is_full() {
+        cf.put(&n.to_be_bytes(), &value).unwrap();
+        n += 1;
+    }
+    let read = |cf: &Cf, k: &[u8]| cf.get_with(k, |v| v.to_vec()).unwrap();
+    // The next write drains first; the drain fails, so this write is refused...
+    assert!(matches!(cf.put(b"late", b"x"), Err(Error::RocksDb { .. })));
+    assert!(matches!(
+        cf.delete(&0u32.to_be_bytes()),
+        Err(Error::RocksDb { .. })
+    ));
+    assert_eq!(read(&cf, b"late"), None);
+    // ...every cached write is still there, and so is the failure.
+    for i in 0..n {
+        assert_eq!(read(&cf, &i.to_be_bytes()), Some(value.clone()));
+    }
+    assert!(cf.scan(b"", None, |_, _| Ok(true)).is_err());
+    assert!(db.drain().is_err());
+    // Once RocksDB takes writes again, a drain writes them all.
+    drop(cf);
+    fail_writes(&mut db, false);
+    db.drain().unwrap();
+    assert!(open_of(&db).front().read().cache.is_empty());
+    let cf = db.default_cf().unwrap();
+    let mut scanned = 0u32;
+    cf.scan(b"", None, |k, v| {
+        assert_eq!(k, scanned.to_be_bytes());
+        assert_eq!(v, &value[..]);
+        scanned += 1;
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(scanned, n);
+}
+
+/// A backend-like layout: 128 key groups, one-byte prefixes.
+fn layout() -> Option<KeyLayout> {
+    Some(KeyLayout::new(128, KeyGroupRange::all(128).unwrap()))
+}
+
+fn open_bounded(dir: &Path, write_cache_bytes: usize) -> Arc<Db> {
+    let options = DbOptions {
+        write_cache_bytes,
+        ..DbOptions::default()
+    };
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    Db::open(dir, &options, &budget, layout()).unwrap()
+}
+
+/// A database at `dir` whose state `s` holds `puts`, closed and opened again: every bound
+/// is unknown, and only RocksDB knows the keys.
+fn reopened_with(dir: &Path, puts: &[(&[u8], &[u8])]) -> (Arc<Db>, Cf) {
+    {
+        let db = open_bounded(dir, 2 << 20);
+        let cf = db.create_cf("s").unwrap();
+        for (k, v) in puts {
+            cf.put(k, v).unwrap();
+        }
+    }
+    let db = open_bounded(dir, 2 << 20);
+    let cf = db.cf("s").unwrap().unwrap();
+    (db, cf)
+}
+
+fn read(cf: &Cf, key: &[u8]) -> Option<Vec<u8>> {
+    cf.get_with(key, |v| v.to_vec()).unwrap()
+}
+
+/// Whether the bound of `key`'s group rules `key` out (a read would not ask RocksDB).
+fn ruled_out(cf: &Cf, key: &[u8]) -> bool {
+    open_of(&cf.db).front().read().check(cf.slot, key) == Check::Absent
+}
+
+#[test]
+fn every_put_raises_its_groups_bound_with_the_cache_on_and_off() {
+    for cache in [0, 2 << 20] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_bounded(dir.path(), cache);
+        let cf = db.create_cf("s").unwrap();
+        // A read learns that group 7 is empty: every key of it is ruled out.
+        assert_eq!(read(&cf, b"\x07a"), None);
+        assert!(ruled_out(&cf, b"\x07a"));
+        cf.put(b"\x07m", b"1").unwrap();
+        let mut batch = Batch::new();
+        batch.put(&cf, b"\x07z", b"2");
+        batch.delete(&cf, b"\x07zz");
+        db.write(batch).unwrap();
+        // Found in the cache or (cache off) in RocksDB above the old bound.
+        assert_eq!(read(&cf, b"\x07m"), Some(b"1".to_vec()), "cache {cache}");
+        assert_eq!(read(&cf, b"\x07z"), Some(b"2".to_vec()), "cache {cache}");
+        // After the drain only RocksDB has them: the drain raised the bound.
+        db.drain().unwrap();
+        assert_eq!(read(&cf, b"\x07m"), Some(b"1".to_vec()), "cache {cache}");
+        assert_eq!(read(&cf, b"\x07z"), Some(b"2".to_vec()), "cache {cache}");
+        assert!(!ruled_out(&cf, b"\x07y"));
+        // A delete does not raise it.
+        assert!(ruled_out(&cf, b"\x07zz"));
+    }
+}
+
+#[test]
+fn a_drain_raises_each_groups_bound_to_its_largest_put() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_bounded(dir.path(), 2 << 20);
+    let (a, b) = (db.create_cf("a").unwrap(), db.create_cf("b").unwrap());
+    for (cf, key) in [(&a, b"\x01"), (&a, b"\x02"), (&b, b"\x01")] {
+        assert_eq!(read(cf, key), None);
+        assert!(ruled_out(cf, key));
+    }
+    // Runs by slot, then group, each ending in a different way.
+    a.put(b"\x01a", b"1").unwrap();
+    a.put(b"\x01c", b"2").unwrap();
+    a.delete(b"\x01d").unwrap();
+    a.put(b"\x02b", b"3").unwrap();
+    b.put(b"\x01z", b"4").unwrap();
+    db.drain().unwrap();
+    assert_eq!(read(&a, b"\x01a"), Some(b"1".to_vec()));
+    assert_eq!(read(&a, b"\x01c"), Some(b"2".to_vec()));
+    assert_eq!(read(&a, b"\x02b"), Some(b"3".to_vec()));
+    assert_eq!(read(&b, b"\x01z"), Some(b"4".to_vec()));
+    assert!(ruled_out(&a, b"\x01d"));
+    assert!(ruled_out(&a, b"\x02c"));
+    assert!(!ruled_out(&b, b"\x01y"));
+}
+
+#[test]
+fn bounds_are_learned_from_rocksdb_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, cf) = reopened_with(dir.path(), &[(b"\x03k", b"1"), (b"\x04k", b"2")]);
+    assert!(!ruled_out(&cf, b"\x03k"));
+    assert_eq!(read(&cf, b"\x03k"), Some(b"1".to_vec()));
+    assert_eq!(read(&cf, b"\x03l"), None);
+    assert!(ruled_out(&cf, b"\x03l"));
+    assert!(!ruled_out(&cf, b"\x03k"));
+    assert_eq!(read(&cf, b"\x04k"), Some(b"2".to_vec()));
+}
+
+#[test]
+fn a_put_cached_while_its_bound_is_learned_is_found_before_and_after_the_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, cf) = reopened_with(dir.path(), &[(b"\x05k", b"1")]);
+    // Put while the bound is unknown, still cached when RocksDB is asked (it knows `k`).
+    cf.put(b"\x05x", b"2").unwrap();
+    assert_eq!(read(&cf, b"\x05a"), None);
+    assert!(!open_of(&db).front().read().cache.is_empty());
+    assert!(
+        ruled_out(&cf, b"\x05x"),
+        "the bound covers RocksDB's keys only"
+    );
+    assert_eq!(read(&cf, b"\x05x"), Some(b"2".to_vec()));
+    db.drain().unwrap();
+    assert_eq!(read(&cf, b"\x05x"), Some(b"2".to_vec()));
+    assert!(ruled_out(&cf, b"\x05y"));
+}
+
+/// Whether `key`'s value is in the value cache (a read would not ask RocksDB).
+fn value_cached(cf: &Cf, key: &[u8]) -> Option<Vec<u8>> {
+    let open = open_of(&cf.db);
+    let front = open.front().read();
+    front
+        .values
+        .get(front.values.hash(cf.slot, key), cf.slot, key)
+        .map(<[u8]>::to_vec)
+}
+
+#[test]
+fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
+    for (cache, wal) in [(2 << 20, false), (0, false), (0, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let options = DbOptions {
+            write_cache_bytes: cache,
+            wal,
+            value_cache_bytes: 1 << 20,
+            ..DbOptions::default()
+        };
+        let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+        let db = Db::open(dir.path(), &options, &budget, layout()).unwrap();
+        let cf = db.create_cf("s").unwrap();
+        let case = format!("cache {cache}, wal {wal}");
+        cf.put(b"\x05a", b"1").unwrap();
+        cf.put(b"\x05b", b"2").unwrap();
+        if cache > 0 {
+            assert_eq!(
+                value_cached(&cf, b"\x05a"),
+                None,
+                "{case}: a cached write reaches the value cache with its drain"
+            );
+        }
+        db.drain().unwrap();
+        assert_eq!(
+            value_cached(&cf, b"\x05a"),
+            Some(b"1".to_vec()),
+            "{case}: writes add their keys"
+        );
+        open_of(&db).front().write().values.clear();
+        assert_eq!(read(&cf, b"\x05a"), Some(b"1".to_vec()));
+        assert_eq!(
+            value_cached(&cf, b"\x05a"),
+            Some(b"1".to_vec()),
+            "{case}: reads add their keys"
+        );
+        // A put of a cached key: the value cache follows once RocksDB has it.
+        cf.put(b"\x05a", b"3").unwrap();
+        assert_eq!(read(&cf, b"\x05a"), Some(b"3".to_vec()), "{case}");
+        db.drain().unwrap();
+        assert_eq!(value_cached(&cf, b"\x05a"), Some(b"3".to_vec()), "{case}");
+        assert_eq!(read(&cf, b"\x05a"), Some(b"3".to_vec()), "{case}");
+        // A batch, then a delete.
+        assert_eq!(read(&cf, b"\x05b"), Some(b"2".to_vec()));
+        let mut batch = Batch::new();
+        batch.put(&cf, b"\x05b", b"longer");
+        batch.put(&cf, b"\x05c", b"4");
+        db.write(batch).unwrap();
+        db.drain().unwrap();
+        assert_eq!(
+            value_cached(&cf, b"\x05b"),
+            Some(b"longer".to_vec()),
+            "{case}"
+        );
+        assert_eq!(value_cached(&cf, b"\x05c"), Some(b"4".to_vec()), "{case}");
+        cf.delete(b"\x05a").unwrap();
+        assert_eq!(read(&cf, b"\x05a"), None, "{case}");
+        db.drain().unwrap();
+        assert_eq!(value_cached(&cf, b"\x05a"), None, "{case}");
+        assert_eq!(read(&cf, b"\x05a"), None, "{case}");
+    }
+}
+
+#[test]
+fn range_deletion_dropped_files_and_ingestion_empty_the_value_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    // Files cut per key group, so each group's keys can be dropped as a whole file.
+    let options = DbOptions {
+        key_group_files: true,
+        value_cache_bytes: 1 << 20,
+        ..DbOptions::default()
+    };
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let db = Db::open(&dir.path().join("db"), &options, &budget, layout()).unwrap();
+    let cf = db.create_cf("s").unwrap();
+    let keys: [&[u8]; 3] = [b"\x03a", b"\x04a", b"\x05a"];
+    for k in keys {
+        cf.put(k, b"old").unwrap();
+    }
+    cf.compact_all().unwrap();
+    let read_all = |cf: &Cf| {
+        for k in keys {
+            if read(cf, k).is_some() {
+                assert!(value_cached(cf, k).is_some());
+            }
+        }
+    };
+    read_all(&cf);
+    let sst = dir.path().join("in.sst");
+    db.write_sst(&sst, |sink| sink.put(b"\x05a", b"new"))
+        .unwrap();
+    cf.ingest(&[sst]).unwrap();
+    assert_eq!(read(&cf, b"\x05a"), Some(b"new".to_vec()));
+    read_all(&cf);
+    cf.delete_range(b"\x04", b"\x05").unwrap();
+    assert_eq!(read(&cf, b"\x04a"), None);
+    read_all(&cf);
+    assert_eq!(value_cached(&cf, b"\x03a"), Some(b"old".to_vec()));
+    cf.drop_files_in_range(b"\x03", b"\x04").unwrap();
+    assert_eq!(read(&cf, b"\x03a"), None, "its file was dropped");
+    assert_eq!(read(&cf, b"\x05a"), Some(b"new".to_vec()));
+}
+
+#[test]
+fn ingested_keys_above_a_known_bound_are_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_bounded(&dir.path().join("db"), 2 << 20);
+    let cf = db.create_cf("s").unwrap();
+    cf.put(b"\x09a", b"1").unwrap();
+    assert_eq!(read(&cf, b"\x09b"), None);
+    assert!(ruled_out(&cf, b"\x09b"));
+    let sst = dir.path().join("in.sst");
+    db.write_sst(&sst, |sink| {
+        sink.put(b"\x09b", b"2")?;
+        sink.put(b"\x0ab", b"3")
+    })
+    .unwrap();
+    cf.ingest(&[sst]).unwrap();
+    assert_eq!(read(&cf, b"\x09b"), Some(b"2".to_vec()));
+    assert_eq!(read(&cf, b"\x0ab"), Some(b"3".to_vec()));
+    assert_eq!(read(&cf, b"\x09a"), Some(b"1".to_vec()));
+    assert!(ruled_out(&cf, b"\x09c"));
+}
+
+#[test]
+fn without_a_layout_or_with_the_option_off_nothing_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let off = DbOptions {
+        key_bounds: false,
+        ..DbOptions::default()
+    };
+    let a = Db::open(&dir.path().join("a"), &off, &budget, layout()).unwrap();
+    let b = Db::open(&dir.path().join("b"), &DbOptions::default(), &budget, None).unwrap();
+    for db in [a, b] {
+        assert!(!open_of(&db).bounded());
+        assert!(open_of(&db).front().read().bounds.is_none());
+    }
+}
+
+#[test]
+fn a_column_family_created_inside_a_scan_does_not_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_bounded(dir.path(), 2 << 20);
+    let cf = db.create_cf("s").unwrap();
+    cf.put(b"\x01a", b"1").unwrap();
+    let mut created = None;
+    cf.scan(b"", None, |_, _| {
+        // The scan holds the database open; creating a column family takes a free slot.
+        created = Some(db.create_cf("t")?);
+        Ok(true)
+    })
+    .unwrap();
+    let t = created.unwrap();
+    t.put(b"\x01b", b"2").unwrap();
+    assert_eq!(read(&t, b"\x01b"), Some(b"2".to_vec()));
+    assert_eq!(db.cf_names().unwrap().len(), 3);
+}
+
+#[test]
+fn after_close_every_call_answers_closed_and_the_path_opens_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_bounded(dir.path(), 2 << 20);
+    let cf = db.create_cf("s").unwrap();
+    cf.put(b"\x01a", b"1").unwrap();
+    db.close().unwrap();
+    db.close().unwrap();
+    let is_closed = |r: Result<()>| assert!(matches!(r, Err(Error::Closed { .. })), "{r:?}");
+    is_closed(cf.put(b"\x01b", b"2"));
+    is_closed(cf.get_with(b"\x01a", |_| ()).map(|_| ()));
+    is_closed(cf.scan(b"", None, |_, _| Ok(true)));
+    is_closed(db.flush_all());
+    is_closed(db.create_cf("t").map(|_| ()));
+    // The directory lock is released: the path opens while `db` and `cf` live on.
+    let again = open_bounded(dir.path(), 2 << 20);
+    let cf2 = again.cf("s").unwrap().unwrap();
+    assert_eq!(read(&cf2, b"\x01a"), Some(b"1".to_vec()));
+}
