@@ -5,8 +5,6 @@
 
 use std::path::PathBuf;
 
-use crate::keygroup::KeyGroupRange;
-
 /// Result alias used across the crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -48,12 +46,14 @@ pub enum ErrorKind {
 #[non_exhaustive]
 pub enum Error {
     /// A key hashes to a key group this backend does not own.
-    #[error("key group {key_group} is outside this backend's range {range}")]
+    #[error("key group {key_group} is outside this backend's range [{range_start}, {range_end}]")]
     KeyGroupOutOfRange {
         /// The key's group.
         key_group: u16,
-        /// The range the backend owns.
-        range: KeyGroupRange,
+        /// The first key group the backend owns.
+        range_start: u16,
+        /// The last key group the backend owns (inclusive).
+        range_end: u16,
     },
     /// A key-group range or parallelism setting is invalid.
     #[error("invalid key-group configuration: {0}")]
@@ -214,7 +214,7 @@ pub enum Error {
     },
     /// A restored checkpoint holds state in a key group outside the range its manifest claims.
     #[error(
-        "checkpoint `{checkpoint}` claims key groups {claimed} but state `{state}` has data in key group {key_group}"
+        "checkpoint `{checkpoint}` claims key groups [{claimed_start}, {claimed_end}] but state `{state}` has data in key group {key_group}"
     )]
     DataOutsideKeyGroups {
         /// The manifest's object name.
@@ -223,8 +223,10 @@ pub enum Error {
         state: String,
         /// The key group of the first entry found outside the claimed range.
         key_group: u16,
-        /// The range the manifest claims.
-        claimed: KeyGroupRange,
+        /// The first key group the manifest claims.
+        claimed_start: u16,
+        /// The last key group the manifest claims (inclusive).
+        claimed_end: u16,
     },
     /// The checkpoints merged by a rescaling restore disagree about a state's metadata.
     #[error("state `{name}` is {base_meta} in `{base}` but {other_meta} in `{other}`")]

@@ -38,6 +38,7 @@ mod meta;
 pub mod metrics;
 pub mod operator_state;
 pub mod options;
+mod parallel;
 mod rescale;
 mod restore;
 pub mod savepoint;

@@ -65,7 +65,6 @@ use std::sync::Arc;
 
 use sst_format::{CheckpointManifest, SstUniqueId};
 
-use crate::checkpoint::uploader::run_parallel;
 use crate::codec;
 use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
@@ -75,6 +74,7 @@ use crate::meta::{
     STATE_CF_PREFIX,
 };
 use crate::options::DbOptions;
+use crate::parallel::run_parallel;
 use crate::state::StateMeta;
 
 /// One downloaded checkpoint database.
@@ -567,7 +567,8 @@ fn check_source(
                 checkpoint: src.name.to_string(),
                 state: name.to_string(),
                 key_group,
-                claimed,
+                claimed_start: claimed.start,
+                claimed_end: claimed.end,
             });
         }
     }

@@ -100,12 +100,13 @@ fn data_outside_the_claimed_range_is_a_typed_error(store: Store) {
                 checkpoint,
                 state,
                 key_group,
-                claimed,
+                claimed_start,
+                claimed_end,
             }) => {
                 assert_eq!(checkpoint, layout::metadata_name(1, "forged"));
                 assert_eq!(state, "v");
                 assert!(key_group > 63, "{key_group}");
-                assert_eq!(claimed, range(0, 63));
+                assert_eq!((claimed_start, claimed_end), (0, 63));
             }
             other => panic!("{name}: expected DataOutsideKeyGroups, got {other:?}"),
         }

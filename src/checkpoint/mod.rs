@@ -30,7 +30,6 @@ pub(crate) mod local_recovery;
 pub mod owner;
 pub(crate) mod registry;
 mod snapshot;
-pub(crate) mod uploader;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

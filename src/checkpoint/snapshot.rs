@@ -13,10 +13,10 @@ use parking_lot::Mutex;
 use sst_format::{CheckpointManifest, PrivateFile, SharedFile, SstUniqueId};
 
 use super::registry::{Checkpointer, FileStamp};
-use super::uploader::run_parallel;
 use super::{layout, CheckpointStats};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
+use crate::parallel::run_parallel;
 
 /// A checkpoint whose sync phase is done: the RocksDB checkpoint sits in a local staging
 /// directory (hard links, so it costs no copy and stays valid while the backend keeps

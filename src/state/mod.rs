@@ -182,7 +182,8 @@ impl StateCore {
         if !self.key_groups.contains(key_group) {
             return Err(Error::KeyGroupOutOfRange {
                 key_group,
-                range: self.key_groups,
+                range_start: self.key_groups.start,
+                range_end: self.key_groups.end,
             });
         }
         let mut out = KeyBuf::new();
