@@ -602,6 +602,14 @@ impl<'a> Drained<'a> {
     pub(super) fn handles(&self) -> Vec<&'a Handle> {
         self.open.all_handles().collect()
     }
+
+    /// Flushes every column family's memtable to SST files.
+    pub(super) fn flush_all(&self) -> Result<()> {
+        self.open
+            .rocks
+            .flush_cfs_opt(&self.handles(), &rocksdb::FlushOptions::default())
+            .map_err(rocks_error)
+    }
 }
 
 /// The front's lock held across a change of RocksDB's data other than a write

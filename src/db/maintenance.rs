@@ -14,13 +14,7 @@ use crate::metrics::{LevelMetrics, RocksDbMetrics};
 impl Db {
     /// Flushes every column family's memtable to SST files.
     pub(crate) fn flush_all(&self) -> Result<()> {
-        let open = self.opened()?;
-        let drained = open.drained()?;
-        drained
-            .rocks()
-            .flush_cfs_opt(&drained.handles(), &rocksdb::FlushOptions::default())
-            .map_err(rocks_error)?;
-        Ok(())
+        self.opened()?.drained()?.flush_all()
     }
 
     /// Flushes memtables and waits until no compaction is pending or running.

@@ -215,11 +215,7 @@ impl Db {
     pub(crate) fn close(&self) -> Result<()> {
         let mut open = self.open.write();
         if let Some(o) = open.as_ref() {
-            let drained = o.drained()?;
-            drained
-                .rocks()
-                .flush_cfs_opt(&drained.handles(), &rocksdb::FlushOptions::default())
-                .map_err(rocks_error)?;
+            o.drained()?.flush_all()?;
         }
         // Dropping the `Open` closes RocksDB.
         *open = None;
