@@ -88,3 +88,59 @@ fn a_closed_heap_backend_answers_closed_through_every_handle() {
     closed("heap put", counts.put(&1, &(), &2));
     closed("heap state", clone.value_state::<u32, (), u64>("other"));
 }
+
+#[test]
+fn close_waits_for_calls_in_flight_on_other_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = KeyedBackend::builder(dir.path()).open().unwrap();
+    let counts = backend.value_state::<u32, (), u64>("counts").unwrap();
+    for k in 0..2000u32 {
+        counts.put(&k, &(), &u64::from(k)).unwrap();
+    }
+    backend.flush().unwrap();
+    // Readers and writers run until they see the close; each call either completes against
+    // the open database or answers Closed, never anything else.
+    let started = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let workers: Vec<_> = (0..3u32)
+        .map(|w| {
+            let counts = counts.clone();
+            let started = std::sync::Arc::clone(&started);
+            std::thread::spawn(move || {
+                let mut done = 0u64;
+                for i in 0u32.. {
+                    if i == 1 {
+                        started.wait();
+                    }
+                    let k = (i * 7 + w) % 2000;
+                    let r = if w == 0 {
+                        counts
+                            .put(&k, &(), &u64::from(k))
+                            .map(|()| Some(u64::from(k)))
+                    } else {
+                        counts.get(&k, &())
+                    };
+                    match r {
+                        Ok(v) => assert_eq!(v, Some(u64::from(k))),
+                        Err(e) => {
+                            assert_eq!(e.kind(), ErrorKind::Closed, "{e}");
+                            return done;
+                        }
+                    }
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    // Close once every worker has completed a call and is issuing more.
+    started.wait();
+    backend.close().unwrap();
+    for w in workers {
+        assert!(w.join().unwrap() >= 1);
+    }
+    let reopened = KeyedBackend::builder(dir.path()).open().unwrap();
+    let counts = reopened.value_state::<u32, (), u64>("counts").unwrap();
+    for k in 0..2000u32 {
+        assert_eq!(counts.get(&k, &()).unwrap(), Some(u64::from(k)));
+    }
+}
