@@ -908,10 +908,12 @@ impl KeyedBackend {
         checkpoint_id: u64,
         operator_state: &OperatorState,
     ) -> Result<PendingSnapshot> {
+        let started = std::time::Instant::now();
         let cp = self.checkpoint_ctx()?;
         let states = self.states()?;
         crate::checkpoint::begin_snapshot(
             SnapshotSource {
+                started,
                 cp,
                 db: self.database()?,
                 key_groups: self.key_groups(),

@@ -324,6 +324,9 @@ pub(crate) fn attach(
 
 /// What the sync phase of a checkpoint needs from its backend.
 pub(crate) struct SnapshotSource<'a> {
+    /// When the sync phase began: before the backend read its states' metadata (which drains
+    /// the write cache), so `sync_duration` is the whole pause the task sees.
+    pub(crate) started: Instant,
     /// The backend's checkpoint bookkeeping.
     pub(crate) cp: &'a Arc<Checkpointer>,
     /// Its database.
@@ -347,7 +350,6 @@ pub(crate) fn begin_snapshot(
     operator_state: &OperatorState,
 ) -> Result<PendingSnapshot> {
     let _span = tracing::info_span!("checkpoint.sync", id = checkpoint_id).entered();
-    let start = Instant::now();
     let cp = Arc::clone(src.cp);
     let base = cp.begin(checkpoint_id)?;
     let dir = layout::staging_dir(&cp.staging_root, &cp.backend_id, checkpoint_id);
@@ -367,7 +369,7 @@ pub(crate) fn begin_snapshot(
     };
     prepare_staging(&pending.dir)?;
     src.db.checkpoint(&pending.dir)?;
-    pending.sync_duration = start.elapsed();
+    pending.sync_duration = src.started.elapsed();
     Ok(pending)
 }
 
