@@ -132,7 +132,7 @@ impl Catalog {
             } else if let Some(id) = layout::parse_job_record_name(&o.name) {
                 let record = storage
                     .get_bytes(&o.name)
-                    .and_then(|b| sst_format::decode_job_checkpoint(&b).map_err(Error::from))
+                    .and_then(|b| sst_format::decode_job_checkpoint(&b).map_err(Error::format))
                     .map_err(|e| e.to_string());
                 cat.job_records.push(JobRecordEntry {
                     name: o.name.clone(),

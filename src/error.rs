@@ -274,9 +274,17 @@ pub enum Error {
     /// into it again, or remove it.
     #[error("{0} holds an unfinished restore; restore into it again or remove it")]
     RestoreIncomplete(PathBuf),
-    /// An on-disk format error from the `sst-format` crate.
-    #[error(transparent)]
-    Format(#[from] sst_format::Error),
+    /// A file fails its format checks: an SST's footer, blocks or properties, or the envelope
+    /// of a manifest, job record or savepoint (magic, version, length, checksum).
+    #[error("{detail}")]
+    Format {
+        /// [`ErrorKind::Unsupported`] for a format version or checksum type newer than this
+        /// build, [`ErrorKind::Io`] when reading the file failed, else
+        /// [`ErrorKind::Corruption`].
+        kind: ErrorKind,
+        /// What is wrong, and where.
+        detail: String,
+    },
     /// A checkpoint storage operation failed (network, server, or an injected fault), after
     /// the storage's own retries.
     #[error("checkpoint storage {operation} of `{name}` failed: {detail}")]
@@ -346,21 +354,31 @@ impl Error {
                     K::Io
                 }
             }
-            Error::Format(e) => match e {
-                sst_format::Error::Io(e) => io_kind(e),
-                sst_format::Error::UnsupportedFormatVersion(_)
-                | sst_format::Error::Unsupported(_)
-                | sst_format::Error::UnknownManifestVersion(_)
-                | sst_format::Error::UnknownVersion { .. }
-                | sst_format::Error::UnknownChecksumType(_) => K::Unsupported,
-                _ => K::Corruption,
-            },
+            Error::Format { kind, .. } => *kind,
         }
     }
 
     /// Whether retrying the failed operation may succeed ([`ErrorKind::Transient`]).
     pub fn is_transient(&self) -> bool {
         self.kind() == ErrorKind::Transient
+    }
+
+    /// The `sst-format` crate's error as rockstate's, sorted into its kind.
+    pub(crate) fn format(e: sst_format::Error) -> Self {
+        use sst_format::Error as F;
+        let kind = match &e {
+            F::Io(io) => io_kind(io),
+            F::UnsupportedFormatVersion(_)
+            | F::Unsupported(_)
+            | F::UnknownManifestVersion(_)
+            | F::UnknownVersion { .. }
+            | F::UnknownChecksumType(_) => ErrorKind::Unsupported,
+            _ => ErrorKind::Corruption,
+        };
+        Error::Format {
+            kind,
+            detail: e.to_string(),
+        }
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

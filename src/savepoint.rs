@@ -113,7 +113,7 @@ pub(crate) fn restore_savepoints(
     let mut readers = Vec::with_capacity(paths.len());
     for path in paths {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let reader = SavepointReader::open(BufReader::new(file))?;
+        let reader = SavepointReader::open(BufReader::new(file)).map_err(Error::format)?;
         let h = reader.header();
         if h.max_parallelism != max_parallelism {
             return Err(Error::BackendMismatch {
@@ -358,7 +358,7 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
         if let Some(err) = failure {
             return Err(err);
         }
-        read?;
+        read.map_err(Error::format)?;
     }
     Ok(())
 }
@@ -366,7 +366,7 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
 /// The operator state stored in the savepoint at `path` (verified like the rest of the header).
 pub fn read_operator_state(path: &Path) -> Result<OperatorState> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let reader = SavepointReader::open(BufReader::new(file))?;
+    let reader = SavepointReader::open(BufReader::new(file)).map_err(Error::format)?;
     OperatorState::from_snapshot(reader.header().operator_state.clone())
 }
 
@@ -447,20 +447,22 @@ impl FullSnapshot {
                             e.key_group
                         ),
                     })?;
-                block.add(SavepointEntry {
-                    state: index as u32,
-                    key: e.key,
-                    namespace: e.namespace,
-                    suffix: e.suffix,
-                    value: e.value,
-                })?;
+                block
+                    .add(SavepointEntry {
+                        state: index as u32,
+                        key: e.key,
+                        namespace: e.namespace,
+                        suffix: e.suffix,
+                        value: e.value,
+                    })
+                    .map_err(Error::format)?;
                 Ok(true)
             })?;
         }
         let mut blocks = Vec::with_capacity(groups.len());
         for b in builders.iter().filter(|b| !b.is_empty()) {
             let buffer = spare.lock().pop().unwrap_or_default();
-            blocks.extend(b.encode_into(compressor, buffer)?);
+            blocks.extend(b.encode_into(compressor, buffer).map_err(Error::format)?);
         }
         Ok(blocks)
     }
@@ -496,7 +498,8 @@ impl FullSnapshot {
             BufWriter::with_capacity(1 << 20, SyncingFile::new(file)),
             &header,
             SAVEPOINT_ZSTD_LEVEL,
-        )?;
+        )
+        .map_err(Error::format)?;
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
@@ -523,7 +526,8 @@ impl FullSnapshot {
                         let mut compressor = match BlockCompressor::new(SAVEPOINT_ZSTD_LEVEL) {
                             Ok(c) => c,
                             Err(e) => {
-                                let _ = sender.send((next.load(Ordering::SeqCst), Err(e.into())));
+                                let _ = sender
+                                    .send((next.load(Ordering::SeqCst), Err(Error::format(e))));
                                 gate.abort();
                                 return;
                             }
@@ -562,7 +566,7 @@ impl FullSnapshot {
                         early.insert(i, blocks?);
                     };
                     for block in blocks {
-                        writer.write_encoded(&block)?;
+                        writer.write_encoded(&block).map_err(Error::format)?;
                         spare.lock().push(block.into_buffer());
                     }
                     gate.advance(run + 1);
@@ -579,7 +583,7 @@ impl FullSnapshot {
             }
             written
         })?;
-        let (out, stats) = writer.finish()?;
+        let (out, stats) = writer.finish().map_err(Error::format)?;
         let file = out
             .into_inner()
             .map_err(|e| Error::io(path, e.into_error()))?;
@@ -689,7 +693,7 @@ pub fn read_operator_states(paths: &[&Path]) -> Result<Vec<OperatorState>> {
     let mut max_parallelism = None;
     for path in paths {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let reader = SavepointReader::open(BufReader::new(file))?;
+        let reader = SavepointReader::open(BufReader::new(file)).map_err(Error::format)?;
         let h = reader.header();
         if *max_parallelism.get_or_insert(h.max_parallelism) != h.max_parallelism {
             return Err(Error::InvalidKeyGroups(format!(

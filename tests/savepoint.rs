@@ -188,7 +188,7 @@ fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
             .unwrap();
         let err = target.restore_savepoint(&path).unwrap_err();
         assert!(
-            matches!(err, Error::Format(_) | Error::Decode { .. }),
+            matches!(err, Error::Format { .. } | Error::Decode { .. }),
             "flip at {at}: {err}"
         );
         assert!(
@@ -204,7 +204,7 @@ fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
             .unwrap();
         assert!(matches!(
             target.restore_savepoint(&path),
-            Err(Error::Format(_))
+            Err(Error::Format { .. })
         ));
     }
 }
@@ -252,7 +252,7 @@ fn a_corrupt_second_file_leaves_the_backend_empty() {
             };
             let err = b.restore_savepoints(&corrupt_paths).unwrap_err();
             assert!(
-                matches!(err, Error::Format(_) | Error::Decode { .. }),
+                matches!(err, Error::Format { .. } | Error::Decode { .. }),
                 "heap={heap}, flip at {at}: {err}"
             );
             assert!(b.states().unwrap().is_empty(), "heap={heap}: states left");

@@ -274,7 +274,7 @@ impl JobOwner {
         }
         self.check_no_foreign_records(&record_ids(self.storage.as_ref())?)?;
         self.check_record_files(record)?;
-        let bytes = sst_format::encode_job_checkpoint(record)?;
+        let bytes = sst_format::encode_job_checkpoint(record).map_err(Error::format)?;
         let name = layout::job_record_name(id);
         if let Err(e) = self.storage.put_bytes(&name, &bytes) {
             // The put may have stored the record and failed after: ask storage.

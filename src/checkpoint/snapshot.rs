@@ -263,7 +263,7 @@ impl PendingSnapshot {
         };
         let shared_referenced = manifest.shared_files.len() as u64;
         let manifest_span = tracing::info_span!("checkpoint.manifest", id).entered();
-        let bytes = sst_format::encode_manifest(&manifest)?;
+        let bytes = sst_format::encode_manifest(&manifest).map_err(Error::format)?;
         let meta_name = layout::metadata_name(id, &cp.backend_id);
         uploaded.lock().push(meta_name.clone());
         if let Err(e) = cp.storage.put_bytes(&meta_name, &bytes) {
