@@ -120,8 +120,8 @@ impl BackendBuilder {
         self
     }
 
-    /// The memory budget to share (default: one process-wide budget of
-    /// [`MemoryBudgetConfig::default`]).
+    /// The memory budget to share (default: [`MemoryBudget::process_default`], the process's
+    /// one shared budget of [`crate::MemoryBudgetConfig::default`]).
     pub fn memory_budget(mut self, budget: MemoryBudget) -> Self {
         self.budget = Some(budget);
         self

@@ -378,7 +378,7 @@ struct SnapshotState {
     expiry: Option<(u64, u64)>,
 }
 
-/// The keyed state of a heap backend frozen at [`KeyedBackend::full_snapshot`]: later writes to
+/// The keyed state of a heap backend frozen at [`crate::KeyedBackend::full_snapshot`]: later writes to
 /// the backend do not show in it. `Send`; serialize it on any thread.
 pub struct FullSnapshot {
     max_parallelism: u32,

@@ -127,7 +127,7 @@ pub struct CheckpointStats {
     pub state_bytes: u64,
 }
 
-/// What [`KeyedBackend::sweep_orphans`] deleted.
+/// What [`crate::KeyedBackend::sweep_orphans`] deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepStats {
     /// Unreferenced shared files.

@@ -6,7 +6,8 @@
 //! What the object names mean is owned by `checkpoint::layout`. Implementations:
 //! [`LocalStorage`] (a directory), [`ObjectStorage`] (S3-compatible stores and in-memory, over
 //! the `object_store` crate), [`ScopedStorage`] (one job's namespace `jobs/<id>/` inside
-//! another storage) and [`FaultyStorage`] (a fault-injecting wrapper for tests and fuzzing).
+//! another storage) and, with the `testing` feature, `FaultyStorage` (a fault-injecting wrapper
+//! for tests and fuzzing).
 //! [`open_storage`] picks one from a URL.
 //!
 //! Rules every implementation must follow (the checkpoint code relies on them):
