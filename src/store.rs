@@ -55,10 +55,7 @@ impl TableBatch {
         match self {
             TableBatch::Rocks(_, b) if b.len() == 0 => Ok(()),
             TableBatch::Rocks(cf, b) => cf.db().write(b),
-            TableBatch::Heap(t, ops) => {
-                t.apply(ops)?;
-                Ok(())
-            }
+            TableBatch::Heap(t, ops) => t.apply(ops),
         }
     }
 }
