@@ -6,7 +6,8 @@
 //!    bytes per round. With TTL it stays bounded; without it grows linearly.
 //! 2. `compaction_ratio`: full compaction of identical TTL data with the filter on vs off
 //!    (throughput with / without; nothing is expired, so both keep every entry).
-//! 3. `access_ratio`: get + update on a TTL value state vs a plain value state.
+//! 3. `access_ratio`: get + update on a TTL value state vs a plain value state, each in a
+//!    backend of its own with the same memory, in turns slice by slice.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +36,9 @@ pub struct TtlArgs {
     /// Keys for the access phase.
     #[arg(long, default_value_t = 500_000)]
     access_keys: u64,
+    /// Timed compactions per configuration (filter on, filter off), in alternating order.
+    #[arg(long, default_value_t = 3)]
+    compactions: u64,
 }
 
 const ROUND_MS: u64 = 1000;
@@ -135,15 +139,17 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
     // 2. Compaction with vs without the filter, same TTL data (nothing expired).
     let clock = ManualClock::new(1_000_000);
     let long = TtlConfig::new(Duration::from_secs(365 * 24 * 3600));
-    // Each configuration twice, in alternating order, on a fresh database whose background
-    // compactions have finished (untimed); the timed manual compaction then rewrites every
-    // entry once, through the filter or not.
+    // Each configuration `compactions` times, in alternating order, on a fresh database whose
+    // background compactions have finished (untimed); the timed manual compaction then
+    // rewrites every entry once, through the filter or not.
     let mut secs = [0f64; 2];
     let n = args.keys_per_round * 5;
-    for (round, order) in [[0usize, 1], [1, 0]].into_iter().enumerate() {
+    for round in 0..args.compactions {
+        let order = if round % 2 == 0 { [0usize, 1] } else { [1, 0] };
         for i in order {
             let filter = i == 0;
-            let b = open(&tmp.path().join(format!("compact-{round}-{i}")), &clock)?;
+            let dir = tmp.path().join(format!("compact-{round}-{i}"));
+            let b = open(&dir, &clock)?;
             let cfg = long.clone().cleanup(Cleanup {
                 compaction_filter: filter,
                 ..Cleanup::default()
@@ -159,6 +165,8 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
             let start = Instant::now();
             b.compact_state("s")?;
             secs[i] += start.elapsed().as_secs_f64();
+            drop((s, b));
+            std::fs::remove_dir_all(&dir).map_err(io_err)?;
         }
     }
     Line::new()
@@ -168,24 +176,37 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
         .num("compaction_ratio", secs[1] / secs[0], 3)
         .print();
 
-    // 3. Access: get + update, TTL vs plain, interleaved in one process.
-    let b = open(&tmp.path().join("access"), &clock)?;
-    let ttl_v = b.value_state::<u64, (), Vec<u8>>(StateDescriptor::new("ttl").with_ttl(ttl))?;
-    let plain_v = b.value_state::<u64, (), Vec<u8>>("plain")?;
+    // 3. Access: get + update, TTL vs plain. Each state has a backend of its own with the
+    // same memory budget, so neither evicts the other's values from its value cache (in one
+    // backend, whichever state ran last would find the cache full of its own values and the
+    // other none of its). The phase is cut into slices the two take in turns, the first of
+    // each pair alternating, so a burst of load from elsewhere hits both alike.
+    let backends = [
+        open(&tmp.path().join("access-ttl"), &clock)?,
+        open(&tmp.path().join("access-plain"), &clock)?,
+    ];
+    let states = [
+        backends[0].value_state::<u64, (), Vec<u8>>(StateDescriptor::new("s").with_ttl(ttl))?,
+        backends[1].value_state::<u64, (), Vec<u8>>("s")?,
+    ];
     for k in 0..args.access_keys {
-        ttl_v.put(&k, &(), value_for(k))?;
-        plain_v.put(&k, &(), value_for(k))?;
+        for s in &states {
+            s.put(&k, &(), value_for(k))?;
+        }
     }
-    // Two rounds in alternating order, each after the database has settled (untimed), so
-    // neither state pays for the other's compaction debt; rates are over both rounds.
+    for b in &backends {
+        b.wait_for_compactions()?;
+    }
+    const SLICES: u64 = 20;
+    let mut rngs = [SmallRng::seed_from_u64(7), SmallRng::seed_from_u64(7)];
     let mut secs = [0f64; 2];
-    for order in [[0usize, 1], [1, 0]] {
+    for slice in 0..SLICES {
+        let per = args.access_keys * (slice + 1) / SLICES - args.access_keys * slice / SLICES;
+        let order = if slice % 2 == 0 { [0usize, 1] } else { [1, 0] };
         for i in order {
-            b.wait_for_compactions()?;
-            let s = [&ttl_v, &plain_v][i];
-            let mut rng = SmallRng::seed_from_u64(7 + i as u64);
+            let (s, rng) = (&states[i], &mut rngs[i]);
             let start = Instant::now();
-            for _ in 0..args.access_keys {
+            for _ in 0..per {
                 let k = rng.random_range(0..args.access_keys);
                 let v = s.get(&k, &())?.unwrap_or_default();
                 s.put(&k, &(), &v)?;
