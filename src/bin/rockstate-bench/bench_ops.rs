@@ -82,9 +82,9 @@ pub(crate) fn parse_override<T: serde::de::DeserializeOwned + Default>(
 
 /// Raw rust-rocksdb. With `same_layout`, keys are stored in rockstate's layout
 /// (`[key group][len][key][len][namespace]`), so only rockstate's code path differs.
-struct Raw {
-    db: rockstate::RawRocksDb,
-    same_layout: bool,
+pub(crate) struct Raw {
+    pub(crate) db: rockstate::RawRocksDb,
+    pub(crate) same_layout: bool,
 }
 
 /// A baseline's stored key: the raw key, or with `same_layout` rockstate's layout
@@ -113,13 +113,13 @@ impl Raw {
     fn files(&self) -> String {
         levels(|p| self.db.property_u64(p).ok().flatten())
     }
-    fn settle(&self) -> rockstate::Result<()> {
+    pub(crate) fn settle(&self) -> rockstate::Result<()> {
         self.db.wait_for_compactions()
     }
 }
 
 /// `L<n>:<files>` for every non-empty level, from RocksDB's `num-files-at-level<n>` property.
-fn levels(property: impl Fn(&str) -> Option<u64>) -> String {
+pub(crate) fn levels(property: impl Fn(&str) -> Option<u64>) -> String {
     (0..7)
         .filter_map(|l| {
             let n = property(&format!("rocksdb.num-files-at-level{l}"))?;
@@ -129,7 +129,8 @@ fn levels(property: impl Fn(&str) -> Option<u64>) -> String {
         .join(",")
 }
 
-trait Store {
+/// A store the phases run on: rockstate's value state or a baseline.
+pub(crate) trait Store {
     fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>>;
     fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()>;
 }
@@ -152,8 +153,9 @@ impl Store for RawValueState {
     }
 }
 
+/// One phase of the workload.
 #[derive(Clone, Copy)]
-enum Phase {
+pub(crate) enum Phase {
     Insert,
     Update,
     Get,
@@ -162,14 +164,14 @@ enum Phase {
 }
 
 impl Phase {
-    const ALL: [Phase; 5] = [
+    pub(crate) const ALL: [Phase; 5] = [
         Phase::Insert,
         Phase::Update,
         Phase::Get,
         Phase::GetMissing,
         Phase::ReadModifyWrite,
     ];
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Phase::Insert => "insert",
             Phase::Update => "update",
@@ -190,12 +192,12 @@ fn run_slice(
     store: &dyn Store,
     phase: Phase,
     slice: u64,
-    args: &OpsArgs,
     w: &Workload,
 ) -> rockstate::Result<(f64, u64)> {
-    let n = args.keys;
-    let (lo, hi) = (n * slice / SLICES, n * (slice + 1) / SLICES);
-    let mut rng = SmallRng::seed_from_u64(args.seed ^ ((phase as u64) << 32) ^ slice);
+    let n = w.keys;
+    let ops = w.ops(phase);
+    let (lo, hi) = (ops * slice / SLICES, ops * (slice + 1) / SLICES);
+    let mut rng = SmallRng::seed_from_u64(w.seed ^ ((phase as u64) << 32) ^ slice);
     // The slice's keys are drawn before the clock starts: a Zipf draw costs a binary search
     // over N weights, which would otherwise be timed along with the store.
     let keys: Vec<u64> = (lo..hi)
@@ -252,22 +254,24 @@ fn phase_line(phase: Phase, ops: &[f64], files: &[String; 3]) {
     line.print();
 }
 
-fn run_phase(
+pub(crate) fn run_phase(
     stores: &[&dyn Store],
     phase: Phase,
-    args: &OpsArgs,
     w: &Workload,
 ) -> rockstate::Result<Vec<f64>> {
     let mut secs = vec![0.0; stores.len()];
     let mut found = vec![0u64; stores.len()];
     for slice in 0..SLICES {
-        for (i, store) in stores.iter().enumerate() {
-            let (s, f) = run_slice(*store, phase, slice, args, w)?;
+        // The store that goes first changes from slice to slice (and, through `w.rotate`,
+        // from run to run), so none always runs right after another's writes.
+        for j in 0..stores.len() {
+            let i = (j + slice as usize + w.rotate) % stores.len();
+            let (s, f) = run_slice(stores[i], phase, slice, w)?;
             secs[i] += s;
             found[i] += f;
         }
     }
-    let n = args.keys;
+    let n = w.ops(phase);
     for f in found {
         let expected = match phase {
             Phase::Get => n,
@@ -351,7 +355,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
             raw.files(),
             raw_same.files(),
         ];
-        let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &workload)?;
+        let ops = run_phase(&[&ours, &raw, &raw_same], phase, &workload)?;
         phase_line(phase, &ops, &files);
     }
     drop((ours, backend, raw, raw_same));
@@ -398,7 +402,7 @@ fn run_solo(
             .map(|l| format!("L{}:{}", l.level, l.sst_files))
             .collect::<Vec<_>>()
             .join(",");
-        let ops = run_phase(&[&ours], phase, args, workload)?;
+        let ops = run_phase(&[&ours], phase, workload)?;
         solo.push(ops[0]);
         Line::new()
             .text("solo_phase", phase.name())
@@ -429,7 +433,7 @@ fn run_solo(
     let reference = open_reference(&dir.join("reference"))?;
     for (phase, ours) in Phase::ALL.into_iter().zip(solo) {
         reference.settle()?;
-        let ops = run_phase(&[&reference], phase, args, workload)?;
+        let ops = run_phase(&[&reference], phase, workload)?;
         Line::new()
             .text("reference_phase", phase.name())
             .num("reference_ops_s", ops[0], 0)
@@ -483,8 +487,16 @@ fn key_distribution(args: &OpsArgs) -> String {
     }
 }
 
-/// What every store of a run shares: the values written and how existing keys are drawn.
-struct Workload {
+/// What every store of a run shares: the key count, the operations per phase, the values
+/// written and how existing keys are drawn.
+pub(crate) struct Workload {
+    /// Keys inserted (the insert phase writes each once).
+    keys: u64,
+    /// Operations of every other phase (at most `keys`).
+    ops: u64,
+    seed: u64,
+    /// Which store goes first in the first slice of each phase.
+    pub(crate) rotate: usize,
     values: Vec<Vec<u8>>,
     /// Cumulative Zipf weights of key ranks 0..N (`--zipf`); `None`: keys are uniform.
     zipf_cdf: Option<Vec<f64>>,
@@ -492,19 +504,31 @@ struct Workload {
 
 impl Workload {
     fn new(args: &OpsArgs) -> rockstate::Result<Self> {
-        let mut rng = SmallRng::seed_from_u64(args.seed);
+        Workload::with(args.keys, args.keys, args.value_bytes, args.zipf, args.seed)
+    }
+
+    /// `keys` keys of `value_bytes`-byte values, `ops` operations per phase after the insert
+    /// (capped at `keys`), existing keys uniform or Zipf-distributed with exponent `zipf`.
+    pub(crate) fn with(
+        keys: u64,
+        ops: u64,
+        value_bytes: usize,
+        zipf: Option<f64>,
+        seed: u64,
+    ) -> rockstate::Result<Self> {
+        let mut rng = SmallRng::seed_from_u64(seed);
         let values = (0..4096)
             .map(|_| {
-                let mut v = vec![0u8; args.value_bytes];
+                let mut v = vec![0u8; value_bytes];
                 rng.fill_bytes(&mut v);
                 v
             })
             .collect();
-        let zipf_cdf = match args.zipf {
+        let zipf_cdf = match zipf {
             None => None,
-            Some(s) if s > 0.0 && s.is_finite() && args.keys > 0 => {
+            Some(s) if s > 0.0 && s.is_finite() && keys > 0 => {
                 let mut total = 0.0;
-                let cdf = (1..=args.keys)
+                let cdf = (1..=keys)
                     .map(|rank| {
                         total += 1.0 / (rank as f64).powf(s);
                         total
@@ -519,7 +543,22 @@ impl Workload {
                 })
             }
         };
-        Ok(Workload { values, zipf_cdf })
+        Ok(Workload {
+            keys,
+            ops: ops.min(keys),
+            seed,
+            rotate: 0,
+            values,
+            zipf_cdf,
+        })
+    }
+
+    /// Operations of `phase`: every key for the insert, `ops` for the others.
+    fn ops(&self, phase: Phase) -> u64 {
+        match phase {
+            Phase::Insert => self.keys,
+            _ => self.ops,
+        }
     }
 
     /// An existing key: uniform in `0..n`, or Zipf-distributed ranks scattered over `0..n`
@@ -559,7 +598,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
         )
         .print();
     for phase in Phase::ALL {
-        let ops = run_phase(&[&ours, &raw, &raw_same], phase, args, &workload)?;
+        let ops = run_phase(&[&ours, &raw, &raw_same], phase, &workload)?;
         phase_line(phase, &ops, &Default::default());
     }
     drop((raw, raw_same));

@@ -3,6 +3,7 @@
 //! only same-run ratios compare). `docs/decisions/` records what each figure decided.
 
 mod bench_checkpoint;
+mod bench_matrix;
 mod bench_ops;
 mod bench_rescale;
 mod bench_s3;
@@ -35,6 +36,9 @@ struct Cli {
 enum BenchCommand {
     /// Point operations through ValueState vs raw rust-rocksdb with identical options.
     Ops(bench_ops::OpsArgs),
+    /// The ops phases over state fitting / beyond memory, uniform / Zipf keys, 100 B / 1 KiB
+    /// values, plain / TTL, against raw rust-rocksdb on the same memory.
+    Matrix(bench_matrix::MatrixArgs),
     /// Incremental vs full checkpoints, against bare RocksDB checkpoint, parallel copy, cp -r.
     Checkpoint(bench_checkpoint::CheckpointArgs),
     /// TTL: bounded state under churn, compaction-filter cost, TTL access cost.
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.which {
         BenchCommand::Ops(args) => bench_ops::run(&args),
+        BenchCommand::Matrix(args) => bench_matrix::run(&args),
         BenchCommand::Checkpoint(args) => bench_checkpoint::run(&args),
         BenchCommand::Ttl(args) => bench_ttl::run(&args),
         BenchCommand::Rescale(args) => bench_rescale::run(&args),

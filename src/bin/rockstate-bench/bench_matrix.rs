@@ -1,0 +1,269 @@
+//! `rockstate-bench matrix`: `bench ops`'s phases over the workloads users run, rockstate's
+//! value state against raw rust-rocksdb given the same memory, one line per cell, phase and
+//! round, then each cell and phase's median over the rounds.
+//!
+//! The cells: state that fits the memory budget or is a multiple of it × existing keys
+//! uniform or Zipf-distributed × 100-byte or 1 KiB values × a plain or a TTL value state. The
+//! raw store is plain RocksDB opened with the options rockstate builds, on a memory budget of
+//! the same size (block cache and write buffers), and writes the values as they are: in TTL
+//! cells the ratio carries everything TTL costs (the 8-byte timestamp, the expiry check, the
+//! compaction filter). Every round builds each cell's stores anew (the insert phase) and the
+//! store that goes first rotates from round to round and slice to slice.
+//!
+//! Caveat for the cells beyond the budget: the budget bounds what RocksDB keeps in the
+//! process (block cache, memtables, rockstate's caches); the kernel's page cache still holds
+//! recently read SST files on a machine with more free memory than the state, for both stores
+//! alike.
+
+use std::time::Duration;
+
+use rockstate::{
+    CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, StateDescriptor,
+    TtlConfig,
+};
+
+use crate::bench_ops::{levels, run_phase, Phase, Raw, Store, Workload};
+use crate::report::Line;
+
+/// Arguments of `bench matrix`.
+#[derive(clap::Args, Debug)]
+pub struct MatrixArgs {
+    /// Rounds; the summary gives each cell's median over them.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Memory budget of each store, MiB.
+    #[arg(long, default_value_t = 128)]
+    budget_mib: usize,
+    /// State of the cells that fit, as a fraction of the budget.
+    #[arg(long, default_value_t = 0.5)]
+    fits: f64,
+    /// State of the cells beyond memory, as a multiple of the budget.
+    #[arg(long, default_value_t = 4.0)]
+    beyond: f64,
+    /// Operations per phase after the insert (at most the cell's key count).
+    #[arg(long, default_value_t = 500_000)]
+    ops: u64,
+    /// Zipf exponent of the skewed cells.
+    #[arg(long, default_value_t = 0.99)]
+    zipf: f64,
+    /// Run only the cells whose name contains this (e.g. `beyond`, `zipf/1024B`, `ttl`).
+    #[arg(long)]
+    only: Option<String>,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// One workload of the matrix.
+#[derive(Clone, Copy)]
+struct Cell {
+    beyond: bool,
+    zipf: bool,
+    value_bytes: usize,
+    ttl: bool,
+}
+
+impl Cell {
+    fn all() -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for beyond in [false, true] {
+            for zipf in [false, true] {
+                for value_bytes in [100, 1024] {
+                    for ttl in [false, true] {
+                        cells.push(Cell {
+                            beyond,
+                            zipf,
+                            value_bytes,
+                            ttl,
+                        });
+                    }
+                }
+            }
+        }
+        cells
+    }
+
+    fn name(&self) -> String {
+        format!(
+            "{}/{}/{}B/{}",
+            if self.beyond { "beyond" } else { "fits" },
+            if self.zipf { "zipf" } else { "uniform" },
+            self.value_bytes,
+            if self.ttl { "ttl" } else { "plain" }
+        )
+    }
+
+    /// Keys whose entries (value, a 16-byte allowance for key and overhead) add up to the
+    /// cell's state size; the same for the plain and the TTL cell of a shape.
+    fn keys(&self, args: &MatrixArgs) -> u64 {
+        let budget = (args.budget_mib << 20) as f64;
+        let state = budget * if self.beyond { args.beyond } else { args.fits };
+        (state / (self.value_bytes + 16) as f64) as u64
+    }
+}
+
+/// A figure per round of one cell and phase.
+struct Series {
+    cell: String,
+    phase: Phase,
+    ours: Vec<f64>,
+    raw: Vec<f64>,
+    ratio: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn io_err(e: std::io::Error) -> rockstate::Error {
+    rockstate::Error::Io {
+        path: std::env::temp_dir(),
+        source: e,
+    }
+}
+
+/// Runs every selected cell `rounds` times and prints the lines and the summary.
+pub fn run(args: &MatrixArgs) -> rockstate::Result<()> {
+    if args.rounds == 0 || args.budget_mib < 8 || !(args.fits > 0.0 && args.beyond > 0.0) {
+        return Err(rockstate::Error::InvalidOption {
+            name: "bench matrix",
+            detail: "--rounds >= 1, --budget-mib >= 8, --fits and --beyond > 0".into(),
+        });
+    }
+    let cells: Vec<Cell> = Cell::all()
+        .into_iter()
+        .filter(|c| args.only.as_ref().is_none_or(|o| c.name().contains(o)))
+        .collect();
+    Line::header()
+        .label("bench matrix:")
+        .int("budget_bytes", (args.budget_mib << 20) as u64)
+        .num("fits", args.fits, 2)
+        .num("beyond", args.beyond, 1)
+        .int("ops", args.ops)
+        .num("zipf", args.zipf, 2)
+        .int("rounds", args.rounds as u64)
+        .int("cells", cells.len() as u64)
+        .note(
+            "rockstate RawValueState vs raw rust-rocksdb with rockstate's options on a budget of \
+             the same size; cell = fits|beyond / uniform|zipf / value bytes / plain|ttl; every \
+             store flushed and compacted, untimed, before each phase; the stores take turns in \
+             20 slices, the first rotating",
+        )
+        .print();
+    let mut series: Vec<Series> = Vec::new();
+    for round in 0..args.rounds {
+        for cell in &cells {
+            let rates = run_cell(args, cell, round)?;
+            for (phase, (ours, raw)) in Phase::ALL.into_iter().zip(rates) {
+                let name = cell.name();
+                let s = match series
+                    .iter_mut()
+                    .find(|s| s.cell == name && s.phase.name() == phase.name())
+                {
+                    Some(s) => s,
+                    None => {
+                        series.push(Series {
+                            cell: name,
+                            phase,
+                            ours: Vec::new(),
+                            raw: Vec::new(),
+                            ratio: Vec::new(),
+                        });
+                        series.last_mut().expect("just pushed")
+                    }
+                };
+                s.ours.push(ours);
+                s.raw.push(raw);
+                s.ratio.push(ours / raw);
+            }
+        }
+    }
+    Line::header()
+        .label("bench matrix summary:")
+        .note("medians over the rounds; ratio = median of the rounds' rockstate / raw")
+        .print();
+    for s in &series {
+        let lo = s.ratio.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = s.ratio.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Line::new()
+            .label("median")
+            .text("cell", &s.cell)
+            .text("phase", s.phase.name())
+            .num("rockstate_ops_s", median(&s.ours), 0)
+            .num("raw_ops_s", median(&s.raw), 0)
+            .num("ratio", median(&s.ratio), 3)
+            .num("ratio_min", lo, 3)
+            .num("ratio_max", hi, 3)
+            .print();
+    }
+    Ok(())
+}
+
+/// Builds one cell's two stores, runs the phases, prints a line per phase; returns each
+/// phase's (rockstate, raw) ops/s.
+fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<Vec<(f64, f64)>> {
+    let dir = tempfile::tempdir().map_err(io_err)?;
+    let keys = cell.keys(args);
+    let mut w = Workload::with(
+        keys,
+        args.ops,
+        cell.value_bytes,
+        cell.zipf.then_some(args.zipf),
+        args.seed,
+    )?;
+    w.rotate = round;
+    let budget_config = MemoryBudgetConfig {
+        total_bytes: args.budget_mib << 20,
+        ..MemoryBudgetConfig::default()
+    };
+    let options = DbOptions::default();
+    let backend = KeyedBackend::builder(dir.path().join("rockstate"))
+        .options(options.clone())
+        .memory_budget(MemoryBudget::new(budget_config.clone())?)
+        .open()?;
+    let codec = CodecId::new("bytes", 1);
+    let ours = if cell.ttl {
+        // A week: nothing expires during the run, every access pays the checks.
+        let ttl = TtlConfig::new(Duration::from_secs(7 * 24 * 3600));
+        backend.raw_value_state(StateDescriptor::new("bench").with_ttl(ttl), codec)?
+    } else {
+        backend.raw_value_state("bench", codec)?
+    };
+    let partition =
+        rockstate::keygroup::file_partition_prefix_len(128, rockstate::KeyGroupRange::all(128)?);
+    let raw = Raw {
+        db: rockstate::RawRocksDb::open_like_rockstate(
+            &dir.path().join("raw"),
+            &options,
+            &MemoryBudget::new(budget_config)?,
+            partition,
+        )?,
+        same_layout: false,
+    };
+    let mut rates = Vec::new();
+    for phase in Phase::ALL {
+        backend.wait_for_compactions()?;
+        raw.settle()?;
+        let files = levels(|p| backend.state_property("bench", p).ok().flatten());
+        let stores: [&dyn Store; 2] = [&ours, &raw];
+        let ops = run_phase(&stores, phase, &w)?;
+        Line::new()
+            .int("round", round as u64 + 1)
+            .text("cell", cell.name())
+            .int("keys", keys)
+            .text("phase", phase.name())
+            .num("rockstate_ops_s", ops[0], 0)
+            .num("raw_ops_s", ops[1], 0)
+            .num("ratio", ops[0] / ops[1], 3)
+            .text("files_before", files)
+            .print();
+        rates.push((ops[0], ops[1]));
+    }
+    Ok(rates)
+}
