@@ -307,7 +307,8 @@ impl StateCore {
         if self.ttl.is_none() {
             return self.table.get_with(k, f)?.transpose();
         }
-        let mut refresh: Option<Vec<u8>> = None;
+        // The refreshed value is stamped inside the read, on the stack for small values.
+        let mut refresh: Option<ValueBuf> = None;
         let mut expired = false;
         let out = self
             .table
@@ -315,7 +316,7 @@ impl StateCore {
                 match self.classify(stored)? {
                     Found::Live(p) => f(p).map(Some),
                     Found::LiveRefresh(p) => {
-                        refresh = Some(p.to_vec());
+                        refresh = Some(self.stamp(p));
                         f(p).map(Some)
                     }
                     Found::ExpiredHidden => {
@@ -326,8 +327,8 @@ impl StateCore {
             })?
             .transpose()?
             .flatten();
-        if let Some(p) = refresh {
-            self.table.put(k, &self.stamp(&p))?;
+        if let Some(stored) = refresh {
+            self.table.put(k, &stored)?;
         }
         if expired {
             self.table.delete(k)?;
