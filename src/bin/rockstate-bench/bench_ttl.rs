@@ -37,7 +37,7 @@ pub struct TtlArgs {
     #[arg(long, default_value_t = 500_000)]
     access_keys: u64,
     /// Timed compactions per configuration (filter on, filter off), in alternating order.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 4)]
     compactions: u64,
 }
 
@@ -141,12 +141,18 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
     let long = TtlConfig::new(Duration::from_secs(365 * 24 * 3600));
     // Each configuration `compactions` times, in alternating order, on a fresh database whose
     // background compactions have finished (untimed); the timed manual compaction then
-    // rewrites every entry once, through the filter or not.
+    // rewrites every entry once, through the filter or not. A first, untimed run warms the
+    // process up: the first compaction of a process runs slower, and with the filter always
+    // first in the first pair, two identical configurations measured 0.905 and 0.939.
     let mut secs = [0f64; 2];
     let n = args.keys_per_round * 5;
-    for round in 0..args.compactions {
-        let order = if round % 2 == 0 { [0usize, 1] } else { [1, 0] };
-        for i in order {
+    for round in 0..=args.compactions {
+        let order: &[usize] = match round {
+            0 => &[0],
+            r if r % 2 == 1 => &[0, 1],
+            _ => &[1, 0],
+        };
+        for &i in order {
             let filter = i == 0;
             let dir = tmp.path().join(format!("compact-{round}-{i}"));
             let b = open(&dir, &clock)?;
@@ -164,7 +170,9 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
             b.wait_for_compactions()?;
             let start = Instant::now();
             b.compact_state("s")?;
-            secs[i] += start.elapsed().as_secs_f64();
+            if round > 0 {
+                secs[i] += start.elapsed().as_secs_f64();
+            }
             drop((s, b));
             std::fs::remove_dir_all(&dir).map_err(io_err)?;
         }
