@@ -63,7 +63,7 @@ pub use db::{lower_compaction_priority, MemoryBudget};
 pub use error::{Error, ErrorKind, Result};
 pub use keygroup::KeyGroupRange;
 pub use metrics::{BackendMetrics, CheckpointMetrics, LevelMetrics, RocksDbMetrics};
-pub use options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig};
+pub use options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig, ValueCacheAdmission};
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
     RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,

@@ -16,6 +16,19 @@ pub enum Compression {
     Zstd,
 }
 
+/// Which values read from RocksDB a backend's value cache keeps (values written are always
+/// kept: state is mostly read soon after it is written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ValueCacheAdmission {
+    /// Every value a point read finds in RocksDB (the default).
+    EveryRead,
+    /// A value only on its key's second read within a window of about as many reads as the
+    /// cache holds entries (TinyLFU's doorkeeper): a key read once, as most are when reads
+    /// are spread over state larger than memory, costs no copy into the cache and evicts
+    /// nothing; a key read again is kept.
+    SecondRead,
+}
+
 /// RocksDB settings applied to every column family of a backend. Defaults are tuned for
 /// point-access keyed state on a small machine; each field says its default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,6 +160,12 @@ pub struct DbOptions {
     /// ring; each entry takes a 12-byte header plus its key and value, rounded up to 8 bytes.
     /// Entries above an eighth of the ring are not kept; below 2 KiB the cache is off.
     pub value_cache_bytes: usize,
+    /// Which values read from RocksDB the value cache keeps. Default
+    /// [`ValueCacheAdmission::EveryRead`]: `bench matrix` (state 0.5× and 4× a 128 MiB budget,
+    /// uniform and Zipf keys, 100 B values, three alternating rounds) found no phase where
+    /// either policy's ratio to raw RocksDB moved beyond the spread of the other's
+    /// (docs/decisions/0026-value-cache-admission.md).
+    pub value_cache_admission: ValueCacheAdmission,
 }
 
 impl Default for DbOptions {
@@ -173,6 +192,7 @@ impl Default for DbOptions {
             write_cache_bytes: 2 << 20,
             key_bounds: true,
             value_cache_bytes: 128 << 20,
+            value_cache_admission: ValueCacheAdmission::EveryRead,
         }
     }
 }

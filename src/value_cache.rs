@@ -48,7 +48,9 @@
 //! Its bytes come out of the memory budget, as the write cache's do.
 
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::options::ValueCacheAdmission;
 use crate::write_cache::HashedWrite;
 
 /// Bytes of an entry's header: slot (4), key length (4), value length (4).
@@ -108,6 +110,62 @@ fn index_slot(pos: u64, hash: u64) -> u64 {
     ((pos / ALIGN as u64) << 32) | tag(hash)
 }
 
+/// TinyLFU's doorkeeper, the admission filter of values read from RocksDB
+/// ([`ValueCacheAdmission::SecondRead`]): one bit per hash bucket, set by the first read of a
+/// key the cache did not hold; a read's value is admitted when its bit was set already. The
+/// bits are atomics, so the check runs under the front's read lock and the exclusive lock is
+/// taken only for values that will be kept. When an eighth of the bits are set they are all
+/// cleared, so it remembers about the last `bits / 8` keys read (for 100-byte values about as
+/// many as the ring holds).
+#[derive(Debug, Default)]
+struct Doorkeeper {
+    /// A power of two of words (or none: every read is admitted).
+    words: Vec<AtomicU64>,
+    set: AtomicUsize,
+    /// Bits set at which all are cleared.
+    reset_at: usize,
+}
+
+impl Doorkeeper {
+    /// Two bits per index slot (so a byte per four slots).
+    fn new(index_slots: usize) -> Self {
+        let words = (index_slots * 2 / 64).max(1);
+        Doorkeeper {
+            words: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            set: AtomicUsize::new(0),
+            reset_at: (words * 64 / 8).max(1),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.words.len() * std::mem::size_of::<AtomicU64>()
+    }
+
+    /// Whether a read of the key with `hash` was seen since the last clear; marks it seen.
+    /// Concurrent readers may race a clear: a key then reads as seen or unseen once more
+    /// than it should, which admits or defers one value and breaks nothing.
+    fn seen(&self, hash: u64) -> bool {
+        if self.words.is_empty() {
+            return true;
+        }
+        // The high half of the hash: the index places slots by the low half.
+        let bit = (hash >> 32) as usize & (self.words.len() * 64 - 1);
+        let (word, mask) = (&self.words[bit / 64], 1u64 << (bit % 64));
+        if word.load(Ordering::Relaxed) & mask != 0 {
+            return true;
+        }
+        word.fetch_or(mask, Ordering::Relaxed);
+        // Exactly one reader sees the count reach `reset_at`, and it clears.
+        if self.set.fetch_add(1, Ordering::Relaxed) + 1 == self.reset_at {
+            for w in &self.words {
+                w.store(0, Ordering::Relaxed);
+            }
+            self.set.store(0, Ordering::Relaxed);
+        }
+        false
+    }
+}
+
 /// Cached values of every column family of one database, keyed by (slot, key) as the write
 /// cache is.
 #[derive(Debug)]
@@ -132,13 +190,16 @@ pub(crate) struct ValueCache {
     epoch: u64,
     /// Slots whose values are never cached ([`ValueCache::keep_out`]).
     kept_out: Vec<bool>,
+    admission: ValueCacheAdmission,
+    /// Empty unless `admission` is [`ValueCacheAdmission::SecondRead`] and the cache is on.
+    door: Doorkeeper,
 }
 
 impl ValueCache {
     /// An empty cache holding at most `limit` bytes (0, or too little for a useful ring: the
     /// cache is off and holds nothing). `hasher` is the write cache's, so one hash of a key
     /// serves both.
-    pub(crate) fn new(limit: usize, hasher: RandomState) -> Self {
+    pub(crate) fn new(limit: usize, hasher: RandomState, admission: ValueCacheAdmission) -> Self {
         // The index takes at most a quarter, in a power of two of slots.
         let quarter_slots = limit / 4 / std::mem::size_of::<u64>();
         let max_slots = if quarter_slots < MIN_SLOTS {
@@ -146,10 +207,15 @@ impl ValueCache {
         } else {
             (1usize << (usize::BITS - 1 - quarter_slots.leading_zeros())).min(MAX_SLOTS)
         };
+        let door = match admission {
+            ValueCacheAdmission::SecondRead if max_slots > 0 => Doorkeeper::new(max_slots),
+            _ => Doorkeeper::default(),
+        };
         let ring_len = if max_slots == 0 {
             0
         } else {
-            (limit - max_slots * std::mem::size_of::<u64>()) / ALIGN * ALIGN
+            // The doorkeeper's byte per four slots fits in the quarter's spare eighth.
+            (limit - max_slots * std::mem::size_of::<u64>() - door.bytes()) / ALIGN * ALIGN
         };
         ValueCache {
             ring: Vec::new(),
@@ -164,6 +230,8 @@ impl ValueCache {
             limit: if max_slots == 0 { 0 } else { limit },
             epoch: 0,
             kept_out: Vec::new(),
+            admission,
+            door,
         }
     }
 
@@ -180,7 +248,7 @@ impl ValueCache {
     /// Empties the cache and gives it `limit` bytes from now on; the epoch moves on, so a
     /// read that looked before records nothing.
     pub(crate) fn resize(&mut self, limit: usize) {
-        let resized = ValueCache::new(limit, self.hasher.clone());
+        let resized = ValueCache::new(limit, self.hasher.clone(), self.admission);
         *self = ValueCache {
             epoch: self.epoch + 1,
             kept_out: std::mem::take(&mut self.kept_out),
@@ -326,6 +394,22 @@ impl ValueCache {
         std::hint::black_box(sum);
     }
 
+    /// Whether a value RocksDB is about to return for the key with `hash` (which the cache
+    /// does not hold) should be recorded: always under [`ValueCacheAdmission::EveryRead`],
+    /// on the key's second read within the doorkeeper's memory under
+    /// [`ValueCacheAdmission::SecondRead`] (the first marks it). Runs under a shared lock.
+    pub(crate) fn admits_read(&self, hash: u64) -> bool {
+        self.is_on() && self.door.seen(hash)
+    }
+
+    /// Notes that a read found the key with `hash` in the cache: under
+    /// [`ValueCacheAdmission::SecondRead`] its doorkeeper bit is set, so a key read often is
+    /// admitted again on its first miss after the ring overwrites it, as under
+    /// [`ValueCacheAdmission::EveryRead`]. Runs under a shared lock.
+    pub(crate) fn note_hit(&self, hash: u64) {
+        self.door.seen(hash);
+    }
+
     /// Records a value RocksDB returned for `key` to a read that looked in the cache at
     /// `epoch`; dropped if a write was recorded since (it may be older than that write).
     pub(crate) fn record_read(
@@ -356,9 +440,9 @@ impl ValueCache {
         self.resize(self.limit);
     }
 
-    /// Bytes held: the ring and the index as allocated; at most the limit.
+    /// Bytes held: the ring, the index and the doorkeeper as allocated; at most the limit.
     pub(crate) fn bytes(&self) -> usize {
-        self.ring.len() + self.index.len() * std::mem::size_of::<u64>()
+        self.ring.len() + self.index.len() * std::mem::size_of::<u64>() + self.door.bytes()
     }
 
     /// Number of keys cached (counted over the index).
@@ -551,8 +635,45 @@ mod tests {
     }
 
     #[test]
+    fn second_read_admission_admits_a_key_on_its_second_read() {
+        let c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::SecondRead);
+        let h = c.hash(0, b"k");
+        assert!(!c.admits_read(h));
+        assert!(c.admits_read(h));
+        // A key found in the cache is admitted on its first miss after the ring drops it.
+        let hot = c.hash(0, b"hot");
+        c.note_hit(hot);
+        assert!(c.admits_read(hot));
+        let every = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
+        assert!(every.admits_read(every.hash(0, b"k")));
+        let off = ValueCache::new(0, RandomState::new(), ValueCacheAdmission::EveryRead);
+        assert!(!off.admits_read(off.hash(0, b"k")));
+    }
+
+    #[test]
+    fn the_doorkeeper_forgets_every_key_when_an_eighth_of_its_bits_are_set() {
+        let c = ValueCache::new(
+            64 * 1024,
+            RandomState::new(),
+            ValueCacheAdmission::SecondRead,
+        );
+        let h = c.hash(0, b"k");
+        assert!(!c.admits_read(h));
+        let mut cleared = false;
+        for i in 0u64..(c.door.reset_at as u64 * 16) {
+            c.admits_read(c.hash(0, &i.to_le_bytes()));
+            if c.door.set.load(Ordering::Relaxed) == 0 {
+                cleared = true;
+                break;
+            }
+        }
+        assert!(cleared, "the doorkeeper never cleared");
+        assert!(!c.admits_read(h), "a cleared doorkeeper remembered a key");
+    }
+
+    #[test]
     fn writes_and_reads_add_and_later_ones_replace() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new());
+        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
         assert_eq!(get(&c, 0, b"k"), None);
         c.record_write(0, b"k", Some(b"v0"));
         assert_eq!(get(&c, 0, b"k"), Some(&b"v0"[..]), "a write adds its key");
@@ -572,7 +693,7 @@ mod tests {
 
     #[test]
     fn a_read_that_raced_a_write_is_not_recorded() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new());
+        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
         read(&mut c, b"k", b"old");
         let before = c.epoch();
         c.record_write(0, b"k", None);
@@ -593,7 +714,7 @@ mod tests {
 
     #[test]
     fn the_oldest_entries_leave_first() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new());
+        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
         let fit = c.ring_len / entry_size(4 + 100);
         let n = 2 * fit as u32 + 7;
         for i in 0..n {
@@ -618,7 +739,11 @@ mod tests {
 
     #[test]
     fn an_oversized_value_is_not_cached_and_drops_the_older_one() {
-        let mut c = ValueCache::new(64 * 1024, RandomState::new());
+        let mut c = ValueCache::new(
+            64 * 1024,
+            RandomState::new(),
+            ValueCacheAdmission::EveryRead,
+        );
         read(&mut c, b"k", b"small");
         c.record_write(0, b"k", Some(&[0; 8192]));
         assert_eq!(get(&c, 0, b"k"), None);
@@ -629,7 +754,7 @@ mod tests {
 
     #[test]
     fn a_kept_out_slot_is_never_cached() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new());
+        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
         read(&mut c, b"k", b"v");
         c.keep_out(3);
         assert_eq!(
@@ -647,7 +772,7 @@ mod tests {
 
     #[test]
     fn a_resize_empties_the_cache_and_moves_the_epoch() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new());
+        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
         c.keep_out(2);
         read(&mut c, b"k", b"v");
         let before = c.epoch();
@@ -667,7 +792,7 @@ mod tests {
     #[test]
     fn an_off_cache_holds_nothing() {
         for limit in [0, 1000] {
-            let mut c = ValueCache::new(limit, RandomState::new());
+            let mut c = ValueCache::new(limit, RandomState::new(), ValueCacheAdmission::EveryRead);
             assert!(!c.is_on(), "{limit}");
             read(&mut c, b"k", b"v");
             c.record_write(0, b"k", Some(b"v"));
@@ -679,7 +804,11 @@ mod tests {
     #[test]
     fn the_index_stays_within_a_quarter_and_half_full() {
         // Tiny entries: the index, not the ring, bounds the count.
-        let mut c = ValueCache::new(64 * 1024, RandomState::new());
+        let mut c = ValueCache::new(
+            64 * 1024,
+            RandomState::new(),
+            ValueCacheAdmission::EveryRead,
+        );
         assert_eq!(c.max_slots, 2048);
         assert!(
             c.ring_len / entry_size(4) > 2048,
@@ -750,14 +879,25 @@ mod tests {
 
     #[test]
     fn churn_keeps_the_index_and_the_ring_true() {
-        churn(&mut ValueCache::new(16 * 1024, RandomState::new()), 40_000);
+        churn(
+            &mut ValueCache::new(
+                16 * 1024,
+                RandomState::new(),
+                ValueCacheAdmission::EveryRead,
+            ),
+            40_000,
+        );
     }
 
     #[test]
     fn positions_past_32_bits_of_index_units_read_true() {
         // The index keeps the low 32 bits of a position / 8, so they wrap every 32 GiB
         // written: start just below the first wrap.
-        let mut c = ValueCache::new(16 * 1024, RandomState::new());
+        let mut c = ValueCache::new(
+            16 * 1024,
+            RandomState::new(),
+            ValueCacheAdmission::EveryRead,
+        );
         c.head = (1 << 35) - 64 * 1024;
         c.swept_at = c.head;
         churn(&mut c, 20_000);

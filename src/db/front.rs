@@ -29,6 +29,7 @@ use super::rocks_error;
 use super::BatchOp;
 use crate::error::{Error, Result};
 use crate::key_bounds::{Check, KeyBounds};
+use crate::options::ValueCacheAdmission;
 use crate::value_cache::ValueCache;
 use crate::write_cache::{CachedWrite, WriteCache};
 
@@ -125,6 +126,8 @@ pub(super) struct FrontSettings {
     pub(super) write_cache_bytes: usize,
     /// Bytes the value cache asks of the budget (0: no value cache).
     pub(super) value_cache_bytes: usize,
+    /// Which values read from RocksDB the value cache keeps.
+    pub(super) value_cache_admission: ValueCacheAdmission,
     /// Bytes of the key-group prefix when point reads are bounded per key group.
     pub(super) bounds_prefix: Option<usize>,
 }
@@ -156,7 +159,7 @@ impl Open {
         let front = Arc::new(RwLock::new(Front {
             cache: WriteCache::new(reservation.bytes, hasher.clone()),
             // Sized by the budget as it joins (below).
-            values: ValueCache::new(0, hasher),
+            values: ValueCache::new(0, hasher, settings.value_cache_admission),
             // Every bound starts unknown: the database may hold keys already.
             bounds: settings.bounds_prefix.map(KeyBounds::new),
         }));
@@ -483,11 +486,15 @@ impl Open {
                 return Ok(None);
             }
             if let Some(v) = front.values.get(hash, slot, key) {
+                front.values.note_hit(hash);
                 let v = smallvec::SmallVec::<[u8; 256]>::from_slice(v);
                 drop(front);
                 return Ok(Some(f(&v)));
             }
-            epoch = front.values.is_on().then(|| (front.values.epoch(), hash));
+            epoch = front
+                .values
+                .admits_read(hash)
+                .then(|| (front.values.epoch(), hash));
             drop(front);
             if let Check::Unknown { losses } = check {
                 self.learn_bound(slot, key, losses)?;

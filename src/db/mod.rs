@@ -180,6 +180,7 @@ impl Db {
             } else {
                 options.value_cache_bytes
             },
+            value_cache_admission: options.value_cache_admission,
             bounds_prefix: layout
                 .filter(|_| options.key_bounds && !read_only)
                 .map(|l| l.group_prefix),

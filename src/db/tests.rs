@@ -210,18 +210,26 @@ fn value_cached(cf: &Cf, key: &[u8]) -> Option<Vec<u8>> {
 
 #[test]
 fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
-    for (cache, wal) in [(2 << 20, false), (0, false), (0, true)] {
+    use crate::options::ValueCacheAdmission::{EveryRead, SecondRead};
+    for (cache, wal, admission) in [
+        (2 << 20, false, EveryRead),
+        (0, false, EveryRead),
+        (0, true, EveryRead),
+        (2 << 20, false, SecondRead),
+        (0, true, SecondRead),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let options = DbOptions {
             write_cache_bytes: cache,
             wal,
             value_cache_bytes: 1 << 20,
+            value_cache_admission: admission,
             ..DbOptions::default()
         };
         let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
         let db = Db::open(dir.path(), &options, &budget, layout()).unwrap();
         let cf = db.create_cf("s").unwrap();
-        let case = format!("cache {cache}, wal {wal}");
+        let case = format!("cache {cache}, wal {wal}, {admission:?}");
         cf.put(b"\x05a", b"1").unwrap();
         cf.put(b"\x05b", b"2").unwrap();
         if cache > 0 {
@@ -239,6 +247,14 @@ fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
         );
         open_of(&db).front().write().values.clear();
         assert_eq!(read(&cf, b"\x05a"), Some(b"1".to_vec()));
+        if admission == SecondRead {
+            assert_eq!(
+                value_cached(&cf, b"\x05a"),
+                None,
+                "{case}: a first read only marks its key"
+            );
+            assert_eq!(read(&cf, b"\x05a"), Some(b"1".to_vec()));
+        }
         assert_eq!(
             value_cached(&cf, b"\x05a"),
             Some(b"1".to_vec()),
@@ -278,6 +294,8 @@ fn range_deletion_dropped_files_and_ingestion_empty_the_value_cache() {
     let options = DbOptions {
         key_group_files: true,
         value_cache_bytes: 1 << 20,
+        // Every read fills the cache, so each change below has entries to drop.
+        value_cache_admission: crate::options::ValueCacheAdmission::EveryRead,
         ..DbOptions::default()
     };
     let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();

@@ -18,11 +18,10 @@
 use std::time::Duration;
 
 use rockstate::{
-    CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, StateDescriptor,
-    TtlConfig,
+    CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, StateDescriptor, TtlConfig,
 };
 
-use crate::bench_ops::{levels, run_phase, Phase, Raw, Store, Workload};
+use crate::bench_ops::{levels, parse_override, run_phase, Phase, Raw, Store, Workload};
 use crate::report::Line;
 
 /// Arguments of `bench matrix`.
@@ -52,6 +51,10 @@ pub struct MatrixArgs {
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Overrides of the RocksDB options (applied to both stores) as JSON, e.g.
+    /// `{"value_cache_bytes":0}`.
+    #[arg(long)]
+    options: Option<String>,
 }
 
 /// One workload of the matrix.
@@ -149,6 +152,7 @@ pub fn run(args: &MatrixArgs) -> rockstate::Result<()> {
         .num("zipf", args.zipf, 2)
         .int("rounds", args.rounds as u64)
         .int("cells", cells.len() as u64)
+        .text("options", args.options.as_deref().unwrap_or("{}"))
         .note(
             "rockstate RawValueState vs raw rust-rocksdb with rockstate's options on a budget of \
              the same size; cell = fits|beyond / uniform|zipf / value bytes / plain|ttl; every \
@@ -222,7 +226,7 @@ fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<V
         total_bytes: args.budget_mib << 20,
         ..MemoryBudgetConfig::default()
     };
-    let options = DbOptions::default();
+    let options: DbOptions = parse_override("--options", args.options.as_deref())?;
     let backend = KeyedBackend::builder(dir.path().join("rockstate"))
         .options(options.clone())
         .memory_budget(MemoryBudget::new(budget_config.clone())?)
