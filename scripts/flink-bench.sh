@@ -3,25 +3,48 @@
 # (benches/flink/FlinkOps.java) and through rockstate alone (`bench ops --solo-only`), in turns
 # on this machine, and prints each phase's median ops/s per system and rockstate / Flink.
 #
-#   bash scripts/flink-bench.sh [--rounds R] [--keys N] [--value-bytes B]
+#   bash scripts/flink-bench.sh [--rounds R] [--keys N] [--value-bytes B] [--ops M]
+#                               [--zipf S] [--ttl] [--budget-bytes BYTES]
+#   bash scripts/flink-bench.sh --matrix [--rounds R] [--only SUBSTRING]
+#
+# `--matrix` runs the cells of `rockstate-bench matrix` with its defaults (state 0.5x and 4x a
+# 128 MiB budget, uniform and Zipf 0.99 keys, 100 B and 1 KiB values, plain and a week's TTL,
+# 500k operations per phase after the insert), both systems on the same budget (Flink's managed
+# memory, rockstate's memory budget), one summary line per cell and phase; `--only` keeps the
+# cells whose name (`fits/zipf/1024B/ttl`) contains it.
 #
 # Flink comes from PyPI's apache-flink-libraries wheel (its flink-dist jar bundles the RocksDB
 # state backend and FRocksDB's JNI library); the wheel and the compiled class are cached under
 # target/flink-bench. Needs a JDK 17 (installed through apt when javac is missing) and python3.
-# Each round runs rockstate, Flink with its defaults (no bloom filter, compactions at normal
-# priority), and Flink tuned with what rockstate does by default and Flink can be configured to
-# do (`state.backend.rocksdb.use-bloom-filter: true`, compaction pool at nice 19), 10 s apart,
-# in an order that rotates from round to round, so load from elsewhere on a shared machine
-# lands on all three alike. Not a test: nothing here asserts a speed.
+# The rockstate side is target/release/rockstate-bench, built here unless ROCKSTATE_BENCH names
+# a binary. Each round runs rockstate, Flink with its defaults (no bloom filter, compactions at
+# normal priority), and Flink tuned with what rockstate does by default and Flink can be
+# configured to do (`state.backend.rocksdb.use-bloom-filter: true`, compaction pool at nice 19),
+# 10 s apart, in an order that rotates from round to round, so load from elsewhere on a shared
+# machine lands on all three alike. Not a test: nothing here asserts a speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rounds=3
-args=()
+matrix=0
+only=""
+keys=1000000
+value_bytes=100
+ops="-"
+zipf="-"
+ttl=0
+budget=$((512 << 20))
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
-    --keys|--value-bytes) args+=("$1" "$2"); shift 2 ;;
+    --keys) keys="$2"; shift 2 ;;
+    --value-bytes) value_bytes="$2"; shift 2 ;;
+    --ops) ops="$2"; shift 2 ;;
+    --zipf) zipf="$2"; shift 2 ;;
+    --ttl) ttl=1; shift ;;
+    --budget-bytes) budget="$2"; shift 2 ;;
+    --matrix) matrix=1; shift ;;
+    --only) only="$2"; shift 2 ;;
     *) echo "flink-bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -51,50 +74,97 @@ cp_jars=$(ls "$cache"/pyflink/lib/*.jar | paste -sd: -)
 mkdir -p "$cache/classes"
 javac -nowarn -cp "$cp_jars" -d "$cache/classes" benches/flink/FlinkOps.java
 
-cargo build -q --release --bin rockstate-bench
+bench="${ROCKSTATE_BENCH:-}"
+if [ -z "$bench" ]; then
+  cargo build -q --release --bin rockstate-bench
+  bench=./target/release/rockstate-bench
+fi
 
 out="$cache/last-run.txt"
 log="$cache/flink-stderr.log"
 : > "$out"
 : > "$log"
+
+# The cell being run: its name and the flags each side gets.
+cell="" common=() flink_budget=() rockstate_budget=()
+set_cell() { # set_cell <name> <keys> <value bytes> <ops|-> <zipf|-> <ttl 0|1> <budget bytes>
+  cell="$1"
+  common=(--keys "$2" --value-bytes "$3")
+  [ "$4" = - ] || common+=(--ops "$4")
+  [ "$5" = - ] || common+=(--zipf "$5")
+  [ "$6" = 0 ] || common+=(--ttl)
+  flink_budget=(--budget-bytes "$7")
+  rockstate_budget=(--budget "{\"total_bytes\":$7}")
+}
 flink() { # flink <line prefix> [FlinkOps flags...]
   local prefix="$1"
   shift
   if ! java -Xmx2g -cp "$cache/classes:$cp_jars" org.apache.flink.state.rocksdb.FlinkOps \
-    "$@" ${args[@]+"${args[@]}"} 2>>"$log" >"$cache/flink-out.txt"; then
+    "$@" "${common[@]}" "${flink_budget[@]}" 2>>"$log" >"$cache/flink-out.txt"; then
     echo "flink-bench: FlinkOps failed; the end of $log:" >&2
     tail -20 "$log" >&2
     exit 1
   fi
-  sed "s/^flink_phase=/${prefix}_phase=/" "$cache/flink-out.txt" | tee -a "$out"
+  sed "s|^flink_phase=|cell=$cell ${prefix}_phase=|" "$cache/flink-out.txt" | tee -a "$out"
 }
 rockstate() {
-  ./target/release/rockstate-bench ops --solo-only --no-reference ${args[@]+"${args[@]}"} \
-    | tee -a "$out"
+  "$bench" ops --solo-only --no-reference "${common[@]}" "${rockstate_budget[@]}" \
+    | sed "s|^solo_phase=|cell=$cell solo_phase=|" | tee -a "$out"
 }
+
+cells=()
+if [ "$matrix" = 1 ]; then
+  mib128=$((128 << 20))
+  for size in fits beyond; do
+    for dist in uniform zipf; do
+      for vb in 100 1024; do
+        for kind in plain ttl; do
+          name="$size/$dist/${vb}B/$kind"
+          case "$name" in *"$only"*) ;; *) continue ;; esac
+          if [ "$size" = fits ]; then state=$((mib128 / 2)); else state=$((mib128 * 4)); fi
+          z=-; [ "$dist" = uniform ] || z=0.99
+          t=0; [ "$kind" = plain ] || t=1
+          # As `rockstate-bench matrix` sizes a cell: keys = state / (value bytes + 16).
+          cells+=("$name $((state / (vb + 16))) $vb 500000 $z $t $mib128")
+        done
+      done
+    done
+  done
+  [ ${#cells[@]} -gt 0 ] || { echo "flink-bench: no cell matches --only $only" >&2; exit 2; }
+else
+  cells+=("single $keys $value_bytes $ops $zipf $ttl $budget")
+fi
+
 runs=(rockstate "flink flink" "flink flink_tuned --bloom --low-priority-compaction")
 for r in $(seq 1 "$rounds"); do
-  echo "flink-bench: round $r of $rounds" >&2
-  for i in 0 1 2; do
-    ${runs[$(( (i + r - 1) % 3 ))]}
-    sleep 10
+  for c in "${cells[@]}"; do
+    # shellcheck disable=SC2086 # the cell's fields are words by design
+    set_cell $c
+    echo "flink-bench: round $r of $rounds, cell $cell" >&2
+    for i in 0 1 2; do
+      ${runs[$(( (i + r - 1) % 3 ))]}
+      sleep 10
+    done
   done
 done
 
 python3 - "$out" <<'EOF'
 import re, statistics, sys
-runs = {}
+runs, cells = {}, []
 for line in open(sys.argv[1]):
-    m = re.match(r"(solo|flink|flink_tuned)_phase=(\S+) (?:rockstate|flink)_ops_s=(\d+)", line)
+    m = re.match(r"cell=(\S+) (solo|flink|flink_tuned)_phase=(\S+) (?:rockstate|flink)_ops_s=(\d+)", line)
     if m:
-        runs.setdefault((m.group(1), m.group(2)), []).append(int(m.group(3)))
+        if m.group(1) not in cells:
+            cells.append(m.group(1))
+        runs.setdefault((m.group(1), m.group(2), m.group(3)), []).append(int(m.group(4)))
 print("# medians over the rounds; vs_flink = rockstate / Flink defaults, "
       "vs_flink_tuned = rockstate / Flink with bloom filters and low-priority compaction")
-for phase in ["insert", "update", "get", "get_missing", "read_modify_write"]:
-    ours = statistics.median(runs[("solo", phase)])
-    flink = statistics.median(runs[("flink", phase)])
-    tuned = statistics.median(runs[("flink_tuned", phase)])
-    print(f"phase={phase} rockstate_ops_s={ours:.0f} flink_ops_s={flink:.0f} "
-          f"flink_tuned_ops_s={tuned:.0f} vs_flink={ours / flink:.2f} "
-          f"vs_flink_tuned={ours / tuned:.2f}")
+for cell in cells:
+    for phase in ["insert", "update", "get", "get_missing", "read_modify_write"]:
+        ours = statistics.median(runs[(cell, "solo", phase)])
+        flink = statistics.median(runs[(cell, "flink", phase)])
+        tuned = statistics.median(runs[(cell, "flink_tuned", phase)])
+        print(f"cell={cell} phase={phase} rockstate_ops_s={ours:.0f} flink_ops_s={flink:.0f} "
+              f"flink_tuned_ops_s={tuned:.0f} vs_flink={ours / flink:.2f} "
+              f"vs_flink_tuned={ours / tuned:.2f}")
 EOF

@@ -8,7 +8,12 @@
 // serializes it: 8 bytes big-endian), a pool of 4096 random values of B bytes, one ValueState
 // in the void namespace, phases insert 0..N in order, N updates of random existing keys, N gets
 // of random existing keys, N gets of random missing keys (N..2N), N read-modify-writes (get,
-// bump the first byte, update). Key groups: 128 (Flink's default max parallelism, and
+// bump the first byte, update). `--ops M` cuts every phase after the insert to M operations,
+// `--zipf S` draws the existing keys of update, get and read-modify-write from a Zipf
+// distribution over the key ranks, scattered over the keys as `bench ops --zipf` scatters them
+// (rank r is key r * P mod N), and `--ttl` gives the state a week's TTL (Flink's defaults:
+// refreshed on create and write, expired values never returned, cleaned by the compaction
+// filter), as `bench ops --ttl` and `bench matrix` do. Key groups: 128 (Flink's default max parallelism, and
 // rockstate's), the backend owns them all.
 //
 // Before each phase, untimed, both sides flush the memtable and wait for compactions (rockstate's
@@ -28,11 +33,13 @@
 package org.apache.flink.state.rocksdb;
 
 import java.io.File;
+import java.time.Duration;
 import java.nio.file.Files;
 import java.util.Collections;
 import java.util.SplittableRandom;
 
 import org.apache.flink.api.common.ExecutionConfig;
+import org.apache.flink.api.common.state.StateTtlConfig;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeutils.base.LongSerializer;
@@ -70,6 +77,9 @@ public final class FlinkOps {
         boolean bloom = false;
         boolean lowPriority = false;
         long warmup = 200_000;
+        long ops = -1;
+        double zipf = 0;
+        boolean ttl = false;
         String dir = null;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
@@ -80,6 +90,9 @@ public final class FlinkOps {
                 case "--bloom": bloom = true; break;
                 case "--low-priority-compaction": lowPriority = true; break;
                 case "--warmup-keys": warmup = Long.parseLong(args[++i]); break;
+                case "--ops": ops = Long.parseLong(args[++i]); break;
+                case "--zipf": zipf = Double.parseDouble(args[++i]); break;
+                case "--ttl": ttl = true; break;
                 case "--dir": dir = args[++i]; break;
                 default: throw new IllegalArgumentException("unknown argument " + args[i]);
             }
@@ -93,22 +106,80 @@ public final class FlinkOps {
             // What rockstate's `low_priority_compaction` does: nice 19 for the compaction pool.
             Env.getDefault().lowerThreadPoolCPUPriority(Priority.LOW);
         }
+        if (ops < 0 || ops > n) {
+            ops = n;
+        }
         System.out.printf(
                 "# flink ops: keys=%d value_bytes=%d bloom=%b low_priority_compaction=%b "
-                        + "budget_bytes=%d warmup_keys=%d (Flink 2.3 EmbeddedRocksDBStateBackend, "
-                        + "managed memory, PredefinedOptions.DEFAULT)%n",
-                n, valueBytes, bloom, lowPriority, budget, warmup);
+                        + "budget_bytes=%d warmup_keys=%d ops=%d zipf=%s ttl=%b (Flink 2.3 "
+                        + "EmbeddedRocksDBStateBackend, managed memory, PredefinedOptions.DEFAULT)%n",
+                n, valueBytes, bloom, lowPriority, budget, warmup, ops,
+                zipf > 0 ? Double.toString(zipf) : "uniform", ttl);
+        Workload w = new Workload(n, ops, zipf, ttl);
         // The JIT compiles the whole path first on a throw-away backend, so the figures are
         // those of a warm TaskManager.
         if (warmup > 0) {
-            run(new File(root, "warmup"), warmup, valueBytes, seed + 1, budget, bloom, false);
+            Workload small = new Workload(warmup, Math.min(ops, warmup), zipf, ttl);
+            run(new File(root, "warmup"), small, valueBytes, seed + 1, budget, bloom, false);
         }
-        run(new File(root, "bench"), n, valueBytes, seed, budget, bloom, true);
+        run(new File(root, "bench"), w, valueBytes, seed, budget, bloom, true);
         deleteRecursively(root);
     }
 
+    /** Keys, operations per phase after the insert, how existing keys are drawn, TTL. */
+    private static final class Workload {
+        final long n;
+        final long ops;
+        final boolean ttl;
+        /** Cumulative Zipf weights of ranks 0..n, or null for uniform keys. */
+        final double[] zipfCdf;
+
+        Workload(long n, long ops, double zipf, boolean ttl) {
+            this.n = n;
+            this.ops = ops;
+            this.ttl = ttl;
+            if (zipf > 0) {
+                zipfCdf = new double[(int) n];
+                double total = 0;
+                for (int rank = 1; rank <= n; rank++) {
+                    total += 1.0 / Math.pow(rank, zipf);
+                    zipfCdf[rank - 1] = total;
+                }
+            } else {
+                zipfCdf = null;
+            }
+        }
+
+        /** An existing key: uniform, or a Zipf rank scattered over 0..n. */
+        long existingKey(SplittableRandom rng) {
+            if (zipfCdf == null) {
+                return rng.nextLong(n);
+            }
+            double u = rng.nextDouble() * zipfCdf[zipfCdf.length - 1];
+            int lo = 0;
+            int hi = zipfCdf.length;
+            while (lo < hi) {
+                int mid = (lo + hi) >>> 1;
+                if (zipfCdf[mid] < u) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            long rank = Math.min(lo, n - 1);
+            // The prime `bench ops` uses; n stays below it (the Zipf table alone would not fit
+            // in memory above), so the product fits in a long.
+            return (rank * 2_147_483_647L) % n;
+        }
+
+        long ops(int phase) {
+            return phase == 0 ? n : ops;
+        }
+    }
+
     private static void run(
-            File base, long n, int valueBytes, long seed, long budget, boolean bloom, boolean print)
+            File base, Workload w, int valueBytes, long seed, long budget, boolean bloom,
+            boolean print)
             throws Exception {
         Files.createDirectories(base.toPath());
         byte[][] values = new byte[4096][valueBytes];
@@ -151,10 +222,13 @@ public final class FlinkOps {
                         AbstractStateBackend.getCompressionDecorator(executionConfig),
                         new CloseableRegistry())
                 .build();
+        ValueStateDescriptor<byte[]> descriptor =
+                new ValueStateDescriptor<>("bench", BytePrimitiveArraySerializer.INSTANCE);
+        if (w.ttl) {
+            descriptor.enableTimeToLive(StateTtlConfig.newBuilder(Duration.ofDays(7)).build());
+        }
         ValueState<byte[]> state = backend.getPartitionedState(
-                VoidNamespace.INSTANCE,
-                VoidNamespaceSerializer.INSTANCE,
-                new ValueStateDescriptor<>("bench", BytePrimitiveArraySerializer.INSTANCE));
+                VoidNamespace.INSTANCE, VoidNamespaceSerializer.INSTANCE, descriptor);
 
         RocksDB db = backend.db;
         ColumnFamilyHandle cf = backend.getColumnFamilyHandle("bench");
@@ -163,10 +237,12 @@ public final class FlinkOps {
             // the memtable and let compactions finish, so every phase starts from SST files.
             settle(db, cf);
             String levels = levels(db, cf);
+            // The keys are drawn before the clock starts, as `bench ops` draws them.
+            long[] keys = phaseKeys(p, w, seed);
             long start = System.nanoTime();
-            long found = runPhase(backend, state, p, n, seed, values);
+            long found = runPhase(backend, state, p, keys, values);
             double secs = (System.nanoTime() - start) / 1e9;
-            long expected = p == 2 ? n : 0;
+            long expected = p == 2 ? w.ops(p) : 0;
             if ((p == 2 || p == 3) && found != expected) {
                 throw new IllegalStateException(
                         PHASES[p] + " found " + found + " keys, expected " + expected);
@@ -174,7 +250,7 @@ public final class FlinkOps {
             if (print) {
                 System.out.printf(
                         "flink_phase=%s flink_ops_s=%.0f files_before=%s%n",
-                        PHASES[p], n / secs, levels);
+                        PHASES[p], w.ops(p) / secs, levels);
             }
         }
         backend.dispose();
@@ -182,49 +258,55 @@ public final class FlinkOps {
         deleteRecursively(base);
     }
 
-    /** One phase, slice by slice as `bench ops` cuts it; returns how many reads found a value. */
+    /** The keys of phase `p`, slice by slice as `bench ops` cuts and seeds it. */
+    private static long[] phaseKeys(int p, Workload w, long seed) {
+        long n = w.n;
+        long ops = w.ops(p);
+        long[] keys = new long[(int) ops];
+        for (int slice = 0; slice < SLICES; slice++) {
+            long lo = ops * slice / SLICES;
+            long hi = ops * (slice + 1) / SLICES;
+            SplittableRandom rng = new SplittableRandom(seed ^ ((long) p << 32) ^ slice);
+            for (long i = lo; i < hi; i++) {
+                keys[(int) i] = switch (p) {
+                    case 0 -> i;
+                    case 3 -> n + rng.nextLong(n);
+                    default -> w.existingKey(rng);
+                };
+            }
+        }
+        return keys;
+    }
+
+    /** One phase over `keys`; returns how many reads found a value. */
     private static long runPhase(
             RocksDBKeyedStateBackend<Long> backend,
             ValueState<byte[]> state,
             int p,
-            long n,
-            long seed,
+            long[] keys,
             byte[][] values)
             throws Exception {
         long found = 0;
-        for (int slice = 0; slice < SLICES; slice++) {
-            long lo = n * slice / SLICES;
-            long hi = n * (slice + 1) / SLICES;
-            SplittableRandom rng = new SplittableRandom(seed ^ ((long) p << 32) ^ slice);
-            for (long i = lo; i < hi; i++) {
-                byte[] value = values[(int) (i % values.length)];
-                switch (p) {
-                    case 0:
-                        backend.setCurrentKey(i);
-                        state.update(value);
-                        break;
-                    case 1:
-                        backend.setCurrentKey(rng.nextLong(n));
-                        state.update(value);
-                        break;
-                    case 2:
-                        backend.setCurrentKey(rng.nextLong(n));
-                        found += state.value() != null ? 1 : 0;
-                        break;
-                    case 3:
-                        backend.setCurrentKey(n + rng.nextLong(n));
-                        found += state.value() != null ? 1 : 0;
-                        break;
-                    default:
-                        backend.setCurrentKey(rng.nextLong(n));
-                        byte[] v = state.value();
-                        if (v == null) {
-                            v = new byte[0];
-                        } else if (v.length > 0) {
-                            v[0]++;
-                        }
-                        state.update(v);
-                }
+        for (int i = 0; i < keys.length; i++) {
+            byte[] value = values[i % values.length];
+            backend.setCurrentKey(keys[i]);
+            switch (p) {
+                case 0:
+                case 1:
+                    state.update(value);
+                    break;
+                case 2:
+                case 3:
+                    found += state.value() != null ? 1 : 0;
+                    break;
+                default:
+                    byte[] v = state.value();
+                    if (v == null) {
+                        v = new byte[0];
+                    } else if (v.length > 0) {
+                        v[0]++;
+                    }
+                    state.update(v);
             }
         }
         return found;

@@ -15,13 +15,11 @@
 //! recently read SST files on a machine with more free memory than the state, for both stores
 //! alike.
 
-use std::time::Duration;
+use rockstate::{DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig};
 
-use rockstate::{
-    CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, StateDescriptor, TtlConfig,
+use crate::bench_ops::{
+    bench_state, levels, parse_override, run_phase, Phase, Raw, Store, Workload,
 };
-
-use crate::bench_ops::{levels, parse_override, run_phase, Phase, Raw, Store, Workload};
 use crate::report::Line;
 
 /// Arguments of `bench matrix`.
@@ -231,14 +229,7 @@ fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<V
         .options(options.clone())
         .memory_budget(MemoryBudget::new(budget_config.clone())?)
         .open()?;
-    let codec = CodecId::new("bytes", 1);
-    let ours = if cell.ttl {
-        // A week: nothing expires during the run, every access pays the checks.
-        let ttl = TtlConfig::new(Duration::from_secs(7 * 24 * 3600));
-        backend.raw_value_state(StateDescriptor::new("bench").with_ttl(ttl), codec)?
-    } else {
-        backend.raw_value_state("bench", codec)?
-    };
+    let ours = bench_state(&backend, cell.ttl)?;
     let partition =
         rockstate::keygroup::file_partition_prefix_len(128, rockstate::KeyGroupRange::all(128)?);
     let raw = Raw {

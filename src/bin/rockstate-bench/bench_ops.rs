@@ -55,6 +55,29 @@ pub struct OpsArgs {
     /// every key group. get_missing stays uniform.
     #[arg(long)]
     zipf: Option<f64>,
+    /// Operations of each phase after the insert (default: as many as keys; at most that).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Gives rockstate's value state a TTL of a week (nothing expires during the run; every
+    /// access pays the timestamp and its check); the raw baselines store the values as they
+    /// are.
+    #[arg(long)]
+    ttl: bool,
+}
+
+/// The state `bench ops` runs on: a raw value state named `bench`, with a week's TTL when
+/// `ttl`.
+pub(crate) fn bench_state(backend: &KeyedBackend, ttl: bool) -> rockstate::Result<RawValueState> {
+    let codec = CodecId::new("bytes", 1);
+    if ttl {
+        let ttl = rockstate::TtlConfig::new(std::time::Duration::from_secs(7 * 24 * 3600));
+        backend.raw_value_state(
+            rockstate::StateDescriptor::new("bench").with_ttl(ttl),
+            codec,
+        )
+    } else {
+        backend.raw_value_state("bench", codec)
+    }
 }
 
 /// The backend `bench ops` measures.
@@ -308,7 +331,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         .options(options.clone())
         .memory_budget(MemoryBudget::new(budget_config.clone())?)
         .open()?;
-    let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    let ours = bench_state(&backend, args.ttl)?;
 
     let open_raw = |name: &str, same_layout: bool| -> rockstate::Result<Raw> {
         let budget = MemoryBudget::new(budget_config.clone())?;
@@ -334,6 +357,8 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
         .text("existing_keys", key_distribution(args))
+        .int("ops", args.ops.unwrap_or(args.keys).min(args.keys))
+        .text("ttl", if args.ttl { "week" } else { "off" })
         .note(
             "rockstate RawValueState vs raw rust-rocksdb, same options; raw_same_layout stores \
              rockstate's key layout, so layout_ratio is rockstate's code cost alone (rockstate \
@@ -380,6 +405,8 @@ fn run_solo(
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
         .text("existing_keys", key_distribution(args))
+        .int("ops", args.ops.unwrap_or(args.keys).min(args.keys))
+        .text("ttl", if args.ttl { "week" } else { "off" })
         .note(
             "the same workload through rockstate alone (a fresh database, the other stores \
              closed), for absolute figures",
@@ -389,7 +416,7 @@ fn run_solo(
         .options(options)
         .memory_budget(MemoryBudget::new(budget_config)?)
         .open()?;
-    let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    let ours = bench_state(&backend, args.ttl)?;
     let mut solo = Vec::new();
     for phase in Phase::ALL {
         backend.wait_for_compactions()?;
@@ -504,7 +531,8 @@ pub(crate) struct Workload {
 
 impl Workload {
     fn new(args: &OpsArgs) -> rockstate::Result<Self> {
-        Workload::with(args.keys, args.keys, args.value_bytes, args.zipf, args.seed)
+        let ops = args.ops.unwrap_or(args.keys);
+        Workload::with(args.keys, ops, args.value_bytes, args.zipf, args.seed)
     }
 
     /// `keys` keys of `value_bytes`-byte values, `ops` operations per phase after the insert
@@ -583,7 +611,7 @@ impl Workload {
 /// `--backend heap`: the phases through the heap backend vs BTreeMaps, then the snapshot.
 fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
     let backend = KeyedBackend::heap_builder().open()?;
-    let ours = backend.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    let ours = bench_state(&backend, args.ttl)?;
     let raw = RawHeap::new(false);
     let raw_same = RawHeap::new(true);
     let workload = Workload::new(args)?;
