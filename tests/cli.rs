@@ -483,6 +483,86 @@ fn bench_lines_are_key_value_text_without_json() {
     assert!(!out.contains('{'), "{out}");
 }
 
+#[test]
+fn bench_matrix_runs_the_selected_cells_and_summarizes_each_phase() {
+    let o = bench(&[
+        "matrix",
+        "--rounds",
+        "2",
+        "--budget-mib",
+        "8",
+        "--fits",
+        "0.05",
+        "--beyond",
+        "0.1",
+        "--ops",
+        "300",
+        "--only",
+        "uniform/100B",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let cells = [
+        "fits/uniform/100B/plain",
+        "fits/uniform/100B/ttl",
+        "beyond/uniform/100B/plain",
+        "beyond/uniform/100B/ttl",
+    ];
+    let phases = [
+        "insert",
+        "update",
+        "get",
+        "get_missing",
+        "read_modify_write",
+    ];
+    for cell in cells {
+        for phase in phases {
+            let rounds = out
+                .lines()
+                .filter(|l| {
+                    l.starts_with("round=")
+                        && l.contains(&format!(" cell={cell} "))
+                        && l.contains(&format!(" phase={phase} "))
+                })
+                .count();
+            assert_eq!(rounds, 2, "{cell} {phase}: {out}");
+            let median = out
+                .lines()
+                .find(|l| l.starts_with(&format!("median cell={cell} phase={phase} ")))
+                .unwrap_or_else(|| panic!("no summary of {cell} {phase}: {out}"));
+            let ratio: f64 = median
+                .split(' ')
+                .find_map(|f| f.strip_prefix("ratio="))
+                .and_then(|r| r.parse().ok())
+                .unwrap_or_else(|| panic!("no ratio in {median}"));
+            assert!(ratio.is_finite() && ratio > 0.0, "{median}");
+        }
+    }
+    assert!(!out.contains("/1024B/"), "--only kept a 1 KiB cell: {out}");
+}
+
+#[test]
+fn bench_ops_runs_a_ttl_state_with_fewer_operations_than_keys() {
+    let o = bench(&[
+        "ops",
+        "--solo-only",
+        "--no-reference",
+        "--keys",
+        "2000",
+        "--ops",
+        "100",
+        "--ttl",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains(" ops=100 ttl=week "), "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("solo_phase=")).count(),
+        5,
+        "{out}"
+    );
+}
+
 /// The job namespace a demo run printed (`jobs/<id>`).
 fn demo_job_prefix(o: &Output) -> String {
     let err = stderr(o);
