@@ -164,7 +164,7 @@ pub struct DbOptions {
     /// [`ValueCacheAdmission::EveryRead`]: `bench matrix` (state 0.5× and 4× a 128 MiB budget,
     /// uniform and Zipf keys, 100 B values, three alternating rounds) found no phase where
     /// either policy's ratio to raw RocksDB moved beyond the spread of the other's
-    /// (docs/decisions/0026-value-cache-admission.md).
+    /// (docs/decisions/0028-value-cache-admission.md).
     pub value_cache_admission: ValueCacheAdmission,
 }
 
