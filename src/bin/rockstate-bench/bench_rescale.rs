@@ -35,10 +35,12 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
+use rockstate::coordinator::task_checkpoint;
 use rockstate::savepoint::SAVEPOINT_ZSTD_LEVEL;
 use rockstate::{
-    CheckpointOptions, CheckpointStorage, CodecId, DbOptions, Error, KeyGroupRange, KeyedBackend,
-    LocalStorage, MemoryBudget, MemoryBudgetConfig, RestoreFrom,
+    CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions, Error, JobOwner,
+    KeyGroupRange, KeyedBackend, LocalStorage, MemoryBudget, MemoryBudgetConfig, RestoreFrom,
+    SystemClock,
 };
 
 use crate::report::Line;
@@ -137,6 +139,48 @@ impl Env<'_> {
         let _ = label;
         Ok(median(times))
     }
+}
+
+/// Checkpoint `id` of the job made of `backends` (two tasks linked to `owner`): each uploads,
+/// `owner` commits the job record naming both manifests, then each is told it completed. (A
+/// backend without a job owner is a job of its own: two of them in one storage would each
+/// find the other's record foreign.)
+fn checkpoint_job(
+    owner: &JobOwner,
+    backends: &[KeyedBackend],
+    id: u64,
+) -> rockstate::Result<Vec<CheckpointStats>> {
+    let stats = backends
+        .iter()
+        .map(|b| b.checkpoint(id))
+        .collect::<rockstate::Result<Vec<_>>>()?;
+    let record = sst_format::JobCheckpoint {
+        checkpoint_id: id,
+        job_name: "bench-rescale".into(),
+        max_parallelism: M,
+        triggered_at_ms: 0,
+        completed_at_ms: 0,
+        tasks: backends
+            .iter()
+            .zip(&stats)
+            .enumerate()
+            .map(|(i, (b, s))| task_checkpoint(i as u32, Some((b, s)), Vec::new()))
+            .collect(),
+    };
+    owner.commit(&record)?;
+    for b in backends {
+        b.notify_checkpoint_complete(id)?;
+    }
+    Ok(stats)
+}
+
+/// The job owner of the bench's storage, for checkpoints of two tasks.
+fn job_owner(env: &Env<'_>) -> rockstate::Result<Arc<JobOwner>> {
+    Ok(Arc::new(JobOwner::open(
+        Arc::clone(&env.storage),
+        1,
+        Arc::new(SystemClock),
+    )?))
 }
 
 fn half(i: u32) -> rockstate::Result<KeyGroupRange> {
@@ -286,20 +330,21 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     );
 
     // The first checkpoint after the rescale.
+    let owner = job_owner(&env)?;
     let halves = (0..2u32)
-        .map(|i| env.restore(&format!("half-{i}"), half(i)?, RestoreFrom::Checkpoint(1)))
+        .map(|i| {
+            env.builder(&format!("half-{i}"), half(i)?)
+                .job_owner(Arc::clone(&owner))
+                .restore(RestoreFrom::Checkpoint(1))
+        })
         .collect::<rockstate::Result<Vec<_>>>()?;
     let mut uploaded = 0;
     let mut state_bytes = 0;
     let mut reused = 0;
-    for b in &halves {
-        let s = b.checkpoint(2)?;
+    for s in checkpoint_job(&owner, &halves, 2)? {
         uploaded += s.bytes_uploaded;
         state_bytes += s.state_bytes;
         reused += s.files_reused;
-    }
-    for b in &halves {
-        b.notify_checkpoint_complete(2)?;
     }
     Line::new()
         .label("first_checkpoint_after_rescale")
@@ -311,6 +356,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         .print();
     let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
     drop(halves);
+    drop(owner);
 
     // 2 -> 1.
     let from = two_to_one(&env, "2->1-right-after-1->2", 2, &ids, state_bytes)?;
@@ -342,8 +388,13 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
 
     // 2 -> 1 of two halves that never shared SSTs (each loaded with its own keys): the other
     // half's SSTs are linked as they are, not rewritten.
+    let owner = job_owner(&env)?;
     let halves = (0..2u32)
-        .map(|i| env.builder(&format!("own-{i}"), half(i)?).open())
+        .map(|i| {
+            env.builder(&format!("own-{i}"), half(i)?)
+                .job_owner(Arc::clone(&owner))
+                .open()
+        })
         .collect::<rockstate::Result<Vec<_>>>()?;
     let states = halves
         .iter()
@@ -361,13 +412,13 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         states[i].put(&key, &[], &value)?;
     }
     drop(states);
-    let mut own_bytes = 0;
-    for b in &halves {
-        own_bytes += b.checkpoint(10)?.state_bytes;
-        b.notify_checkpoint_complete(10)?;
-    }
+    let own_bytes = checkpoint_job(&owner, &halves, 10)?
+        .iter()
+        .map(|s| s.state_bytes)
+        .sum();
     let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
     drop(halves);
+    drop(owner);
     let from = two_to_one(&env, "2->1", 10, &ids, own_bytes)?;
     let (merged, report) = env.builder("merged-own", all).restore_with_report(from)?;
     let after = merged.checkpoint(11)?;
