@@ -15,7 +15,9 @@
 //!    ([`Error::DataOutsideKeyGroups`], [`Error::CheckpointCorrupt`]).
 //! 2. **Drop the base's files outside the target**: per state column family, the SST files
 //!    entirely inside its clipped ranges go (no tombstone yet: it would overlap what step 3
-//!    ingests).
+//!    ingests). When the restore did not download some of them ([`skippable`]), this runs
+//!    first, right after opening the base with RocksDB's consistency checks off, and step 1
+//!    checks the base after it (see [`open_without_skipped`]).
 //! 3. **Merge the others** (opened read-only, so their live files stay put). Per state and
 //!    other source, with `copy` = the other's claimed range ∩ the target: first the base's
 //!    files entirely inside `copy` go (they hold only dead entries there; RocksDB drops such
@@ -45,9 +47,10 @@
 //!    WAL is in no file) or RocksDB refuses the ingestion (logged, counted in
 //!    `RestoreReport::sst_ingestions_refused`). States must agree ([`Error::MergedStateMismatch`]); a state
 //!    only the other source has is created in the base. No key-by-key write batch is used.
-//! 4. **Clip the base**, after every ingestion: `delete_range` the parts of the base's
-//!    claimed range outside the target (a narrower tombstone overlaps fewer files of a later
-//!    rescale); optionally compact those ranges. Ingestion raised the base's last sequence
+//! 4. **Clip the base**, after every ingestion (only where a file or memtable of the base may
+//!    still hold data): `delete_range` the parts of the base's claimed range outside the
+//!    target (a narrower tombstone overlaps fewer files of a later rescale); optionally
+//!    compact those ranges. Ingestion raised the base's last sequence
 //!    number to the largest ingested one, so these tombstones (and every later write) are
 //!    newer than any ingested entry. Linked and rewritten data lies inside the target, so
 //!    the tombstones never cover it anyway.
