@@ -15,7 +15,9 @@
 //!    ([`Error::DataOutsideKeyGroups`], [`Error::CheckpointCorrupt`]).
 //! 2. **Drop the base's files outside the target**: per state column family, the SST files
 //!    entirely inside its clipped ranges go (no tombstone yet: it would overlap what step 3
-//!    ingests).
+//!    ingests). When the restore did not download some of them ([`skippable`]), this runs
+//!    first, right after opening the base with RocksDB's consistency checks off, and step 1
+//!    checks the base after it (see [`open_without_skipped`]).
 //! 3. **Merge the others** (opened read-only, so their live files stay put). Per state and
 //!    other source, with `copy` = the other's claimed range ∩ the target: first the base's
 //!    files entirely inside `copy` go (they hold only dead entries there; RocksDB drops such
@@ -45,9 +47,10 @@
 //!    WAL is in no file) or RocksDB refuses the ingestion (logged, counted in
 //!    `RestoreReport::sst_ingestions_refused`). States must agree ([`Error::MergedStateMismatch`]); a state
 //!    only the other source has is created in the base. No key-by-key write batch is used.
-//! 4. **Clip the base**, after every ingestion: `delete_range` the parts of the base's
-//!    claimed range outside the target (a narrower tombstone overlaps fewer files of a later
-//!    rescale); optionally compact those ranges. Ingestion raised the base's last sequence
+//! 4. **Clip the base**, after every ingestion (only where a file or memtable of the base may
+//!    still hold data): `delete_range` the parts of the base's claimed range outside the
+//!    target (a narrower tombstone overlaps fewer files of a later rescale); optionally
+//!    compact those ranges. Ingestion raised the base's last sequence
 //!    number to the largest ingested one, so these tombstones (and every later write) are
 //!    newer than any ingested entry. Linked and rewritten data lies inside the target, so
 //!    the tombstones never cover it anyway.
@@ -85,6 +88,9 @@ pub(crate) struct Source<'a> {
     pub(crate) manifest: &'a CheckpointManifest,
     /// The directory holding its downloaded files.
     pub(crate) dir: &'a Path,
+    /// Local names of its SSTs that were not downloaded ([`skippable`]; the base only): the
+    /// database is opened without them and they are dropped before anything reads it.
+    pub(crate) skipped: &'a [String],
 }
 
 /// The target of a rescale and how to open databases.
@@ -103,6 +109,9 @@ pub(crate) struct Target<'a> {
     pub(crate) scratch: &'a Path,
     /// Threads scanning the other sources into ingest files.
     pub(crate) threads: usize,
+    /// Downloads (and verifies) the named SSTs of the base into its directory after all: the
+    /// skipped files RocksDB did not drop.
+    pub(crate) fetch_late: &'a dyn Fn(&[String]) -> Result<()>,
 }
 
 /// What a rescale did.
@@ -116,6 +125,11 @@ pub(crate) struct RescaleStats {
     pub(crate) entries_rewritten: u64,
     /// Ingestions of DB-generated files RocksDB refused (their states took the fallback).
     pub(crate) refused: usize,
+    /// Skipped SSTs of the base that RocksDB did not drop, so they were downloaded after all.
+    pub(crate) fetched_late: Vec<String>,
+    /// Clipped ranges (per state) that needed no range tombstone: nothing of the base was
+    /// left there.
+    pub(crate) clips_without_tombstone: usize,
 }
 
 /// How one state of one other source gets into the base.
@@ -142,31 +156,21 @@ pub(crate) fn rescale(
     let mut stats = RescaleStats::default();
     let m = target.max_parallelism;
     let layout = Some(KeyLayout::new(m, target.key_groups));
-    let db = Db::open(base.dir, target.options, target.budget, layout)?;
+    let claimed = claimed_range(base)?;
+    // Only the parts of the base's claimed range outside the target are clipped.
+    let clips = clip_ranges(claimed, target.key_groups, m);
+    let db = if base.skipped.is_empty() {
+        Db::open(base.dir, target.options, target.budget, layout)?
+    } else {
+        open_without_skipped(base, target, layout, &clips, &mut stats)?
+    };
     let base_states = check_source(&db, base, m)?;
     let mut list_seq = read_list_seq(&db.default_cf()?)?;
 
-    let claimed = claimed_range(base)?;
     if others.is_empty() && claimed == target.key_groups {
         // A plain restore: checked, nothing to change.
         return Ok(stats);
     }
-
-    // Only the parts of the base's claimed range outside the target are clipped.
-    let clips: Vec<(Vec<u8>, Vec<u8>)> = [
-        (
-            claimed.start,
-            target.key_groups.start.min(claimed.end.saturating_add(1)),
-        ),
-        (
-            target.key_groups.end.saturating_add(1).max(claimed.start),
-            claimed.end.saturating_add(1),
-        ),
-    ]
-    .into_iter()
-    .filter(|(from, to)| from < to)
-    .map(|(from, to)| (prefix(u32::from(from), m), prefix(u32::from(to), m)))
-    .collect();
 
     // 2. Drop the base's files entirely outside the target.
     for state in base_states.values() {
@@ -320,11 +324,24 @@ pub(crate) fn rescale(
 
     // 4. Clip the base, after every ingestion. (Through the memtable: an ingested SST holding
     //    only one range tombstone is marked for compaction by RocksDB, which would rewrite the
-    //    restored files the first checkpoint is meant to reuse.)
+    //    restored files the first checkpoint is meant to reuse.) A clipped range no file of
+    //    the state touches any more (step 2 dropped every file there, as with
+    //    `key_group_files`) and no memtable entry may lie in gets no tombstone: it would hide
+    //    nothing, but a later merge of this backend's files would have to rewrite the range
+    //    it covers instead of linking (docs/rescale.md, "Where linking cannot help").
     for state in base_states.values() {
         let cf = state_cf(&db, base, &state.name)?;
+        let files = cf.live_files()?;
+        let memtables_empty = cf.memtables_empty()?;
         for (from, to) in &clips {
-            cf.delete_range(from, to)?;
+            let touched = files
+                .iter()
+                .any(|f| f.smallest.as_slice() < to.as_slice() && f.largest >= *from);
+            if touched || !memtables_empty {
+                cf.delete_range(from, to)?;
+            } else {
+                stats.clips_without_tombstone += 1;
+            }
         }
     }
     if target.compact_clipped {
@@ -351,6 +368,99 @@ pub(crate) fn rescale(
     meta.put(META_LIST_SEQ, &list_seq.to_be_bytes())?;
     db.flush_all()?;
     Ok(stats)
+}
+
+/// The parts of `claimed` outside `target`, as key-prefix ranges `[from, to)`: what a
+/// rescale of a base claiming `claimed` drops and clips.
+fn clip_ranges(claimed: KeyGroupRange, target: KeyGroupRange, m: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    [
+        (
+            claimed.start,
+            target.start.min(claimed.end.saturating_add(1)),
+        ),
+        (
+            target.end.saturating_add(1).max(claimed.start),
+            claimed.end.saturating_add(1),
+        ),
+    ]
+    .into_iter()
+    .filter(|(from, to)| from < to)
+    .map(|(from, to)| (prefix(u32::from(from), m), prefix(u32::from(to), m)))
+    .collect()
+}
+
+/// The SSTs of `base` (a manifest chosen as a rescale's base for `target`) that need not be
+/// downloaded: keyed-state files (manifest version 2 records their key range) at L1 or
+/// deeper whose keys lie wholly inside one clipped range ([`clip_ranges`], the end inclusive
+/// as RocksDB's `DeleteFilesInRange` takes it). Step 2 drops exactly such files unless
+/// RocksDB is compacting one or its range's edge is not a clean cut; those are downloaded
+/// late ([`Target::fetch_late`]). Empty for a plain restore (no clipped range) and for
+/// version-1 manifests (no ranges).
+pub(crate) fn skippable(base: &CheckpointManifest, target: KeyGroupRange) -> Result<Vec<String>> {
+    let claimed = KeyGroupRange::new(base.key_group_start, base.key_group_end)?;
+    let clips = clip_ranges(claimed, target, base.max_parallelism);
+    Ok(base
+        .shared_files
+        .iter()
+        .filter(|f| {
+            f.key_range.as_ref().is_some_and(|r| {
+                r.level >= 1
+                    && clips
+                        .iter()
+                        .any(|(from, to)| r.smallest >= *from && r.largest <= *to)
+            })
+        })
+        .map(|f| f.local_name.clone())
+        .collect())
+}
+
+/// Opens the base, whose `skipped` SSTs were not downloaded, and drops the files wholly
+/// inside `clips` from every state column family before anything reads it; skipped files
+/// RocksDB kept (being compacted, or not a clean cut) are fetched then, and the database is
+/// reopened with every check on.
+fn open_without_skipped(
+    base: &Source<'_>,
+    target: &Target<'_>,
+    layout: Option<KeyLayout>,
+    clips: &[(Vec<u8>, Vec<u8>)],
+    stats: &mut RescaleStats,
+) -> Result<Arc<Db>> {
+    let db = Db::open_missing_files(base.dir, target.options, target.budget, layout)?;
+    let mut live = std::collections::HashSet::new();
+    for name in db.cf_names()? {
+        let Some(cf) = db.cf(&name)? else {
+            continue;
+        };
+        if name.starts_with(STATE_CF_PREFIX) {
+            for (from, to) in clips {
+                cf.drop_files_in_range(from, to)?;
+            }
+        }
+        for f in cf.live_files()? {
+            if let Some(file) = f.path.file_name().and_then(|n| n.to_str()) {
+                live.insert(file.to_string());
+            }
+        }
+    }
+    let late: Vec<String> = base
+        .skipped
+        .iter()
+        .filter(|n| live.contains(n.as_str()))
+        .cloned()
+        .collect();
+    if late.is_empty() {
+        return Ok(db);
+    }
+    tracing::warn!(
+        files = ?late,
+        checkpoint = base.name,
+        "RocksDB kept SST files outside the target that were not downloaded; fetching them"
+    );
+    (target.fetch_late)(&late)?;
+    stats.fetched_late = late;
+    db.close()?;
+    drop(db);
+    Db::open(base.dir, target.options, target.budget, layout)
 }
 
 /// A live SST file with what its properties say about it.

@@ -262,16 +262,28 @@ fn restore_pinned<T>(
         } else {
             None
         };
-        let mut dirs: Vec<(&CheckpointManifest, PathBuf, Option<&LocalSource>)> =
-            vec![(&manifest, target.clone(), locals[0].as_ref())];
+        // The base's SSTs wholly outside the target are not downloaded (manifest version 2
+        // records their key ranges); the rescale drops them unread.
+        let skipped = if rescaling {
+            rescale::skippable(&manifest, key_groups)?
+        } else {
+            Vec::new()
+        };
+        let mut dirs: Vec<Fetching<'_>> = vec![(
+            &manifest,
+            target.clone(),
+            locals[0].as_ref(),
+            skipped.as_slice(),
+        )];
         if let Some(s) = &scratch {
             for (i, (_, m)) in others.iter().enumerate() {
                 let dir = s.path().join(format!("source-{i}"));
                 std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
-                dirs.push((m, dir, locals[i + 1].as_ref()));
+                dirs.push((m, dir, locals[i + 1].as_ref(), &[]));
             }
         }
         let counts = download_all(storage, &dirs, p.transfer_threads)?;
+        (report.files_skipped, report.bytes_skipped) = counts.skipped;
         // If a manifest left storage while it was read (an owner that did not see the pin
         // yet), its files may be gone too: restore them, but reuse none of them.
         let mut reusable = claim;
@@ -291,16 +303,30 @@ fn restore_pinned<T>(
                 name: &metadata_name,
                 manifest: &manifest,
                 dir: &target,
+                skipped: &skipped,
             };
             let other_sources: Vec<rescale::Source<'_>> = others
                 .iter()
                 .zip(&dirs[1..])
-                .map(|((name, m), (_, dir, _))| rescale::Source {
+                .map(|((name, m), (_, dir, _, _))| rescale::Source {
                     name,
                     manifest: m,
                     dir,
+                    skipped: &[],
                 })
                 .collect();
+            // Skipped files RocksDB kept after all: fetched and verified like the rest.
+            let fetch_late = |late: &[String]| -> Result<()> {
+                let mut only = (*manifest).clone();
+                only.shared_files.retain(|f| late.contains(&f.local_name));
+                only.private_files.clear();
+                download_all(
+                    storage,
+                    &[(&only, target.clone(), None, &[])],
+                    p.transfer_threads,
+                )
+                .map(|_| ())
+            };
             let stats = rescale::rescale(
                 &base,
                 &other_sources,
@@ -312,8 +338,20 @@ fn restore_pinned<T>(
                     compact_clipped: p.compact_clipped,
                     scratch: scratch.as_ref().map_or(target.as_path(), |s| s.path()),
                     threads: p.transfer_threads,
+                    fetch_late: &fetch_late,
                 },
             )?;
+            for name in &stats.fetched_late {
+                let size = manifest
+                    .shared_files
+                    .iter()
+                    .find(|f| f.local_name == *name)
+                    .map_or(0, |f| f.size);
+                report.files_skipped -= 1;
+                report.bytes_skipped -= size;
+                report.files_downloaded += 1;
+                report.bytes_downloaded += size;
+            }
             report.sst_files_linked = stats.files_linked;
             report.sst_files_rewritten = stats.files_rewritten;
             report.entries_rewritten = stats.entries_rewritten;
@@ -611,25 +649,46 @@ struct Fetch<'a> {
     source: Option<&'a LocalSource>,
 }
 
-/// `(files, bytes)` taken from local copies and downloaded by [`download_all`].
+/// `(files, bytes)` taken from local copies, downloaded and skipped by [`download_all`].
 #[derive(Debug, Default)]
 pub(crate) struct FetchCounts {
     pub(crate) local: (usize, u64),
     pub(crate) downloaded: (usize, u64),
+    pub(crate) skipped: (usize, u64),
 }
 
-/// Downloads and verifies every file of each manifest into its directory, all in parallel,
-/// taking verified files from the source's local copy first when it has one (local recovery).
+/// What [`download_all`] fetches for one manifest: the manifest, the directory its files go
+/// to, its local copy (if any), and the local names of its SSTs not to fetch.
+pub(crate) type Fetching<'a> = (
+    &'a CheckpointManifest,
+    PathBuf,
+    Option<&'a LocalSource>,
+    &'a [String],
+);
+
+/// Downloads and verifies every file of each manifest into its directory (but the SSTs it
+/// names to skip), all in parallel, taking verified files from the source's local copy first
+/// when it has one (local recovery).
 pub(crate) fn download_all(
     storage: &dyn CheckpointStorage,
-    sources: &[(&CheckpointManifest, PathBuf, Option<&LocalSource>)],
+    sources: &[Fetching<'_>],
     threads: usize,
 ) -> Result<FetchCounts> {
     let mut jobs: Vec<Fetch<'_>> = Vec::new();
-    for (m, dir, local) in sources {
+    let mut counts = FetchCounts::default();
+    for (m, dir, local, skip) in sources {
+        for f in m
+            .shared_files
+            .iter()
+            .filter(|f| skip.contains(&f.local_name))
+        {
+            counts.skipped.0 += 1;
+            counts.skipped.1 += f.size;
+        }
         jobs.extend(
             m.shared_files
                 .iter()
+                .filter(|f| !skip.contains(&f.local_name))
                 .map(|f| Fetch {
                     remote: &f.remote_name,
                     local: &f.local_name,
@@ -699,7 +758,6 @@ pub(crate) fn download_all(
         }
         durable(false)
     })?;
-    let mut counts = FetchCounts::default();
     for (job, from_local) in jobs.iter().zip(from_local) {
         let c = if from_local {
             &mut counts.local

@@ -38,6 +38,12 @@ pub struct RestoreReport {
     pub files_downloaded: usize,
     /// Bytes of those files.
     pub bytes_downloaded: u64,
+    /// Rescaling: SST files of the base checkpoint neither downloaded nor taken from a local
+    /// copy, because their keys lie wholly outside the restored key groups (their ranges are
+    /// in the manifest, version 2; docs/rescale.md §2).
+    pub files_skipped: usize,
+    /// Bytes of those files.
+    pub bytes_skipped: u64,
     /// Rescaling: SST files of the other sources ingested as they are (hard-linked, keeping
     /// their sequence numbers), not rewritten.
     pub sst_files_linked: usize,

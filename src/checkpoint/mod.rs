@@ -31,11 +31,13 @@ pub mod owner;
 pub(crate) mod registry;
 mod snapshot;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use sst_format::SstKeyRange;
 
 pub use local_recovery::RestoreReport;
 pub use owner::{GcStats, JobOwner};
@@ -45,6 +47,7 @@ use crate::clock::Clock;
 use crate::db::{Cf, Db};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
+use crate::meta::STATE_CF_PREFIX;
 use crate::operator_state::OperatorState;
 use crate::state::StateMeta;
 use crate::storage::CheckpointStorage;
@@ -330,7 +333,7 @@ pub(crate) struct SnapshotSource<'a> {
     /// The backend's checkpoint bookkeeping.
     pub(crate) cp: &'a Arc<Checkpointer>,
     /// Its database.
-    pub(crate) db: &'a Db,
+    pub(crate) db: &'a Arc<Db>,
     /// Its key groups and the job's max parallelism.
     pub(crate) key_groups: KeyGroupRange,
     /// The job's number of key groups.
@@ -364,13 +367,46 @@ pub(crate) fn begin_snapshot(
         key_groups: src.key_groups,
         max_parallelism: src.max_parallelism,
         sync_duration: Duration::ZERO,
+        key_ranges: HashMap::new(),
         finished: false,
         metrics: Arc::clone(src.metrics),
     };
     prepare_staging(&pending.dir)?;
+    // Listed before the checkpoint is cut: a file compacted away in between is simply not in
+    // the checkpoint, one moved deeper is at least as deep as recorded, and a file written in
+    // between (the checkpoint's own flush) gets no range.
+    pending.key_ranges = state_key_ranges(src.db, src.states)?;
     src.db.checkpoint(&pending.dir)?;
     pending.sync_duration = src.started.elapsed();
     Ok(pending)
+}
+
+/// The key range and level of every SST of the keyed states' column families, by local file
+/// name (manifest version 2, `SharedFile::key_range`).
+fn state_key_ranges(db: &Arc<Db>, states: &[StateMeta]) -> Result<HashMap<String, SstKeyRange>> {
+    let mut out = HashMap::new();
+    for state in states {
+        let Some(cf) = db.cf(&format!("{STATE_CF_PREFIX}{}", state.name))? else {
+            continue;
+        };
+        for f in cf.live_files()? {
+            let (Some(name), Ok(level)) = (
+                f.path.file_name().and_then(|n| n.to_str()),
+                u32::try_from(f.level),
+            ) else {
+                continue; // not a name or level a manifest records: no range, always fetched
+            };
+            out.insert(
+                name.to_string(),
+                SstKeyRange {
+                    level,
+                    smallest: f.smallest,
+                    largest: f.largest,
+                },
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// Checkpoint `checkpoint_id` completed job-wide (see

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sst_format::{CheckpointManifest, PrivateFile, SharedFile, SstUniqueId};
+use sst_format::{CheckpointManifest, PrivateFile, SharedFile, SstKeyRange, SstUniqueId};
 
 use super::registry::{Checkpointer, FileStamp};
 use super::{layout, CheckpointStats};
@@ -35,6 +35,10 @@ pub struct PendingSnapshot {
     pub(crate) key_groups: KeyGroupRange,
     pub(crate) max_parallelism: u32,
     pub(crate) sync_duration: Duration,
+    /// The key range and level of each keyed state's SST (by local name) as listed right
+    /// before the RocksDB checkpoint was cut; recorded in the manifest (version 2) so a
+    /// restore into other key groups can skip downloading files wholly outside them.
+    pub(crate) key_ranges: HashMap<String, SstKeyRange>,
     pub(crate) finished: bool,
     /// The backend's checkpoint figures, updated when the upload succeeds.
     pub(crate) metrics: Arc<Mutex<crate::metrics::CheckpointMetrics>>,
@@ -148,6 +152,12 @@ impl PendingSnapshot {
                 let sst_id = sst_identity(cp, &path, &local_name, &meta, &mut seen_ids)?;
                 match base_index.get(&sst_id) {
                     Some(f) if f.size == size => reused.push(SharedFile {
+                        // Listed now, or as the base recorded it (a level only grows).
+                        key_range: self
+                            .key_ranges
+                            .get(&local_name)
+                            .cloned()
+                            .or_else(|| f.key_range.clone()),
                         local_name,
                         ..(*f).clone()
                     }),
@@ -232,10 +242,11 @@ impl PendingSnapshot {
                         new_shared.push(remote_name.clone());
                         remote_name
                     },
-                    local_name: job.local_name,
                     size: digest.size,
                     crc32: digest.crc32,
                     sst_id,
+                    key_range: self.key_ranges.get(&job.local_name).cloned(),
+                    local_name: job.local_name,
                 }),
                 None => private_files.push(PrivateFile {
                     remote_name,

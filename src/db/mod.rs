@@ -135,7 +135,20 @@ impl Db {
         budget: &MemoryBudget,
         layout: Option<KeyLayout>,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, layout, false)
+        Self::open_with(path, options, budget, layout, false, true)
+    }
+
+    /// [`Db::open`] of a restored checkpoint some of whose SST files were deliberately not
+    /// downloaded (`crate::rescale`): RocksDB's `paranoid_checks` off, so opening tolerates
+    /// table files that are missing. The caller must drop those files from the database
+    /// (`Cf::drop_files_in_range`) before anything reads them, and reopen with [`Db::open`].
+    pub(crate) fn open_missing_files(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+        layout: Option<KeyLayout>,
+    ) -> Result<Arc<Db>> {
+        Self::open_with(path, options, budget, layout, false, false)
     }
 
     /// Opens the existing database at `path` read-only: nothing is written, no compaction
@@ -145,7 +158,7 @@ impl Db {
         options: &DbOptions,
         budget: &MemoryBudget,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, None, true)
+        Self::open_with(path, options, budget, None, true, true)
     }
 
     fn open_with(
@@ -154,10 +167,14 @@ impl Db {
         budget: &MemoryBudget,
         layout: Option<KeyLayout>,
         read_only: bool,
+        paranoid_checks: bool,
     ) -> Result<Arc<Db>> {
         options.validate()?;
         let partition_prefix = layout.map_or(0, |l| l.file_prefix);
-        let opts = options::db_options(options, budget)?;
+        let mut opts = options::db_options(options, budget)?;
+        if !paranoid_checks {
+            opts.set_paranoid_checks(false);
+        }
         let filters = FilterRegistry::default();
         let (existing, descriptors) =
             options::descriptors(path, &opts, options, budget, &filters, partition_prefix)?;

@@ -50,6 +50,14 @@ impl<'a> Cursor<'a> {
     }
 
     pub(crate) fn varint64(&mut self, what: &'static str) -> Result<u64> {
+        // One byte below 0x80 is a whole canonical varint (most lengths in savepoints and
+        // manifests): no loop, no call.
+        if let Some(&byte) = self.remaining().first() {
+            if byte < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(byte));
+            }
+        }
         let (v, n) = decode_varint(self.remaining(), 64, what)?;
         self.pos += n;
         Ok(v)

@@ -82,7 +82,11 @@ pub enum Error {
     MissingProperty(&'static str),
 
     /// The manifest declares a format version this build cannot decode.
-    #[error("unknown manifest version {0} (this build reads {v})", v = crate::manifest::MANIFEST_VERSION)]
+    #[error(
+        "unknown manifest version {0} (this build reads {v1} and {v})",
+        v1 = crate::manifest::MANIFEST_VERSION_1,
+        v = crate::manifest::MANIFEST_VERSION
+    )]
     UnknownManifestVersion(u16),
 
     /// The manifest body's CRC-32 does not match the stored one.

@@ -65,11 +65,11 @@ pub use job::{
 };
 pub use manifest::{
     decode_manifest, decode_manifest_body, encode_manifest, MANIFEST_MAGIC, MANIFEST_VERSION,
-    MAX_MANIFEST_BODY_BYTES,
+    MANIFEST_VERSION_1, MAX_MANIFEST_BODY_BYTES,
 };
 pub use meta::{
-    CheckpointManifest, OperatorListState, PrivateFile, RedistributionMode, SharedFile, StateKind,
-    StateMeta,
+    CheckpointManifest, OperatorListState, PrivateFile, RedistributionMode, SharedFile,
+    SstKeyRange, StateKind, StateMeta,
 };
 pub use properties::TableProperties;
 pub use savepoint::{

@@ -5,7 +5,7 @@
 //! ```text
 //! offset  size  field
 //! 0       4     magic "RSTM"
-//! 4       2     format version, u16 little-endian (MANIFEST_VERSION = 1)
+//! 4       2     format version, u16 little-endian (MANIFEST_VERSION = 2; 1 is still read)
 //! 6       4     body length N, u32 little-endian
 //! 10      N     body = zstd(postcard(CheckpointManifest))
 //! 10+N    4     CRC-32 (IEEE, as computed by crc32fast) of the N body bytes, u32 little-endian
@@ -13,20 +13,28 @@
 //!
 //! The decoder checks, in order: magic, version, header length, total length (exactly
 //! `14 + N`), CRC, then decompresses (at most [`MAX_MANIFEST_BODY_BYTES`]) and decodes the
-//! body, which must be consumed exactly. The body types live in [`crate::meta`].
+//! body, which must be consumed exactly. The body types live in [`crate::meta`]; version 1's
+//! body differs only in lacking `SharedFile::key_range` and is decoded by its own types here.
 //! `docs/manifest-format.md` documents every byte.
 
 use std::io::Read;
 
+use serde::Deserialize;
+
 use crate::coding::fixed32;
 use crate::error::{Error, Result};
-use crate::meta::CheckpointManifest;
+use crate::meta::{CheckpointManifest, OperatorListState, PrivateFile, SharedFile, StateMeta};
+use crate::sst::SstUniqueId;
 
 /// First four bytes of every manifest.
 pub const MANIFEST_MAGIC: [u8; 4] = *b"RSTM";
 
-/// The manifest format version this build writes and reads.
-pub const MANIFEST_VERSION: u16 = 1;
+/// The manifest format version this build writes (it reads it and [`MANIFEST_VERSION_1`]).
+pub const MANIFEST_VERSION: u16 = 2;
+
+/// The first manifest format version, still decoded: its shared files carry no key range
+/// (`SharedFile::key_range` is `None`).
+pub const MANIFEST_VERSION_1: u16 = 1;
 
 /// Bytes before the body: magic (4), version (2), body length (4).
 pub const MANIFEST_HEADER_LEN: usize = 10;
@@ -89,7 +97,7 @@ pub fn decode_manifest(bytes: &[u8]) -> Result<CheckpointManifest> {
         });
     }
     let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if version != MANIFEST_VERSION {
+    if version != MANIFEST_VERSION && version != MANIFEST_VERSION_1 {
         return Err(Error::UnknownManifestVersion(version));
     }
     let body_len = fixed32(bytes, 6).ok_or(Error::Truncated {
@@ -119,17 +127,90 @@ pub fn decode_manifest(bytes: &[u8]) -> Result<CheckpointManifest> {
     if stored != computed {
         return Err(Error::ManifestChecksum { stored, computed });
     }
+    if version == MANIFEST_VERSION_1 {
+        let raw = decompress_limited(body, MAX_MANIFEST_BODY_BYTES)?;
+        return Ok(take_all::<ManifestV1>(&raw)?.into());
+    }
     decode_manifest_body(body)
 }
 
-/// Decodes a manifest body (the bytes between the header and the CRC): zstd-decompresses at
-/// most [`MAX_MANIFEST_BODY_BYTES`] and postcard-decodes a version-1 [`CheckpointManifest`]
-/// that must use every byte. Exposed for fuzzing and tools; [`decode_manifest`] is the API.
+/// Decodes a manifest body of the current version (the bytes between the header and the
+/// CRC): zstd-decompresses at most [`MAX_MANIFEST_BODY_BYTES`] and postcard-decodes a
+/// version-[`MANIFEST_VERSION`] [`CheckpointManifest`] that must use every byte. Exposed for
+/// fuzzing and tools; [`decode_manifest`] is the API (and the only reader of version 1).
 pub fn decode_manifest_body(body: &[u8]) -> Result<CheckpointManifest> {
     decode_body_limited(body, MAX_MANIFEST_BODY_BYTES)
 }
 
 fn decode_body_limited(body: &[u8], limit: u64) -> Result<CheckpointManifest> {
+    take_all(&decompress_limited(body, limit)?)
+}
+
+/// Postcard-decodes a `T` that must use every byte of `raw`.
+fn take_all<'de, T: Deserialize<'de>>(raw: &'de [u8]) -> Result<T> {
+    let (value, rest) = postcard::take_from_bytes::<T>(raw).map_err(Error::Decode)?;
+    if !rest.is_empty() {
+        return Err(Error::Decode(postcard::Error::DeserializeBadEncoding));
+    }
+    Ok(value)
+}
+
+/// The version-1 body: [`CheckpointManifest`] with version-1 shared files. Field order is the
+/// format (docs/manifest-format.md §2, "Version 1").
+#[derive(Deserialize)]
+struct ManifestV1 {
+    checkpoint_id: u64,
+    backend_id: String,
+    key_group_start: u16,
+    key_group_end: u16,
+    max_parallelism: u32,
+    states: Vec<StateMeta>,
+    shared_files: Vec<SharedFileV1>,
+    private_files: Vec<PrivateFile>,
+    operator_state: Vec<OperatorListState>,
+    created_at_ms: u64,
+}
+
+/// A version-1 shared file: no key range.
+#[derive(Deserialize)]
+struct SharedFileV1 {
+    remote_name: String,
+    local_name: String,
+    size: u64,
+    crc32: u32,
+    sst_id: SstUniqueId,
+}
+
+impl From<ManifestV1> for CheckpointManifest {
+    fn from(m: ManifestV1) -> Self {
+        CheckpointManifest {
+            checkpoint_id: m.checkpoint_id,
+            backend_id: m.backend_id,
+            key_group_start: m.key_group_start,
+            key_group_end: m.key_group_end,
+            max_parallelism: m.max_parallelism,
+            states: m.states,
+            shared_files: m
+                .shared_files
+                .into_iter()
+                .map(|f| SharedFile {
+                    remote_name: f.remote_name,
+                    local_name: f.local_name,
+                    size: f.size,
+                    crc32: f.crc32,
+                    sst_id: f.sst_id,
+                    key_range: None,
+                })
+                .collect(),
+            private_files: m.private_files,
+            operator_state: m.operator_state,
+            created_at_ms: m.created_at_ms,
+        }
+    }
+}
+
+/// zstd-decompresses `body`, refusing more than `limit` bytes.
+fn decompress_limited(body: &[u8], limit: u64) -> Result<Vec<u8>> {
     let decoder = zstd::stream::read::Decoder::with_buffer(body).map_err(Error::Decompress)?;
     let mut raw = Vec::new();
     // Read one byte past the limit to tell "exactly at the limit" from "over it".
@@ -144,12 +225,7 @@ fn decode_body_limited(body: &[u8], limit: u64) -> Result<CheckpointManifest> {
             limit,
         });
     }
-    let (manifest, rest) =
-        postcard::take_from_bytes::<CheckpointManifest>(&raw).map_err(Error::Decode)?;
-    if !rest.is_empty() {
-        return Err(Error::Decode(postcard::Error::DeserializeBadEncoding));
-    }
-    Ok(manifest)
+    Ok(raw)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The body types of the checkpoint manifest (`chk-<id>/_metadata`, docs/manifest-format.md),
-//! version 1.
+//! version 2 (version 1 lacked [`SharedFile::key_range`]; its layout lives on in
+//! `crate::manifest` as the version-1 decoder).
 //!
 //! This module owns the *content* of a manifest; [`crate::manifest`] owns its *framing*
 //! (magic, version, length, zstd, CRC). The types are serialized with postcard, which encodes
@@ -80,6 +81,24 @@ pub struct SharedFile {
     pub crc32: u32,
     /// The SST's unique identity from its properties block.
     pub sst_id: SstUniqueId,
+    /// Where the file's keys lie, for a file of a keyed state's column family (keys start
+    /// with their key-group prefix) whose range the checkpoint knew; `None` otherwise (and
+    /// for every file of a version-1 manifest). A restore into other key groups skips
+    /// downloading a file whose range lies wholly outside them (docs/rescale.md).
+    pub key_range: Option<SstKeyRange>,
+}
+
+/// The key range and LSM level of one SST of a keyed state (manifest version 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SstKeyRange {
+    /// The file's level when its database was listed before the checkpoint was cut (0 is
+    /// L0). A file only ever moves to deeper levels, so the checkpoint holds it at this level
+    /// or deeper.
+    pub level: u32,
+    /// Smallest user key in the file, range tombstone starts included.
+    pub smallest: Vec<u8>,
+    /// Largest user key in the file, range tombstone ends (exclusive bounds) included.
+    pub largest: Vec<u8>,
 }
 
 /// A file stored for one checkpoint only.

@@ -480,6 +480,13 @@ pub struct SavepointReader<R: Read + Seek> {
     size: u64,
     header: SavepointHeader,
     index: Vec<IndexEntry>,
+    /// The last block read, compressed, and its decompressed entries: reused from block to
+    /// block by [`SavepointReader::for_each_entry`], so reading a file allocates (and
+    /// page-faults in) two block-sized buffers once instead of per block.
+    block: Vec<u8>,
+    raw: Vec<u8>,
+    /// The zstd context, made on the first block and reused.
+    decompressor: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 impl<R: Read + Seek> SavepointReader<R> {
@@ -617,6 +624,9 @@ impl<R: Read + Seek> SavepointReader<R> {
             size,
             header,
             index,
+            block: Vec::new(),
+            raw: Vec::new(),
+            decompressor: None,
         })
     }
 
@@ -632,13 +642,29 @@ impl<R: Read + Seek> SavepointReader<R> {
 
     /// Reads, verifies and decompresses one block; returns its raw entry bytes.
     pub fn read_block(&mut self, entry: &IndexEntry) -> Result<Vec<u8>> {
-        let bytes = read_exact_at(
-            &mut self.input,
-            entry.offset,
-            entry.len as usize,
-            "savepoint block",
-            self.size,
-        )?;
+        self.load_block(entry)?;
+        Ok(std::mem::take(&mut self.raw))
+    }
+
+    /// Reads and verifies the block at `entry` into `self.block` and decompresses it into
+    /// `self.raw` (both buffers reused).
+    fn load_block(&mut self, entry: &IndexEntry) -> Result<()> {
+        let len = entry.len as usize;
+        if entry
+            .offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.size)
+        {
+            return Err(Error::Truncated {
+                what: "savepoint block",
+                needed: entry.offset.saturating_add(len as u64),
+                available: self.size,
+            });
+        }
+        self.input.seek(SeekFrom::Start(entry.offset))?;
+        self.block.resize(len, 0);
+        self.input.read_exact(&mut self.block)?;
+        let bytes = &self.block;
         let (body, crc) = bytes.split_at(bytes.len() - 4);
         check_crc("savepoint block", entry.offset, body, le_u32(crc, 0))?;
         let (key_group, entries, raw_len, comp_len) = (
@@ -653,12 +679,20 @@ impl<R: Read + Seek> SavepointReader<R> {
         if comp_len as usize != body.len() - BLOCK_HEADER_LEN || raw_len > MAX_BLOCK_BYTES {
             return Err(corrupt("savepoint block lengths"));
         }
-        let raw = zstd::bulk::decompress(&body[BLOCK_HEADER_LEN..], raw_len as usize)
+        // Capacity for exactly `raw_len` bytes: a frame that decompresses to more fails.
+        self.raw.clear();
+        self.raw.reserve_exact(raw_len as usize);
+        let decompressor = match &mut self.decompressor {
+            Some(d) => d,
+            none => none.insert(zstd::bulk::Decompressor::new().map_err(Error::Decompress)?),
+        };
+        let n = decompressor
+            .decompress_to_buffer(&body[BLOCK_HEADER_LEN..], &mut self.raw)
             .map_err(Error::Decompress)?;
-        if raw.len() != raw_len as usize {
+        if n != raw_len as usize || self.raw.len() != n {
             return Err(corrupt("savepoint block decompressed to another length"));
         }
-        Ok(raw)
+        Ok(())
     }
 
     /// Calls `f` for every entry of the block at `entry`, in stored order.
@@ -667,9 +701,9 @@ impl<R: Read + Seek> SavepointReader<R> {
         entry: &IndexEntry,
         mut f: impl FnMut(SavepointEntry<'_>) -> Result<()>,
     ) -> Result<()> {
-        let raw = self.read_block(entry)?;
+        self.load_block(entry)?;
         let states = self.header.states.len() as u64;
-        let mut cur = Cursor::new(&raw);
+        let mut cur = Cursor::new(&self.raw);
         let mut seen = 0u32;
         while !cur.is_empty() {
             let state = cur.varint64("savepoint entry state")?;

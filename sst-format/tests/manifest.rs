@@ -1,14 +1,15 @@
-//! The checkpoint manifest codec: round trips, the pinned v1 encoding, and one test per typed
-//! error.
+//! The checkpoint manifest codec: round trips, the pinned v2 encoding, committed v1 files still
+//! decoding, and one test per typed error.
 
 use proptest::prelude::*;
 use sst_format::{
     decode_manifest, decode_manifest_body, encode_manifest, CheckpointManifest, Error,
-    OperatorListState, PrivateFile, RedistributionMode, SharedFile, SstUniqueId, StateKind,
-    StateMeta, MANIFEST_MAGIC, MANIFEST_VERSION,
+    OperatorListState, PrivateFile, RedistributionMode, SharedFile, SstKeyRange, SstUniqueId,
+    StateKind, StateMeta, MANIFEST_MAGIC, MANIFEST_VERSION,
 };
 
-/// A manifest exercising every field and every enum variant.
+/// A manifest exercising every field and every enum variant of version 1 (what the committed
+/// `v1_sample.rstm` decodes to: no key ranges).
 fn sample() -> CheckpointManifest {
     CheckpointManifest {
         checkpoint_id: 42,
@@ -63,6 +64,7 @@ fn sample() -> CheckpointManifest {
                 db_session_id: "SESSION".into(),
                 file_number: 9,
             },
+            key_range: None,
         }],
         private_files: vec![PrivateFile {
             remote_name: "chk-42/MANIFEST-000005".into(),
@@ -91,11 +93,33 @@ fn sample() -> CheckpointManifest {
     }
 }
 
+/// [`sample`] with a second shared file that has a key range (version 2).
+fn sample_v2() -> CheckpointManifest {
+    let mut m = sample();
+    m.shared_files.push(SharedFile {
+        remote_name: "shared/fedcba9876543210fedcba9876543210.sst".into(),
+        local_name: "000011.sst".into(),
+        size: 20_000,
+        crc32: 3,
+        sst_id: SstUniqueId {
+            db_id: "db-identity".into(),
+            db_session_id: "SESSION".into(),
+            file_number: 11,
+        },
+        key_range: Some(SstKeyRange {
+            level: 6,
+            smallest: vec![0x20, 0x01, b'a'],
+            largest: vec![0x3f, 0x02, b'z', b'z'],
+        }),
+    });
+    m
+}
+
 /// The postcard encoding of a small manifest, byte by byte (docs/manifest-format.md walks
 /// through it). Changing the body types changes these bytes: that is a format break and needs
 /// a new MANIFEST_VERSION.
 #[test]
-fn v1_body_encoding_is_pinned() {
+fn v2_body_encoding_is_pinned() {
     let m = CheckpointManifest {
         checkpoint_id: 300,
         backend_id: "op".into(),
@@ -119,6 +143,11 @@ fn v1_body_encoding_is_pinned() {
                 db_session_id: "e".into(),
                 file_number: 9,
             },
+            key_range: Some(SstKeyRange {
+                level: 1,
+                smallest: vec![0x05, 0x01],
+                largest: vec![0x07],
+            }),
         }],
         private_files: vec![],
         operator_state: vec![OperatorListState {
@@ -150,6 +179,10 @@ fn v1_body_encoding_is_pinned() {
         0x01, b'd',             //   sst_id.db_id
         0x01, b'e',             //   sst_id.db_session_id
         0x09,                   //   sst_id.file_number 9
+        0x01,                   //   key_range: Some
+        0x01,                   //     level 1
+        0x02, 0x05, 0x01,       //     smallest [05 01]
+        0x01, 0x07,             //     largest [07]
         0x00,                   // private_files: 0 elements
         0x01,                   // operator_state: 1 element
         0x01, b'o',             //   name
@@ -160,7 +193,7 @@ fn v1_body_encoding_is_pinned() {
     assert_eq!(body, expected);
     let framed = encode_manifest(&m).unwrap();
     assert_eq!(&framed[..4], b"RSTM");
-    assert_eq!(&framed[4..6], &[1, 0]);
+    assert_eq!(&framed[4..6], &[2, 0]);
     let n = u32::from_le_bytes(framed[6..10].try_into().unwrap()) as usize;
     assert_eq!(framed.len(), 10 + n + 4);
     let crc = crc32fast::hash(&framed[10..10 + n]);
@@ -177,12 +210,45 @@ fn committed_v1_manifest_still_decodes() {
         "/../fuzz/corpus/manifest_decode/v1_sample.rstm"
     );
     let bytes = std::fs::read(path).expect("committed sample manifest");
+    assert_eq!(&bytes[4..6], &[1, 0], "a version-1 file");
     assert_eq!(decode_manifest(&bytes).unwrap(), sample());
+}
+
+/// The committed version-2 sample (with and without key ranges) decodes.
+#[test]
+fn committed_v2_manifest_still_decodes() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fuzz/corpus/manifest_decode/v2_sample.rstm"
+    );
+    let bytes = std::fs::read(path).expect("committed sample manifest");
+    assert_eq!(&bytes[4..6], &[2, 0], "a version-2 file");
+    assert_eq!(decode_manifest(&bytes).unwrap(), sample_v2());
+}
+
+/// A version-1 file decodes with the version-1 layout only: its body under a version-2 label
+/// is refused (the layouts differ), and a version-2 body under a version-1 label too.
+#[test]
+fn versions_are_not_interchangeable() {
+    let v1 = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fuzz/corpus/manifest_decode/v1_sample.rstm"
+    ))
+    .unwrap();
+    let mut relabelled = v1.clone();
+    relabelled[4] = 2;
+    assert!(matches!(
+        decode_manifest(&relabelled),
+        Err(Error::Decode(_))
+    ));
+    let mut v2 = encode_manifest(&sample_v2()).unwrap();
+    v2[4] = 1;
+    assert!(matches!(decode_manifest(&v2), Err(Error::Decode(_))));
 }
 
 #[test]
 fn roundtrip_and_determinism() {
-    let m = sample();
+    let m = sample_v2();
     let a = encode_manifest(&m).unwrap();
     let b = encode_manifest(&m).unwrap();
     assert_eq!(a, b, "encoding is deterministic");
@@ -220,7 +286,7 @@ fn bad_magic() {
 
 #[test]
 fn unknown_version() {
-    for v in [0u16, 2, 0xffff] {
+    for v in [0u16, 3, 0xffff] {
         let mut a = encode_manifest(&sample()).unwrap();
         a[4..6].copy_from_slice(&v.to_le_bytes());
         match decode_manifest(&a) {
@@ -353,20 +419,34 @@ fn arb_manifest() -> impl Strategy<Value = CheckpointManifest> {
             codec_version,
             ttl,
         });
+    let key_range = prop::option::of(
+        (
+            any::<u32>(),
+            prop::collection::vec(any::<u8>(), 0..12),
+            prop::collection::vec(any::<u8>(), 0..12),
+        )
+            .prop_map(|(level, smallest, largest)| SstKeyRange {
+                level,
+                smallest,
+                largest,
+            }),
+    );
     let shared = (
         ".{0,40}",
         "[0-9]{6}\\.sst",
         any::<u64>(),
         any::<u32>(),
         arb_id(),
+        key_range,
     )
         .prop_map(
-            |(remote_name, local_name, size, crc32, sst_id)| SharedFile {
+            |(remote_name, local_name, size, crc32, sst_id, key_range)| SharedFile {
                 remote_name,
                 local_name,
                 size,
                 crc32,
                 sst_id,
+                key_range,
             },
         );
     let private = (".{0,40}", ".{0,20}", any::<u64>(), any::<u32>()).prop_map(
@@ -435,15 +515,19 @@ proptest! {
     fn prop_arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..256)) {
         let _ = decode_manifest(&data);
         let _ = decode_manifest_body(&data);
-        let mut framed = b"RSTM\x01\x00".to_vec();
-        framed.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        framed.extend_from_slice(&data);
-        framed.extend_from_slice(&crc32fast::hash(&data).to_le_bytes());
-        let _ = decode_manifest(&framed);
+        for version in [b"\x01\x00", b"\x02\x00"] {
+            let mut framed = b"RSTM".to_vec();
+            framed.extend_from_slice(version);
+            framed.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            framed.extend_from_slice(&data);
+            framed.extend_from_slice(&crc32fast::hash(&data).to_le_bytes());
+            let _ = decode_manifest(&framed);
+        }
     }
 }
 
-/// Rewrites the committed sample manifests of the fuzz seed corpus. Run with
+/// Rewrites the committed version-2 sample manifests of the fuzz seed corpus (the version-1
+/// samples are frozen: no build writes version 1 any more). Run with
 /// `ROCKSTATE_REGENERATE_MANIFEST_SEEDS=1 cargo test -p sst-format --test manifest -- --ignored`.
 #[test]
 #[ignore = "rewrites committed seed files; set ROCKSTATE_REGENERATE_MANIFEST_SEEDS=1"]
@@ -457,7 +541,7 @@ fn regenerate_manifest_seeds() {
     );
     std::fs::create_dir_all(dir).unwrap();
     let write = |name: &str, bytes: &[u8]| std::fs::write(format!("{dir}/{name}"), bytes).unwrap();
-    write("v1_sample.rstm", &encode_manifest(&sample()).unwrap());
+    write("v2_sample.rstm", &encode_manifest(&sample_v2()).unwrap());
     let empty = CheckpointManifest {
         checkpoint_id: 1,
         backend_id: String::new(),
@@ -470,13 +554,13 @@ fn regenerate_manifest_seeds() {
         operator_state: vec![],
         created_at_ms: 0,
     };
-    write("v1_empty.rstm", &encode_manifest(&empty).unwrap());
-    // Bare bodies (zstd frames) and raw postcard for the body decoder.
-    let s = encode_manifest(&sample()).unwrap();
-    write("body_sample.zst", &s[10..s.len() - 4]);
-    write("version2.rstm", &{
+    write("v2_empty.rstm", &encode_manifest(&empty).unwrap());
+    // A bare version-2 body (zstd frame) for the body decoder, and an unknown version.
+    let s = encode_manifest(&sample_v2()).unwrap();
+    write("body_sample_v2.zst", &s[10..s.len() - 4]);
+    write("version3.rstm", &{
         let mut v = s.clone();
-        v[4] = 2;
+        v[4] = 3;
         v
     });
 }

@@ -1,0 +1,246 @@
+//! A rescale downloads only the SSTs whose keys can matter to its key groups: manifests
+//! (version 2) record each keyed state SST's key range and level, and a restore into part of
+//! the base's key groups skips the files at L1 or deeper lying wholly outside the target
+//! (docs/rescale.md §2). With `DbOptions::key_group_files` every compacted file holds one
+//! key group, so half of them lie wholly outside either half.
+
+use std::sync::Arc;
+
+use rockstate::coordinator::task_checkpoint;
+use rockstate::{
+    CheckpointOptions, CheckpointStorage, CodecId, DbOptions, JobOwner, KeyGroupRange,
+    KeyedBackend, LocalStorage, RestoreFrom, SystemClock,
+};
+
+const M: u32 = 128;
+const KEYS: u64 = 20_000;
+
+fn value(k: u64, round: u64) -> Vec<u8> {
+    let mut v = k.to_le_bytes().to_vec();
+    v.extend_from_slice(&round.to_le_bytes());
+    v
+}
+
+fn group(k: u64) -> u16 {
+    rockstate::keygroup::key_group_of(&k.to_be_bytes(), M)
+}
+
+/// Every key of `range` reads as written (the first 100 keys were overwritten in round 1),
+/// and the state holds nothing else.
+fn check(b: &KeyedBackend, range: KeyGroupRange) {
+    let s = b.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+    let mut expected = 0;
+    for k in (0..KEYS).filter(|k| range.contains(group(*k))) {
+        let round = u64::from(k < 100);
+        assert_eq!(
+            s.get(&k.to_be_bytes(), &[]).unwrap(),
+            Some(value(k, round)),
+            "key {k}"
+        );
+        expected += 1;
+    }
+    let mut seen = 0;
+    for g in range.iter() {
+        b.scan_key_group("s", g, |_| {
+            seen += 1;
+            Ok(true)
+        })
+        .unwrap();
+    }
+    assert_eq!(seen, expected, "entries of {range}");
+}
+
+#[test]
+fn rescale_skips_ssts_wholly_outside_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    let options = DbOptions {
+        key_group_files: true,
+        ..DbOptions::default()
+    };
+    let builder = |name: &str, range: KeyGroupRange| {
+        KeyedBackend::builder(dir.path().join(name))
+            .max_parallelism(M)
+            .key_groups(range)
+            .options(options.clone())
+            .checkpoint_storage(Arc::clone(&storage))
+            // Every file from storage (no local copies), so the counts are downloads.
+            .checkpoint_options(CheckpointOptions {
+                local_recovery: false,
+                ..CheckpointOptions::default()
+            })
+    };
+    let all = KeyGroupRange::all(M).unwrap();
+    let src = builder("src", all).open().unwrap();
+    let s = src.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+    for k in 0..KEYS {
+        s.put(&k.to_be_bytes(), &[], &value(k, 0)).unwrap();
+    }
+    src.flush().unwrap();
+    // One file per key group below L0; then an update the checkpoint flushes into an L0
+    // file spanning both halves, which no half may skip.
+    src.compact_state("s").unwrap();
+    for k in 0..100u64 {
+        s.put(&k.to_be_bytes(), &[], &value(k, 1)).unwrap();
+    }
+    drop(s);
+    src.checkpoint(1).unwrap();
+    src.notify_checkpoint_complete(1).unwrap();
+
+    // The manifest records a key range for every file of the state, none for the rest.
+    let name = rockstate::layout::metadata_name(1, src.backend_id());
+    let manifest = sst_format::decode_manifest(&storage.get_bytes(&name).unwrap()).unwrap();
+    let ranged: Vec<_> = manifest
+        .shared_files
+        .iter()
+        .filter_map(|f| f.key_range.as_ref())
+        .collect();
+    assert_eq!(
+        ranged.iter().filter(|r| r.level >= 1).count(),
+        128,
+        "one compacted file per key group"
+    );
+    // The update's L0 file is written by the checkpoint's own flush, after the listing: it
+    // has no range, like the default column family's files, and is always downloaded.
+    assert!(manifest.shared_files.len() > ranged.len());
+    let total_files = manifest.shared_files.len() + manifest.private_files.len();
+    let total_bytes: u64 = manifest.shared_files.iter().map(|f| f.size).sum::<u64>()
+        + manifest.private_files.iter().map(|f| f.size).sum::<u64>();
+    drop(src);
+
+    // A plain restore fetches everything.
+    let (plain, report) = builder("plain", all)
+        .restore_with_report(RestoreFrom::Checkpoint(1))
+        .unwrap();
+    assert_eq!((report.files_skipped, report.bytes_skipped), (0, 0));
+    assert_eq!(
+        (report.files_downloaded, report.files_local),
+        (total_files, 0)
+    );
+    check(&plain, all);
+    drop(plain);
+
+    // Each half skips the other half's 64 one-group files, and nothing else.
+    for i in 0..2 {
+        let half = KeyGroupRange::for_operator(M, 2, i).unwrap();
+        let (b, report) = builder(&format!("half-{i}"), half)
+            .restore_with_report(RestoreFrom::Checkpoint(1))
+            .unwrap();
+        assert_eq!(report.files_skipped, 64, "half {i}");
+        assert_eq!(report.files_local, 0);
+        assert_eq!(report.files_downloaded + report.files_skipped, total_files);
+        assert_eq!(report.bytes_downloaded + report.bytes_skipped, total_bytes);
+        assert!(report.bytes_skipped > 0);
+        check(&b, half);
+        // The restored backend keeps working: write, checkpoint, and its manifest names no
+        // skipped file.
+        let s = b.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+        let k = (0..).find(|k| half.contains(group(*k))).unwrap();
+        s.put(&k.to_be_bytes(), &[], &value(k, u64::from(k < 100)))
+            .unwrap();
+        drop(s);
+        let id = 2 + u64::from(i);
+        b.checkpoint(id).unwrap();
+        let next = sst_format::decode_manifest(
+            &storage
+                .get_bytes(&rockstate::layout::metadata_name(id, b.backend_id()))
+                .unwrap(),
+        )
+        .unwrap();
+        for f in &next.shared_files {
+            if let Some(r) = &f.key_range {
+                let first = rockstate::keygroup::read_prefix(&r.smallest, M).unwrap();
+                assert!(
+                    r.level == 0 || half.contains(first),
+                    "{} at L{} starts in group {first}, outside {half}",
+                    f.local_name,
+                    r.level
+                );
+            }
+        }
+        check(&b, half);
+    }
+}
+
+/// 1 -> 2 -> 1 with one key group per file: each half drops the other's files (and, with
+/// nothing of the base left in the range it gives away, writes no clip tombstone there), so
+/// merging the halves right away links every file instead of rewriting half the state.
+#[test]
+fn halves_of_a_split_merge_back_by_linking() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    let options = DbOptions {
+        key_group_files: true,
+        ..DbOptions::default()
+    };
+    let builder = |name: &str, range: KeyGroupRange| {
+        KeyedBackend::builder(dir.path().join(name))
+            .max_parallelism(M)
+            .key_groups(range)
+            .options(options.clone())
+            .checkpoint_storage(Arc::clone(&storage))
+    };
+    let all = KeyGroupRange::all(M).unwrap();
+    let src = builder("src", all).open().unwrap();
+    let s = src.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+    for k in 0..KEYS {
+        let round = u64::from(k < 100);
+        s.put(&k.to_be_bytes(), &[], &value(k, round)).unwrap();
+    }
+    drop(s);
+    src.flush().unwrap();
+    src.compact_state("s").unwrap();
+    src.checkpoint(1).unwrap();
+    src.notify_checkpoint_complete(1).unwrap();
+    drop(src);
+
+    // The halves, one job: its owner commits the record naming both manifests.
+    let owner = Arc::new(JobOwner::open(Arc::clone(&storage), 1, Arc::new(SystemClock)).unwrap());
+    let halves: Vec<KeyedBackend> = (0..2)
+        .map(|i| {
+            let half = KeyGroupRange::for_operator(M, 2, i).unwrap();
+            let (b, report) = builder(&format!("half-{i}"), half)
+                .job_owner(Arc::clone(&owner))
+                .restore_with_report(RestoreFrom::Checkpoint(1))
+                .unwrap();
+            assert_eq!(report.files_skipped, 64, "half {i}");
+            check(&b, half);
+            b
+        })
+        .collect();
+    let stats: Vec<_> = halves.iter().map(|b| b.checkpoint(2).unwrap()).collect();
+    owner
+        .commit(&sst_format::JobCheckpoint {
+            checkpoint_id: 2,
+            job_name: "skip".into(),
+            max_parallelism: M,
+            triggered_at_ms: 0,
+            completed_at_ms: 0,
+            tasks: halves
+                .iter()
+                .zip(&stats)
+                .enumerate()
+                .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
+                .collect(),
+        })
+        .unwrap();
+    for b in &halves {
+        b.notify_checkpoint_complete(2).unwrap();
+    }
+    let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
+    drop(halves);
+    drop(owner);
+
+    let (merged, report) = builder("merged", all)
+        .restore_with_report(RestoreFrom::Handles {
+            checkpoint_id: 2,
+            backend_ids: ids,
+        })
+        .unwrap();
+    assert_eq!(report.sst_files_rewritten, 0, "{report:?}");
+    assert_eq!(report.entries_rewritten, 0);
+    assert!(report.sst_files_linked >= 64, "{report:?}");
+    check(&merged, all);
+}
