@@ -499,6 +499,7 @@ fn bench_matrix_runs_the_selected_cells_and_summarizes_each_phase() {
         "300",
         "--only",
         "uniform/100B",
+        "--same-layout",
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
@@ -526,6 +527,12 @@ fn bench_matrix_runs_the_selected_cells_and_summarizes_each_phase() {
                 })
                 .count();
             assert_eq!(rounds, 2, "{cell} {phase}: {out}");
+            assert!(
+                out.lines()
+                    .filter(|l| l.starts_with("round=") && l.contains(&format!(" cell={cell} ")))
+                    .all(|l| l.contains(" layout_ratio=")),
+                "{cell}: --same-layout printed no layout_ratio: {out}"
+            );
             let median = out
                 .lines()
                 .find(|l| l.starts_with(&format!("median cell={cell} phase={phase} ")))

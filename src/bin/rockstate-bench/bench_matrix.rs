@@ -53,6 +53,11 @@ pub struct MatrixArgs {
     /// `{"value_cache_bytes":0}`.
     #[arg(long)]
     options: Option<String>,
+    /// Also run raw RocksDB storing rockstate's key layout (key group first), a third store
+    /// on a budget of its own: `layout_ratio` is rockstate against it, so what the layout
+    /// costs and what rockstate's code costs can be told apart.
+    #[arg(long)]
+    same_layout: bool,
 }
 
 /// One workload of the matrix.
@@ -232,32 +237,47 @@ fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<V
     let ours = bench_state(&backend, cell.ttl)?;
     let partition =
         rockstate::keygroup::file_partition_prefix_len(128, rockstate::KeyGroupRange::all(128)?);
-    let raw = Raw {
-        db: rockstate::RawRocksDb::open_like_rockstate(
-            &dir.path().join("raw"),
-            &options,
-            &MemoryBudget::new(budget_config)?,
-            partition,
-        )?,
-        same_layout: false,
+    let open_raw = |name: &str, same_layout: bool| -> rockstate::Result<Raw> {
+        Ok(Raw {
+            db: rockstate::RawRocksDb::open_like_rockstate(
+                &dir.path().join(name),
+                &options,
+                &MemoryBudget::new(budget_config.clone())?,
+                partition,
+            )?,
+            same_layout,
+        })
     };
+    let raw = open_raw("raw", false)?;
+    let raw_same = args
+        .same_layout
+        .then(|| open_raw("raw-same-layout", true))
+        .transpose()?;
     let mut rates = Vec::new();
     for phase in Phase::ALL {
         backend.wait_for_compactions()?;
         raw.settle()?;
+        let mut stores: Vec<&dyn Store> = vec![&ours, &raw];
+        if let Some(r) = &raw_same {
+            r.settle()?;
+            stores.push(r);
+        }
         let files = levels(|p| backend.state_property("bench", p).ok().flatten());
-        let stores: [&dyn Store; 2] = [&ours, &raw];
         let ops = run_phase(&stores, phase, &w)?;
-        Line::new()
+        let mut line = Line::new()
             .int("round", round as u64 + 1)
             .text("cell", cell.name())
             .int("keys", keys)
             .text("phase", phase.name())
             .num("rockstate_ops_s", ops[0], 0)
             .num("raw_ops_s", ops[1], 0)
-            .num("ratio", ops[0] / ops[1], 3)
-            .text("files_before", files)
-            .print();
+            .num("ratio", ops[0] / ops[1], 3);
+        if let Some(same) = ops.get(2) {
+            line =
+                line.num("raw_same_layout_ops_s", *same, 0)
+                    .num("layout_ratio", ops[0] / same, 3);
+        }
+        line.text("files_before", files).print();
         rates.push((ops[0], ops[1]));
     }
     Ok(rates)
