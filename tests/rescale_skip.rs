@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use rockstate::coordinator::task_checkpoint;
 use rockstate::{
-    CheckpointOptions, CheckpointStorage, CodecId, DbOptions, JobOwner, KeyGroupRange,
-    KeyedBackend, LocalStorage, RestoreFrom, SystemClock,
+    BackendBuilder, CheckpointOptions, CheckpointStorage, CodecId, DbOptions, JobOwner,
+    KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom, SystemClock,
 };
 
 const M: u32 = 128;
@@ -23,6 +23,23 @@ fn value(k: u64, round: u64) -> Vec<u8> {
 
 fn group(k: u64) -> u16 {
     rockstate::keygroup::key_group_of(&k.to_be_bytes(), M)
+}
+
+/// A backend at `root/name` owning `range`, its compacted files cut at every key group.
+fn one_group_files(
+    root: &std::path::Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    name: &str,
+    range: KeyGroupRange,
+) -> BackendBuilder {
+    KeyedBackend::builder(root.join(name))
+        .max_parallelism(M)
+        .key_groups(range)
+        .options(DbOptions {
+            key_group_files: true,
+            ..DbOptions::default()
+        })
+        .checkpoint_storage(Arc::clone(storage))
 }
 
 /// Every key of `range` reads as written (the first 100 keys were overwritten in round 1),
@@ -55,16 +72,8 @@ fn rescale_skips_ssts_wholly_outside_the_target() {
     let dir = tempfile::tempdir().unwrap();
     let storage: Arc<dyn CheckpointStorage> =
         Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
-    let options = DbOptions {
-        key_group_files: true,
-        ..DbOptions::default()
-    };
     let builder = |name: &str, range: KeyGroupRange| {
-        KeyedBackend::builder(dir.path().join(name))
-            .max_parallelism(M)
-            .key_groups(range)
-            .options(options.clone())
-            .checkpoint_storage(Arc::clone(&storage))
+        one_group_files(dir.path(), &storage, name, range)
             // Every file from storage (no local copies), so the counts are downloads.
             .checkpoint_options(CheckpointOptions {
                 local_recovery: false,
@@ -171,17 +180,8 @@ fn halves_of_a_split_merge_back_by_linking() {
     let dir = tempfile::tempdir().unwrap();
     let storage: Arc<dyn CheckpointStorage> =
         Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
-    let options = DbOptions {
-        key_group_files: true,
-        ..DbOptions::default()
-    };
-    let builder = |name: &str, range: KeyGroupRange| {
-        KeyedBackend::builder(dir.path().join(name))
-            .max_parallelism(M)
-            .key_groups(range)
-            .options(options.clone())
-            .checkpoint_storage(Arc::clone(&storage))
-    };
+    let builder =
+        |name: &str, range: KeyGroupRange| one_group_files(dir.path(), &storage, name, range);
     let all = KeyGroupRange::all(M).unwrap();
     let src = builder("src", all).open().unwrap();
     let s = src.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
