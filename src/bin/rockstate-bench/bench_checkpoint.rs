@@ -20,6 +20,7 @@ use rockstate::{
 };
 
 use crate::report::Line;
+use crate::support::{io, median};
 
 /// Which checkpoint modes to run.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,20 +66,8 @@ pub struct CheckpointArgs {
     storage: Option<String>,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |e| Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    }
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 struct Run<'a> {

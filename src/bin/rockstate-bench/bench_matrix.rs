@@ -21,6 +21,7 @@ use crate::bench_ops::{
     bench_state, levels, parse_override, run_phase, Phase, Raw, Store, Workload,
 };
 use crate::report::Line;
+use crate::support::{io, median};
 
 /// Arguments of `bench matrix`.
 #[derive(clap::Args, Debug)]
@@ -117,23 +118,6 @@ struct Series {
     ratio: Vec<f64>,
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn io_err(e: std::io::Error) -> rockstate::Error {
-    rockstate::Error::Io {
-        path: std::env::temp_dir(),
-        source: e,
-    }
-}
-
 /// Runs every selected cell `rounds` times and prints the lines and the summary.
 pub fn run(args: &MatrixArgs) -> rockstate::Result<()> {
     if args.rounds == 0 || args.budget_mib < 8 || !(args.fits > 0.0 && args.beyond > 0.0) {
@@ -163,28 +147,24 @@ pub fn run(args: &MatrixArgs) -> rockstate::Result<()> {
              20 slices, the first rotating",
         )
         .print();
-    let mut series: Vec<Series> = Vec::new();
+    // One series per cell and phase, cell by cell in the order `run_cell` returns phases.
+    let mut series: Vec<Series> = cells
+        .iter()
+        .flat_map(|c| {
+            Phase::ALL.into_iter().map(|phase| Series {
+                cell: c.name(),
+                phase,
+                ours: Vec::new(),
+                raw: Vec::new(),
+                ratio: Vec::new(),
+            })
+        })
+        .collect();
     for round in 0..args.rounds {
-        for cell in &cells {
+        for (c, cell) in cells.iter().enumerate() {
             let rates = run_cell(args, cell, round)?;
-            for (phase, (ours, raw)) in Phase::ALL.into_iter().zip(rates) {
-                let name = cell.name();
-                let s = match series
-                    .iter_mut()
-                    .find(|s| s.cell == name && s.phase.name() == phase.name())
-                {
-                    Some(s) => s,
-                    None => {
-                        series.push(Series {
-                            cell: name,
-                            phase,
-                            ours: Vec::new(),
-                            raw: Vec::new(),
-                            ratio: Vec::new(),
-                        });
-                        series.last_mut().expect("just pushed")
-                    }
-                };
+            for (p, (ours, raw)) in rates.into_iter().enumerate() {
+                let s = &mut series[c * Phase::ALL.len() + p];
                 s.ours.push(ours);
                 s.raw.push(raw);
                 s.ratio.push(ours / raw);
@@ -202,9 +182,9 @@ pub fn run(args: &MatrixArgs) -> rockstate::Result<()> {
             .label("median")
             .text("cell", &s.cell)
             .text("phase", s.phase.name())
-            .num("rockstate_ops_s", median(&s.ours), 0)
-            .num("raw_ops_s", median(&s.raw), 0)
-            .num("ratio", median(&s.ratio), 3)
+            .num("rockstate_ops_s", median(s.ours.clone()), 0)
+            .num("raw_ops_s", median(s.raw.clone()), 0)
+            .num("ratio", median(s.ratio.clone()), 3)
             .num("ratio_min", lo, 3)
             .num("ratio_max", hi, 3)
             .print();
@@ -215,7 +195,7 @@ pub fn run(args: &MatrixArgs) -> rockstate::Result<()> {
 /// Builds one cell's two stores, runs the phases, prints a line per phase; returns each
 /// phase's (rockstate, raw) ops/s.
 fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<Vec<(f64, f64)>> {
-    let dir = tempfile::tempdir().map_err(io_err)?;
+    let dir = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
     let keys = cell.keys(args);
     let mut w = Workload::with(
         keys,

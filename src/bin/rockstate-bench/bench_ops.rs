@@ -16,6 +16,7 @@ use rockstate::{
 };
 
 use crate::report::Line;
+use crate::support::io;
 
 /// Arguments of `bench ops`.
 #[derive(clap::Args, Debug)]
@@ -316,10 +317,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
     if args.backend == BenchBackend::Heap {
         return run_heap(args);
     }
-    let dir = tempfile::tempdir().map_err(|e| rockstate::Error::Io {
-        path: std::env::temp_dir(),
-        source: e,
-    })?;
+    let dir = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
     let options: DbOptions = parse_override("--options", args.options.as_deref())?;
     let budget_config: MemoryBudgetConfig = parse_override("--budget", args.budget.as_deref())?;
     let workload = Workload::new(args)?;
@@ -633,10 +631,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
 
     // Snapshot the whole state (args.keys entries of args.value_bytes) into a savepoint on a
     // second thread while this thread, the task, keeps updating random keys.
-    let dir = tempfile::tempdir().map_err(|e| rockstate::Error::Io {
-        path: std::env::temp_dir(),
-        source: e,
-    })?;
+    let dir = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
     let path = dir.path().join("savepoint");
     // The machine is shared: also report the fastest of a few extra (discarded) snapshots, so
     // scheduler noise can be told from the cost of taking one.

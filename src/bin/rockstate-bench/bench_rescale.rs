@@ -46,6 +46,7 @@ use rockstate::{
 };
 
 use crate::report::Line;
+use crate::support::{io, median};
 
 /// Arguments of `bench rescale`.
 #[derive(clap::Args, Debug)]
@@ -78,18 +79,6 @@ pub struct RescaleArgs {
 }
 
 const M: u32 = 128;
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |e| Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    }
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
 
 struct Env<'a> {
     args: &'a RescaleArgs,

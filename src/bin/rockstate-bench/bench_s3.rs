@@ -20,6 +20,7 @@ use rand::{RngCore, SeedableRng};
 use rockstate::{CheckpointStorage, Error, ObjectStorage, ObjectStorageOptions};
 
 use crate::report::Line;
+use crate::support::{io, median};
 
 /// Arguments of `bench s3`.
 #[derive(clap::Args, Debug)]
@@ -49,13 +50,6 @@ pub struct S3Args {
     rounds: usize,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |e| Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    }
-}
-
 fn raw_error(e: object_store::Error) -> Error {
     Error::Storage {
         operation: "raw object_store",
@@ -63,11 +57,6 @@ fn raw_error(e: object_store::Error) -> Error {
         detail: e.to_string(),
         transient: false,
     }
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 /// Runs `job(i)` for every file index on `threads` threads.

@@ -20,6 +20,7 @@ use rockstate::{
 };
 
 use crate::report::Line;
+use crate::support::io;
 
 /// Arguments of `bench ttl`.
 #[derive(clap::Args, Debug)]
@@ -43,13 +44,6 @@ pub struct TtlArgs {
 
 const ROUND_MS: u64 = 1000;
 
-fn io_err(e: std::io::Error) -> rockstate::Error {
-    rockstate::Error::Io {
-        path: std::env::temp_dir(),
-        source: e,
-    }
-}
-
 fn open(dir: &std::path::Path, clock: &ManualClock) -> rockstate::Result<KeyedBackend> {
     KeyedBackend::builder(dir.join("db"))
         .clock(Arc::new(clock.clone()))
@@ -62,7 +56,7 @@ fn open(dir: &std::path::Path, clock: &ManualClock) -> rockstate::Result<KeyedBa
 
 /// Runs all three parts and prints their lines.
 pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
-    let tmp = tempfile::tempdir().map_err(io_err)?;
+    let tmp = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
     // Incompressible values, so SST sizes reflect the data.
     let mut rng = SmallRng::seed_from_u64(42);
     let values: Vec<Vec<u8>> = (0..1024)
@@ -174,7 +168,7 @@ pub fn run(args: &TtlArgs) -> rockstate::Result<()> {
                 secs[i] += start.elapsed().as_secs_f64();
             }
             drop((s, b));
-            std::fs::remove_dir_all(&dir).map_err(io_err)?;
+            std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
         }
     }
     Line::new()

@@ -12,6 +12,7 @@ mod chart;
 #[path = "../rockstate/progress.rs"]
 mod progress;
 mod report;
+mod support;
 
 use std::process::ExitCode;
 
