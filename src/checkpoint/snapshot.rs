@@ -271,6 +271,7 @@ impl PendingSnapshot {
             private_files,
             operator_state: self.operator_state.clone(),
             created_at_ms: cp.clock.now_ms(),
+            changelog: None,
         };
         let shared_referenced = manifest.shared_files.len() as u64;
         let manifest_span = tracing::info_span!("checkpoint.manifest", id).entered();

@@ -35,6 +35,7 @@
 //!     private_files: vec![],
 //!     operator_state: vec![],
 //!     created_at_ms: 1_700_000_000_000,
+//!     changelog: None,
 //! };
 //! let bytes = encode_manifest(&m).unwrap();
 //! assert_eq!(&bytes[..4], b"RSTM");
@@ -45,6 +46,7 @@
 #![warn(missing_docs)]
 
 mod block;
+pub mod changelog;
 pub mod checksum;
 mod coding;
 pub mod error;
@@ -56,6 +58,10 @@ pub mod properties;
 pub mod savepoint;
 pub mod sst;
 
+pub use changelog::{
+    decode_log_segment, LogEntry, LogSegment, LogSegmentBuilder, LOG_SEGMENT_MAGIC,
+    LOG_SEGMENT_VERSION,
+};
 pub use checksum::ChecksumType;
 pub use error::{Error, Result};
 pub use footer::{parse_footer, BlockHandle, Footer, FOOTER_LEN};
@@ -65,11 +71,11 @@ pub use job::{
 };
 pub use manifest::{
     decode_manifest, decode_manifest_body, encode_manifest, MANIFEST_MAGIC, MANIFEST_VERSION,
-    MANIFEST_VERSION_1, MAX_MANIFEST_BODY_BYTES,
+    MANIFEST_VERSION_1, MANIFEST_VERSION_2, MAX_MANIFEST_BODY_BYTES,
 };
 pub use meta::{
-    CheckpointManifest, OperatorListState, PrivateFile, RedistributionMode, SharedFile,
-    SstKeyRange, StateKind, StateMeta,
+    Changelog, CheckpointManifest, LogSegmentFile, OperatorListState, PrivateFile,
+    RedistributionMode, SharedFile, SstKeyRange, StateKind, StateMeta,
 };
 pub use properties::TableProperties;
 pub use savepoint::{

@@ -5,7 +5,7 @@
 //! ```text
 //! offset  size  field
 //! 0       4     magic "RSTM"
-//! 4       2     format version, u16 little-endian (MANIFEST_VERSION = 2; 1 is still read)
+//! 4       2     format version, u16 little-endian (MANIFEST_VERSION = 3; 2 and 1 are still read)
 //! 6       4     body length N, u32 little-endian
 //! 10      N     body = zstd(postcard(CheckpointManifest))
 //! 10+N    4     CRC-32 (IEEE, as computed by crc32fast) of the N body bytes, u32 little-endian
@@ -13,8 +13,9 @@
 //!
 //! The decoder checks, in order: magic, version, header length, total length (exactly
 //! `14 + N`), CRC, then decompresses (at most [`MAX_MANIFEST_BODY_BYTES`]) and decodes the
-//! body, which must be consumed exactly. The body types live in [`crate::meta`]; version 1's
-//! body differs only in lacking `SharedFile::key_range` and is decoded by its own types here.
+//! body, which must be consumed exactly. The body types live in [`crate::meta`]; version 2's
+//! body differs only in lacking `CheckpointManifest::changelog`, version 1's also in lacking
+//! `SharedFile::key_range`, and each is decoded by its own types here.
 //! `docs/manifest-format.md` documents every byte.
 
 use std::io::Read;
@@ -23,14 +24,21 @@ use serde::Deserialize;
 
 use crate::coding::fixed32;
 use crate::error::{Error, Result};
-use crate::meta::{CheckpointManifest, OperatorListState, PrivateFile, SharedFile, StateMeta};
+use crate::meta::{
+    CheckpointManifest, OperatorListState, PrivateFile, SharedFile, SstKeyRange, StateMeta,
+};
 use crate::sst::SstUniqueId;
 
 /// First four bytes of every manifest.
 pub const MANIFEST_MAGIC: [u8; 4] = *b"RSTM";
 
-/// The manifest format version this build writes (it reads it and [`MANIFEST_VERSION_1`]).
-pub const MANIFEST_VERSION: u16 = 2;
+/// The manifest format version this build writes (it reads it, [`MANIFEST_VERSION_2`] and
+/// [`MANIFEST_VERSION_1`]).
+pub const MANIFEST_VERSION: u16 = 3;
+
+/// The second manifest format version, still decoded: it has no changelog
+/// (`CheckpointManifest::changelog` is `None`).
+pub const MANIFEST_VERSION_2: u16 = 2;
 
 /// The first manifest format version, still decoded: its shared files carry no key range
 /// (`SharedFile::key_range` is `None`).
@@ -97,7 +105,7 @@ pub fn decode_manifest(bytes: &[u8]) -> Result<CheckpointManifest> {
         });
     }
     let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if version != MANIFEST_VERSION && version != MANIFEST_VERSION_1 {
+    if ![MANIFEST_VERSION, MANIFEST_VERSION_2, MANIFEST_VERSION_1].contains(&version) {
         return Err(Error::UnknownManifestVersion(version));
     }
     let body_len = fixed32(bytes, 6).ok_or(Error::Truncated {
@@ -131,6 +139,10 @@ pub fn decode_manifest(bytes: &[u8]) -> Result<CheckpointManifest> {
         let raw = decompress_limited(body, MAX_MANIFEST_BODY_BYTES)?;
         return Ok(take_all::<ManifestV1>(&raw)?.into());
     }
+    if version == MANIFEST_VERSION_2 {
+        let raw = decompress_limited(body, MAX_MANIFEST_BODY_BYTES)?;
+        return Ok(take_all::<ManifestV2>(&raw)?.into());
+    }
     decode_manifest_body(body)
 }
 
@@ -153,6 +165,62 @@ fn take_all<'de, T: Deserialize<'de>>(raw: &'de [u8]) -> Result<T> {
         return Err(Error::Decode(postcard::Error::DeserializeBadEncoding));
     }
     Ok(value)
+}
+
+/// The version-2 body: [`CheckpointManifest`] without the changelog. Field order is the
+/// format (docs/manifest-format.md §2).
+#[derive(Deserialize)]
+struct ManifestV2 {
+    checkpoint_id: u64,
+    backend_id: String,
+    key_group_start: u16,
+    key_group_end: u16,
+    max_parallelism: u32,
+    states: Vec<StateMeta>,
+    shared_files: Vec<SharedFileV2>,
+    private_files: Vec<PrivateFile>,
+    operator_state: Vec<OperatorListState>,
+    created_at_ms: u64,
+}
+
+/// A version-2 shared file (the same as version 3's).
+#[derive(Deserialize)]
+struct SharedFileV2 {
+    remote_name: String,
+    local_name: String,
+    size: u64,
+    crc32: u32,
+    sst_id: SstUniqueId,
+    key_range: Option<SstKeyRange>,
+}
+
+impl From<ManifestV2> for CheckpointManifest {
+    fn from(m: ManifestV2) -> Self {
+        CheckpointManifest {
+            checkpoint_id: m.checkpoint_id,
+            backend_id: m.backend_id,
+            key_group_start: m.key_group_start,
+            key_group_end: m.key_group_end,
+            max_parallelism: m.max_parallelism,
+            states: m.states,
+            shared_files: m
+                .shared_files
+                .into_iter()
+                .map(|f| SharedFile {
+                    remote_name: f.remote_name,
+                    local_name: f.local_name,
+                    size: f.size,
+                    crc32: f.crc32,
+                    sst_id: f.sst_id,
+                    key_range: f.key_range,
+                })
+                .collect(),
+            private_files: m.private_files,
+            operator_state: m.operator_state,
+            created_at_ms: m.created_at_ms,
+            changelog: None,
+        }
+    }
 }
 
 /// The version-1 body: [`CheckpointManifest`] with version-1 shared files. Field order is the
@@ -205,6 +273,7 @@ impl From<ManifestV1> for CheckpointManifest {
             private_files: m.private_files,
             operator_state: m.operator_state,
             created_at_ms: m.created_at_ms,
+            changelog: None,
         }
     }
 }

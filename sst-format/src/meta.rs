@@ -1,6 +1,6 @@
 //! The body types of the checkpoint manifest (`chk-<id>/_metadata`, docs/manifest-format.md),
-//! version 2 (version 1 lacked [`SharedFile::key_range`]; its layout lives on in
-//! `crate::manifest` as the version-1 decoder).
+//! version 3 (version 2 lacked [`CheckpointManifest::changelog`], version 1 also
+//! [`SharedFile::key_range`]; their layouts live on in `crate::manifest` as their decoders).
 //!
 //! This module owns the *content* of a manifest; [`crate::manifest`] owns its *framing*
 //! (magic, version, length, zstd, CRC). The types are serialized with postcard, which encodes
@@ -36,6 +36,41 @@ pub struct CheckpointManifest {
     pub operator_state: Vec<OperatorListState>,
     /// Wall-clock creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// Changelog mode (version 3): the shared and private files above are a materialization,
+    /// and these log segments hold every change made after it; `None` for a checkpoint that
+    /// is its files alone (and for every manifest of versions 1 and 2).
+    pub changelog: Option<Changelog>,
+}
+
+/// The log part of a changelog-mode checkpoint (manifest version 3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changelog {
+    /// The checkpoint whose sync phase cut the materialization (the manifest's files).
+    pub materialization_id: u64,
+    /// Sequence number of the first change the materialization does not hold; every change
+    /// numbered below it is in the materialization's files.
+    pub materialized_seq: u64,
+    /// The segments holding the changes from `materialized_seq` on: in sequence order, each
+    /// starting where the one before it ended, the first at `materialized_seq`.
+    pub segments: Vec<LogSegmentFile>,
+}
+
+/// One uploaded changelog segment (docs/changelog-format.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSegmentFile {
+    /// Object name under the storage root (`shared/<id>-<ms>-<16 hex>.log`).
+    pub remote_name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC-32 (IEEE) of the whole object.
+    pub crc32: u32,
+    /// Sequence number of its first entry.
+    pub first_seq: u64,
+    /// Number of entries.
+    pub entries: u64,
+    /// The smallest and largest key group of its keyed-state entries, `None` when it holds
+    /// none; a restore into other key groups skips a segment lying wholly outside them.
+    pub key_groups: Option<(u16, u16)>,
 }
 
 /// The kind of a keyed state.

@@ -90,6 +90,7 @@ fn sample() -> CheckpointManifest {
             },
         ],
         created_at_ms: 1_700_000_000_123,
+        changelog: None,
     }
 }
 
@@ -156,6 +157,7 @@ fn v2_body_encoding_is_pinned() {
             elements: vec![vec![7]],
         }],
         created_at_ms: 1,
+        changelog: None,
     };
     let body = postcard::to_stdvec(&m).unwrap();
     #[rustfmt::skip]
@@ -189,11 +191,12 @@ fn v2_body_encoding_is_pinned() {
         0x01,                   //   mode Union (variant 1)
         0x01, 0x01, 0x07,       //   elements: [[7]]
         0x01,                   // created_at_ms 1
+        0x00,                   // changelog: None
     ];
     assert_eq!(body, expected);
     let framed = encode_manifest(&m).unwrap();
     assert_eq!(&framed[..4], b"RSTM");
-    assert_eq!(&framed[4..6], &[2, 0]);
+    assert_eq!(&framed[4..6], &[3, 0]);
     let n = u32::from_le_bytes(framed[6..10].try_into().unwrap()) as usize;
     assert_eq!(framed.len(), 10 + n + 4);
     let crc = crc32fast::hash(&framed[10..10 + n]);
@@ -286,7 +289,7 @@ fn bad_magic() {
 
 #[test]
 fn unknown_version() {
-    for v in [0u16, 3, 0xffff] {
+    for v in [0u16, 4, 0xffff] {
         let mut a = encode_manifest(&sample()).unwrap();
         a[4..6].copy_from_slice(&v.to_le_bytes());
         match decode_manifest(&a) {
@@ -500,6 +503,7 @@ fn arb_manifest() -> impl Strategy<Value = CheckpointManifest> {
                 private_files,
                 operator_state,
                 created_at_ms,
+                changelog: None,
             },
         )
 }
@@ -553,6 +557,7 @@ fn regenerate_manifest_seeds() {
         private_files: vec![],
         operator_state: vec![],
         created_at_ms: 0,
+        changelog: None,
     };
     write("v2_empty.rstm", &encode_manifest(&empty).unwrap());
     // A bare version-2 body (zstd frame) for the body decoder, and an unknown version.
