@@ -1,11 +1,15 @@
-//! The checkpoint manifest codec: round trips, the pinned v2 encoding, committed v1 files still
-//! decoding, and one test per typed error.
+//! The checkpoint manifest codec: round trips, the pinned version-3 encoding (with and without
+//! a changelog), committed version-1 and version-2 files still decoding, and one test per typed
+//! error.
+
+use std::io::Read;
 
 use proptest::prelude::*;
+use serde::Serialize;
 use sst_format::{
-    decode_manifest, decode_manifest_body, encode_manifest, CheckpointManifest, Error,
-    OperatorListState, PrivateFile, RedistributionMode, SharedFile, SstKeyRange, SstUniqueId,
-    StateKind, StateMeta, MANIFEST_MAGIC, MANIFEST_VERSION,
+    decode_manifest, decode_manifest_body, encode_manifest, Changelog, CheckpointManifest, Error,
+    LogSegmentFile, OperatorListState, PrivateFile, RedistributionMode, SharedFile, SstKeyRange,
+    SstUniqueId, StateKind, StateMeta, MANIFEST_MAGIC, MANIFEST_VERSION, MANIFEST_VERSION_2,
 };
 
 /// A manifest exercising every field and every enum variant of version 1 (what the committed
@@ -116,12 +120,90 @@ fn sample_v2() -> CheckpointManifest {
     m
 }
 
-/// The postcard encoding of a small manifest, byte by byte (docs/manifest-format.md walks
-/// through it). Changing the body types changes these bytes: that is a format break and needs
-/// a new MANIFEST_VERSION.
-#[test]
-fn v2_body_encoding_is_pinned() {
-    let m = CheckpointManifest {
+/// [`sample_v2`] with a changelog of two segments, one with keyed-state entries and one
+/// without (version 3).
+fn sample_v3() -> CheckpointManifest {
+    let mut m = sample_v2();
+    m.changelog = Some(Changelog {
+        materialization_id: 40,
+        materialized_seq: 1_000_000,
+        segments: vec![
+            LogSegmentFile {
+                remote_name: "shared/window-agg-3-1700000000100-0000000000000001.log".into(),
+                size: 4_096,
+                crc32: 0x0bad_f00d,
+                first_seq: 1_000_000,
+                entries: 120,
+                key_groups: Some((32, 63)),
+            },
+            LogSegmentFile {
+                remote_name: "shared/window-agg-3-1700000000120-0000000000000002.log".into(),
+                size: 60,
+                crc32: 1,
+                first_seq: 1_000_120,
+                entries: 1,
+                key_groups: None,
+            },
+        ],
+    });
+    m
+}
+
+/// The version-2 body layout: [`CheckpointManifest`] without its last field, `changelog`.
+/// Field order is the format (docs/manifest-format.md §4).
+#[derive(Serialize)]
+struct ManifestV2<'a> {
+    checkpoint_id: u64,
+    backend_id: &'a str,
+    key_group_start: u16,
+    key_group_end: u16,
+    max_parallelism: u32,
+    states: &'a [StateMeta],
+    shared_files: &'a [SharedFile],
+    private_files: &'a [PrivateFile],
+    operator_state: &'a [OperatorListState],
+    created_at_ms: u64,
+}
+
+/// The postcard body of `m` in the version-2 layout (`m.changelog` must be `None`).
+fn postcard_v2(m: &CheckpointManifest) -> Vec<u8> {
+    assert!(m.changelog.is_none(), "version 2 has no changelog");
+    postcard::to_stdvec(&ManifestV2 {
+        checkpoint_id: m.checkpoint_id,
+        backend_id: &m.backend_id,
+        key_group_start: m.key_group_start,
+        key_group_end: m.key_group_end,
+        max_parallelism: m.max_parallelism,
+        states: &m.states,
+        shared_files: &m.shared_files,
+        private_files: &m.private_files,
+        operator_state: &m.operator_state,
+        created_at_ms: m.created_at_ms,
+    })
+    .unwrap()
+}
+
+/// A complete `_metadata` file in the version-2 layout, as the version-2 encoder wrote it.
+fn encode_v2(m: &CheckpointManifest) -> Vec<u8> {
+    frame_version(
+        MANIFEST_VERSION_2,
+        &zstd::bulk::compress(&postcard_v2(m), 3).unwrap(),
+    )
+}
+
+/// The zstd-decompressed body of a framed manifest.
+fn raw_body(framed: &[u8]) -> Vec<u8> {
+    let mut raw = Vec::new();
+    zstd::stream::read::Decoder::new(&framed[10..framed.len() - 4])
+        .unwrap()
+        .read_to_end(&mut raw)
+        .unwrap();
+    raw
+}
+
+/// The small manifest the pinned encodings are of (docs/manifest-format.md §3).
+fn pinned_manifest() -> CheckpointManifest {
+    CheckpointManifest {
         checkpoint_id: 300,
         backend_id: "op".into(),
         key_group_start: 0,
@@ -158,10 +240,12 @@ fn v2_body_encoding_is_pinned() {
         }],
         created_at_ms: 1,
         changelog: None,
-    };
-    let body = postcard::to_stdvec(&m).unwrap();
-    #[rustfmt::skip]
-    let expected: &[u8] = &[
+    }
+}
+
+/// The postcard encoding of [`pinned_manifest`] (version 3, no changelog), byte by byte.
+#[rustfmt::skip]
+const PINNED_BODY: &[u8] = &[
         0xac, 0x02,             // checkpoint_id 300 (varint)
         0x02, b'o', b'p',       // backend_id
         0x00,                   // key_group_start 0
@@ -192,8 +276,15 @@ fn v2_body_encoding_is_pinned() {
         0x01, 0x01, 0x07,       //   elements: [[7]]
         0x01,                   // created_at_ms 1
         0x00,                   // changelog: None
-    ];
-    assert_eq!(body, expected);
+];
+
+/// The postcard encoding of a small manifest, byte by byte (docs/manifest-format.md walks
+/// through it). Changing the body types changes these bytes: that is a format break and needs
+/// a new MANIFEST_VERSION.
+#[test]
+fn v3_body_encoding_is_pinned() {
+    let m = pinned_manifest();
+    assert_eq!(postcard::to_stdvec(&m).unwrap(), PINNED_BODY);
     let framed = encode_manifest(&m).unwrap();
     assert_eq!(&framed[..4], b"RSTM");
     assert_eq!(&framed[4..6], &[3, 0]);
@@ -202,6 +293,61 @@ fn v2_body_encoding_is_pinned() {
     let crc = crc32fast::hash(&framed[10..10 + n]);
     assert_eq!(&framed[10 + n..], &crc.to_le_bytes());
     assert_eq!(decode_manifest(&framed).unwrap(), m);
+}
+
+/// The same manifest with a changelog of one segment (the segment pinned by
+/// `tests/changelog.rs`): the body is the one above up to `created_at_ms`, then the changelog.
+#[test]
+fn v3_body_with_changelog_is_pinned() {
+    let mut m = pinned_manifest();
+    m.changelog = Some(Changelog {
+        materialization_id: 7,
+        materialized_seq: 300,
+        segments: vec![LogSegmentFile {
+            remote_name: "g".into(),
+            size: 67,
+            crc32: 0xf572_621f,
+            first_seq: 300,
+            entries: 3,
+            key_groups: Some((5, 200)),
+        }],
+    });
+    #[rustfmt::skip]
+    let changelog: &[u8] = &[
+        0x01,                         // changelog: Some
+        0x07,                         //   materialization_id 7
+        0xac, 0x02,                   //   materialized_seq 300
+        0x01,                         //   segments: 1 element
+        0x01, b'g',                   //     remote_name
+        0x43,                         //     size 67
+        0x9f, 0xc4, 0xc9, 0xab, 0x0f, //     crc32 0xf572621f
+        0xac, 0x02,                   //     first_seq 300
+        0x03,                         //     entries 3
+        0x01,                         //     key_groups: Some
+        0x05,                         //       first key group 5
+        0xc8, 0x01,                   //       last key group 200
+    ];
+    let expected = [&PINNED_BODY[..PINNED_BODY.len() - 1], changelog].concat();
+    assert_eq!(postcard::to_stdvec(&m).unwrap(), expected);
+    let framed = encode_manifest(&m).unwrap();
+    assert_eq!(&framed[4..6], &[3, 0]);
+    assert_eq!(raw_body(&framed), expected);
+    assert_eq!(decode_manifest(&framed).unwrap(), m);
+    // key_groups None is the single byte 00.
+    if let Some(c) = m.changelog.as_mut() {
+        c.segments[0].key_groups = None;
+    }
+    let none = [&expected[..expected.len() - 4], &[0x00]].concat();
+    assert_eq!(postcard::to_stdvec(&m).unwrap(), none);
+}
+
+/// The version-2 layout of the pinned manifest is the version-3 body without its last byte
+/// (the `None` of `changelog`), and decodes from a version-2 file with `changelog: None`.
+#[test]
+fn v2_body_encoding_is_pinned() {
+    let m = pinned_manifest();
+    assert_eq!(postcard_v2(&m), PINNED_BODY[..PINNED_BODY.len() - 1]);
+    assert_eq!(decode_manifest(&encode_v2(&m)).unwrap(), m);
 }
 
 /// A manifest written by this version of the code, committed: every future decoder must read
@@ -217,41 +363,70 @@ fn committed_v1_manifest_still_decodes() {
     assert_eq!(decode_manifest(&bytes).unwrap(), sample());
 }
 
-/// The committed version-2 sample (with and without key ranges) decodes.
-#[test]
-fn committed_v2_manifest_still_decodes() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../fuzz/corpus/manifest_decode/v2_sample.rstm"
+fn committed(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../fuzz/corpus/manifest_decode/{name}",
+        env!("CARGO_MANIFEST_DIR")
     );
-    let bytes = std::fs::read(path).expect("committed sample manifest");
-    assert_eq!(&bytes[4..6], &[2, 0], "a version-2 file");
-    assert_eq!(decode_manifest(&bytes).unwrap(), sample_v2());
+    std::fs::read(&path).unwrap_or_else(|e| panic!("committed sample manifest {path}: {e}"))
 }
 
-/// A version-1 file decodes with the version-1 layout only: its body under a version-2 label
-/// is refused (the layouts differ), and a version-2 body under a version-1 label too.
+/// The committed version-2 sample (with and without key ranges) decodes, with no changelog;
+/// its body is the version-2 layout of the same manifest.
+#[test]
+fn committed_v2_manifest_still_decodes() {
+    let bytes = committed("v2_sample.rstm");
+    assert_eq!(&bytes[4..6], &[2, 0], "a version-2 file");
+    let m = decode_manifest(&bytes).unwrap();
+    assert_eq!(m, sample_v2());
+    assert_eq!(m.changelog, None);
+    assert_eq!(raw_body(&bytes), postcard_v2(&sample_v2()));
+    let empty = committed("v2_empty.rstm");
+    assert_eq!(&empty[4..6], &[2, 0], "a version-2 file");
+    assert_eq!(decode_manifest(&empty).unwrap().changelog, None);
+}
+
+/// The committed version-3 sample with a changelog decodes.
+#[test]
+fn committed_v3_manifest_decodes() {
+    let bytes = committed("v3_changelog.rstm");
+    assert_eq!(&bytes[4..6], &[3, 0], "a version-3 file");
+    assert_eq!(decode_manifest(&bytes).unwrap(), sample_v3());
+}
+
+/// Each version decodes with its own layout only: a body under another version's label is
+/// refused (the layouts differ: version 2 adds a byte to every shared file, version 3 one or
+/// more at the end).
 #[test]
 fn versions_are_not_interchangeable() {
-    let v1 = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../fuzz/corpus/manifest_decode/v1_sample.rstm"
-    ))
-    .unwrap();
-    let mut relabelled = v1.clone();
-    relabelled[4] = 2;
-    assert!(matches!(
-        decode_manifest(&relabelled),
-        Err(Error::Decode(_))
-    ));
-    let mut v2 = encode_manifest(&sample_v2()).unwrap();
-    v2[4] = 1;
-    assert!(matches!(decode_manifest(&v2), Err(Error::Decode(_))));
+    let v1 = committed("v1_sample.rstm");
+    let v2 = encode_v2(&sample_v2());
+    let v3_none = encode_manifest(&sample_v2()).unwrap();
+    let v3_some = encode_manifest(&sample_v3()).unwrap();
+    let relabelled = |file: &[u8], version: u8| {
+        let mut f = file.to_vec();
+        f[4] = version;
+        decode_manifest(&f)
+    };
+    for (name, file, own) in [
+        ("v1", &v1, 1u8),
+        ("v2", &v2, 2),
+        ("v3 without changelog", &v3_none, 3),
+        ("v3 with changelog", &v3_some, 3),
+    ] {
+        assert!(relabelled(file, own).is_ok(), "{name} as itself");
+        for other in [1u8, 2, 3].into_iter().filter(|&v| v != own) {
+            assert!(
+                matches!(relabelled(file, other), Err(Error::Decode(_))),
+                "{name} labelled {other}"
+            );
+        }
+    }
 }
 
 #[test]
 fn roundtrip_and_determinism() {
-    let m = sample_v2();
+    let m = sample_v3();
     let a = encode_manifest(&m).unwrap();
     let b = encode_manifest(&m).unwrap();
     assert_eq!(a, b, "encoding is deterministic");
@@ -323,10 +498,15 @@ fn checksum_mismatch() {
     ));
 }
 
-/// Frames an arbitrary body with a correct header and CRC.
+/// Frames an arbitrary body with a correct version-1 header and CRC.
 fn frame(body: &[u8]) -> Vec<u8> {
+    frame_version(1, body)
+}
+
+/// Frames an arbitrary body with a correct header of this version and CRC.
+fn frame_version(version: u16, body: &[u8]) -> Vec<u8> {
     let mut out = b"RSTM".to_vec();
-    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(body);
     out.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
@@ -470,6 +650,36 @@ fn arb_manifest() -> impl Strategy<Value = CheckpointManifest> {
             mode,
             elements,
         });
+    let segment = (
+        ".{0,40}",
+        any::<u64>(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u64>(),
+        prop::option::of((any::<u16>(), any::<u16>())),
+    )
+        .prop_map(
+            |(remote_name, size, crc32, first_seq, entries, key_groups)| LogSegmentFile {
+                remote_name,
+                size,
+                crc32,
+                first_seq,
+                entries,
+                key_groups,
+            },
+        );
+    let changelog = (
+        any::<u64>(),
+        any::<u64>(),
+        prop::collection::vec(segment, 0..6),
+    )
+        .prop_map(
+            |(materialization_id, materialized_seq, segments)| Changelog {
+                materialization_id,
+                materialized_seq,
+                segments,
+            },
+        );
     (
         (
             any::<u64>(),
@@ -483,6 +693,7 @@ fn arb_manifest() -> impl Strategy<Value = CheckpointManifest> {
         prop::collection::vec(private, 0..4),
         prop::collection::vec(op, 0..3),
         any::<u64>(),
+        prop::option::of(changelog),
     )
         .prop_map(
             |(
@@ -492,6 +703,7 @@ fn arb_manifest() -> impl Strategy<Value = CheckpointManifest> {
                 private_files,
                 operator_state,
                 created_at_ms,
+                changelog,
             )| CheckpointManifest {
                 checkpoint_id,
                 backend_id,
@@ -503,7 +715,7 @@ fn arb_manifest() -> impl Strategy<Value = CheckpointManifest> {
                 private_files,
                 operator_state,
                 created_at_ms,
-                changelog: None,
+                changelog,
             },
         )
 }
@@ -519,7 +731,7 @@ proptest! {
     fn prop_arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..256)) {
         let _ = decode_manifest(&data);
         let _ = decode_manifest_body(&data);
-        for version in [b"\x01\x00", b"\x02\x00"] {
+        for version in [b"\x01\x00", b"\x02\x00", b"\x03\x00"] {
             let mut framed = b"RSTM".to_vec();
             framed.extend_from_slice(version);
             framed.extend_from_slice(&(data.len() as u32).to_le_bytes());
@@ -530,8 +742,8 @@ proptest! {
     }
 }
 
-/// Rewrites the committed version-2 sample manifests of the fuzz seed corpus (the version-1
-/// samples are frozen: no build writes version 1 any more). Run with
+/// Rewrites the committed version-3 sample manifests of the fuzz seed corpus (the version-1
+/// and version-2 samples are frozen: no build writes those versions any more). Run with
 /// `ROCKSTATE_REGENERATE_MANIFEST_SEEDS=1 cargo test -p sst-format --test manifest -- --ignored`.
 #[test]
 #[ignore = "rewrites committed seed files; set ROCKSTATE_REGENERATE_MANIFEST_SEEDS=1"]
@@ -545,27 +757,13 @@ fn regenerate_manifest_seeds() {
     );
     std::fs::create_dir_all(dir).unwrap();
     let write = |name: &str, bytes: &[u8]| std::fs::write(format!("{dir}/{name}"), bytes).unwrap();
-    write("v2_sample.rstm", &encode_manifest(&sample_v2()).unwrap());
-    let empty = CheckpointManifest {
-        checkpoint_id: 1,
-        backend_id: String::new(),
-        key_group_start: 0,
-        key_group_end: 0,
-        max_parallelism: 1,
-        states: vec![],
-        shared_files: vec![],
-        private_files: vec![],
-        operator_state: vec![],
-        created_at_ms: 0,
-        changelog: None,
-    };
-    write("v2_empty.rstm", &encode_manifest(&empty).unwrap());
-    // A bare version-2 body (zstd frame) for the body decoder, and an unknown version.
-    let s = encode_manifest(&sample_v2()).unwrap();
-    write("body_sample_v2.zst", &s[10..s.len() - 4]);
-    write("version3.rstm", &{
+    write("v3_changelog.rstm", &encode_manifest(&sample_v3()).unwrap());
+    // A bare version-3 body (zstd frame) for the body decoder, and an unknown version.
+    let s = encode_manifest(&sample_v3()).unwrap();
+    write("body_sample_v3.zst", &s[10..s.len() - 4]);
+    write("version4.rstm", &{
         let mut v = s.clone();
-        v[4] = 3;
+        v[4] = 4;
         v
     });
 }
