@@ -305,11 +305,11 @@ fn v3_body_with_changelog_is_pinned() {
         materialized_seq: 300,
         segments: vec![LogSegmentFile {
             remote_name: "g".into(),
-            size: 67,
-            crc32: 0xf572_621f,
+            size: 64,
+            crc32: 0xb6e7_9bb1,
             first_seq: 300,
             entries: 3,
-            key_groups: Some((5, 200)),
+            key_groups: Some((5, 5)),
         }],
     });
     #[rustfmt::skip]
@@ -319,13 +319,13 @@ fn v3_body_with_changelog_is_pinned() {
         0xac, 0x02,                   //   materialized_seq 300
         0x01,                         //   segments: 1 element
         0x01, b'g',                   //     remote_name
-        0x43,                         //     size 67
-        0x9f, 0xc4, 0xc9, 0xab, 0x0f, //     crc32 0xf572621f
+        0x40,                         //     size 64
+        0xb1, 0xb7, 0x9e, 0xb7, 0x0b, //     crc32 0xb6e79bb1
         0xac, 0x02,                   //     first_seq 300
         0x03,                         //     entries 3
         0x01,                         //     key_groups: Some
-        0x05,                         //       first key group 5
-        0xc8, 0x01,                   //       last key group 200
+        0x05,                         //       smallest key group 5
+        0x05,                         //       largest key group 5
     ];
     let expected = [&PINNED_BODY[..PINNED_BODY.len() - 1], changelog].concat();
     assert_eq!(postcard::to_stdvec(&m).unwrap(), expected);
@@ -337,7 +337,7 @@ fn v3_body_with_changelog_is_pinned() {
     if let Some(c) = m.changelog.as_mut() {
         c.segments[0].key_groups = None;
     }
-    let none = [&expected[..expected.len() - 4], &[0x00]].concat();
+    let none = [&expected[..expected.len() - 3], &[0x00]].concat();
     assert_eq!(postcard::to_stdvec(&m).unwrap(), none);
 }
 
