@@ -138,3 +138,77 @@ fn replay_job_record_decode_corpus() {
     }
     assert!(decoded > 0, "the corpus holds valid job records");
 }
+
+/// Same body as `fuzz/fuzz_targets/log_segment_decode.rs`.
+fn log_segment_decode(data: &[u8]) {
+    log_segment_check(data);
+    if let Some((&count, body)) = data.split_first() {
+        log_segment_check(&log_segment_frame(u64::from(count), body));
+    }
+}
+
+/// An uncompressed segment of `count` entries around `body`, with a correct CRC.
+fn log_segment_frame(count: u64, body: &[u8]) -> Vec<u8> {
+    let mut out = b"RSCL\x01\x00\x00\x00".to_vec();
+    out.extend_from_slice(&1u64.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(body);
+    out.extend_from_slice(&crc32fast::hash(&out).to_le_bytes());
+    out
+}
+
+fn log_segment_check(data: &[u8]) {
+    use sst_format::{decode_log_segment, LogEntry, LogSegmentBuilder};
+    let Ok(segment) = decode_log_segment(data) else {
+        return;
+    };
+    let entries: Vec<LogEntry<'_>> = segment
+        .entries()
+        .map(|e| e.expect("an entry of a decoded segment"))
+        .collect();
+    assert_eq!(entries.len() as u64, segment.count);
+    let mut b = LogSegmentBuilder::new();
+    for e in &entries {
+        match *e {
+            LogEntry::Put { cf, key, value } => b.put(cf, key, value),
+            LogEntry::Delete { cf, key } => b.delete(cf, key),
+            LogEntry::DeleteRange { cf, start, end } => b.delete_range(cf, start, end),
+        }
+    }
+    let again = b
+        .finish(segment.first_seq, &segment.column_families, false)
+        .expect("re-encode");
+    if data[6] == 0 {
+        assert_eq!(
+            again, data,
+            "an uncompressed segment re-encodes to its own bytes"
+        );
+    }
+    let decoded = decode_log_segment(&again).expect("decode re-encoded");
+    assert_eq!(decoded.first_seq, segment.first_seq);
+    assert_eq!(decoded.column_families, segment.column_families);
+    let again_entries: Vec<LogEntry<'_>> = decoded
+        .entries()
+        .map(|e| e.expect("an entry of the re-encoded segment"))
+        .collect();
+    assert_eq!(again_entries, entries);
+}
+
+#[test]
+fn replay_log_segment_decode_corpus() {
+    let (mut decoded, mut framed) = (0, 0);
+    for (p, data) in corpus("log_segment_decode") {
+        eprintln!("{}", p.display());
+        log_segment_decode(&data);
+        decoded += usize::from(sst_format::decode_log_segment(&data).is_ok());
+        if let Some((&count, body)) = data.split_first() {
+            framed += usize::from(
+                sst_format::decode_log_segment(&log_segment_frame(u64::from(count), body)).is_ok(),
+            );
+        }
+    }
+    assert!(decoded > 0, "the corpus holds valid segments");
+    assert!(framed > 0, "the corpus holds raw bodies");
+}
