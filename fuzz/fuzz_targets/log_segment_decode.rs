@@ -49,7 +49,10 @@ fn check(data: &[u8]) {
         .finish(segment.first_seq, &segment.column_families, false)
         .expect("re-encode");
     if data[6] == 0 {
-        assert_eq!(again, data, "an uncompressed segment re-encodes to its own bytes");
+        assert_eq!(
+            again, data,
+            "an uncompressed segment re-encodes to its own bytes"
+        );
     }
     let decoded = decode_log_segment(&again).expect("decode re-encoded");
     assert_eq!(decoded.first_seq, segment.first_seq);
