@@ -163,6 +163,19 @@ impl LogSegmentBuilder {
         column_families: &[String],
         compress: bool,
     ) -> Result<Vec<u8>> {
+        if first_seq.checked_add(self.count).is_none() {
+            return Err(Error::corrupt(format!(
+                "log sequence numbers overflow: {} entries from {first_seq}",
+                self.count
+            )));
+        }
+        for (i, name) in column_families.iter().enumerate() {
+            if column_families[..i].contains(name) {
+                return Err(Error::corrupt(format!(
+                    "column family `{name}` named twice"
+                )));
+            }
+        }
         if let Some(m) = self.max_cf {
             if m as usize >= column_families.len() {
                 return Err(Error::corrupt(format!(
@@ -217,17 +230,29 @@ impl LogSegmentBuilder {
 /// A decoded, fully checked segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSegment {
-    /// Sequence number of the first entry; entry `i` has `first_seq + i`.
-    pub first_seq: u64,
-    /// Number of entries.
-    pub count: u64,
-    /// The column families the entries name, by index.
-    pub column_families: Vec<String>,
+    first_seq: u64,
+    count: u64,
+    column_families: Vec<String>,
     raw: Vec<u8>,
     entries_at: usize,
 }
 
 impl LogSegment {
+    /// Sequence number of the first entry; entry `i` has `first_seq + i`.
+    pub fn first_seq(&self) -> u64 {
+        self.first_seq
+    }
+
+    /// Number of entries.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The column families the entries name, by index (no name twice).
+    pub fn column_families(&self) -> &[String] {
+        &self.column_families
+    }
+
     /// The entries, in log order.
     pub fn entries(&self) -> LogEntries<'_> {
         LogEntries {
@@ -366,6 +391,11 @@ pub fn decode_log_segment(bytes: &[u8]) -> Result<LogSegment> {
             "log segment reserved byte {reserved}"
         )));
     }
+    if first_seq.checked_add(count).is_none() {
+        return Err(Error::corrupt(format!(
+            "log segment sequence numbers overflow: {count} entries from {first_seq}"
+        )));
+    }
     if u64::from(raw_len) > MAX_LOG_SEGMENT_BODY_BYTES {
         return Err(Error::TooLarge {
             what: "log segment body",
@@ -379,7 +409,9 @@ pub fn decode_log_segment(bytes: &[u8]) -> Result<LogSegment> {
         COMPRESSION_ZSTD => {
             let decoder =
                 zstd::stream::read::Decoder::with_buffer(body).map_err(Error::Decompress)?;
-            let mut raw = Vec::with_capacity(raw_len as usize);
+            // Reserved up to a bounded ratio only: the header's length is not trusted to
+            // allocate before the frame proves it.
+            let mut raw = Vec::with_capacity((raw_len as usize).min(body.len().saturating_mul(8)));
             decoder
                 .take(u64::from(raw_len) + 1)
                 .read_to_end(&mut raw)
@@ -405,6 +437,11 @@ pub fn decode_log_segment(bytes: &[u8]) -> Result<LogSegment> {
         let name = length_prefixed(&mut c, "log segment column family name")?;
         let name = std::str::from_utf8(name)
             .map_err(|_| Error::corrupt("log segment column family name is not UTF-8"))?;
+        if column_families.iter().any(|n| n == name) {
+            return Err(Error::corrupt(format!(
+                "log segment names column family `{name}` twice"
+            )));
+        }
         column_families.push(name.to_string());
     }
     let entries_at = c.position();

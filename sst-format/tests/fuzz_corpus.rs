@@ -168,7 +168,7 @@ fn log_segment_check(data: &[u8]) {
         .entries()
         .map(|e| e.expect("an entry of a decoded segment"))
         .collect();
-    assert_eq!(entries.len() as u64, segment.count);
+    assert_eq!(entries.len() as u64, segment.count());
     let mut b = LogSegmentBuilder::new();
     for e in &entries {
         match *e {
@@ -178,7 +178,7 @@ fn log_segment_check(data: &[u8]) {
         }
     }
     let again = b
-        .finish(segment.first_seq, &segment.column_families, false)
+        .finish(segment.first_seq(), segment.column_families(), false)
         .expect("re-encode");
     if data[6] == 0 {
         assert_eq!(
@@ -187,8 +187,8 @@ fn log_segment_check(data: &[u8]) {
         );
     }
     let decoded = decode_log_segment(&again).expect("decode re-encoded");
-    assert_eq!(decoded.first_seq, segment.first_seq);
-    assert_eq!(decoded.column_families, segment.column_families);
+    assert_eq!(decoded.first_seq(), segment.first_seq());
+    assert_eq!(decoded.column_families(), segment.column_families());
     let again_entries: Vec<LogEntry<'_>> = decoded
         .entries()
         .map(|e| e.expect("an entry of the re-encoded segment"))
