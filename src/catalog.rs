@@ -46,6 +46,12 @@ impl CommittedCheckpoint {
             .sum::<u64>()
             + self
                 .manifest
+                .changelog
+                .iter()
+                .flat_map(|c| c.segments.iter().map(|s| s.size))
+                .sum::<u64>()
+            + self
+                .manifest
                 .private_files
                 .iter()
                 .map(|f| f.size)
@@ -189,8 +195,8 @@ impl Catalog {
         }
         let mut refs: HashMap<&str, usize> = HashMap::new();
         for c in &cat.checkpoints {
-            for f in &c.manifest.shared_files {
-                *refs.entry(f.remote_name.as_str()).or_default() += 1;
+            for name in shared_objects(&c.manifest) {
+                *refs.entry(name).or_default() += 1;
             }
         }
         cat.shared = shared
@@ -221,16 +227,12 @@ impl Catalog {
         self.checkpoints
             .iter()
             .flat_map(|c| {
-                c.manifest
-                    .shared_files
-                    .iter()
-                    .map(|f| f.remote_name.as_str())
-                    .chain(
-                        c.manifest
-                            .private_files
-                            .iter()
-                            .map(|f| f.remote_name.as_str()),
-                    )
+                shared_objects(&c.manifest).chain(
+                    c.manifest
+                        .private_files
+                        .iter()
+                        .map(|f| f.remote_name.as_str()),
+                )
             })
             .collect()
     }
@@ -282,12 +284,7 @@ impl Catalog {
             for m in r.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
                 named.insert(m);
                 if let Some(c) = self.checkpoints.iter().find(|c| c.name == m) {
-                    named.extend(
-                        c.manifest
-                            .shared_files
-                            .iter()
-                            .map(|f| f.remote_name.as_str()),
-                    );
+                    named.extend(shared_objects(&c.manifest));
                     named.extend(
                         c.manifest
                             .private_files
@@ -402,7 +399,18 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
                     .iter()
                     .map(|f| (&f.remote_name, f.size, f.crc32, None)),
             );
-        for (remote, size, crc32, sst_id) in files {
+        let segments = c.manifest.changelog.iter().flat_map(|l| {
+            l.segments
+                .iter()
+                .map(|s| (&s.remote_name, s.size, s.crc32, None))
+        });
+        let segment_names: HashSet<&str> = c
+            .manifest
+            .changelog
+            .iter()
+            .flat_map(|l| l.segments.iter().map(|s| s.remote_name.as_str()))
+            .collect();
+        for (remote, size, crc32, sst_id) in files.chain(segments) {
             if !seen.insert(remote.as_str()) {
                 continue;
             }
@@ -420,6 +428,17 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
                                 d.size, d.crc32, c.name
                             ),
                         ));
+                    } else if segment_names.contains(remote.as_str()) {
+                        let checked =
+                            std::fs::read(&local)
+                                .map_err(|e| e.to_string())
+                                .and_then(|b| {
+                                    sst_format::decode_log_segment(&b).map_err(|e| e.to_string())
+                                });
+                        if let Err(e) = checked {
+                            v.problems
+                                .push(problem(remote, format!("log segment: {e}")));
+                        }
                     } else if let Some(expected) = sst_id {
                         match sst_format::read_sst_meta(&local) {
                             Err(e) => v.problems.push(problem(remote, format!("SST: {e}"))),
@@ -607,12 +626,7 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
         };
         let id = named.id;
         if kept_dir(id, &c.name) || c.manifest.checkpoint_id != id {
-            live_shared.extend(
-                c.manifest
-                    .shared_files
-                    .iter()
-                    .map(|f| f.remote_name.as_str()),
-            );
+            live_shared.extend(shared_objects(&c.manifest));
             continue;
         }
         let dir = layout::checkpoint_dir(id, named.backend_id);
@@ -724,6 +738,24 @@ pub fn gc_apply(storage: &dyn CheckpointStorage, plan: &GcPlan) -> Result<Vec<Ob
 }
 
 /// Decodes manifest bytes, naming the object on failure.
+/// Every shared object `m` references: its SSTs, then its changelog segments.
+pub fn shared_objects(m: &CheckpointManifest) -> impl Iterator<Item = &str> {
+    m.shared_files.iter().map(|f| f.remote_name.as_str()).chain(
+        m.changelog
+            .iter()
+            .flat_map(|c| c.segments.iter().map(|s| s.remote_name.as_str())),
+    )
+}
+
+/// Bytes of every shared object `m` references (see [`shared_objects`]).
+pub fn shared_objects_bytes(m: &CheckpointManifest) -> u64 {
+    m.shared_files.iter().map(|f| f.size).sum::<u64>()
+        + m.changelog
+            .iter()
+            .flat_map(|c| c.segments.iter().map(|s| s.size))
+            .sum::<u64>()
+}
+
 pub(crate) fn decode_manifest_named(name: &str, bytes: &[u8]) -> Result<CheckpointManifest> {
     sst_format::decode_manifest(bytes).map_err(|e| Error::CheckpointCorrupt {
         file: name.to_string(),

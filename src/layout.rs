@@ -5,6 +5,8 @@
 //! <root>/shared/<id>-<ms>-<16 hex>.sst       SSTs: uploaded by an attempt of checkpoint <id>
 //!                                            whose put began at <ms> (uploader's clock); never
 //!                                            reused (older `shared/<32 hex>.sst` names are read)
+//! <root>/shared/<id>-<ms>-<16 hex>.log       changelog segments (docs/changelog-format.md),
+//!                                            named and collected like SSTs
 //! <root>/chk-<id>/<backend-id>/<local name>  private files of one checkpoint of one backend
 //! <root>/chk-<id>/<backend-id>/_metadata     that backend's snapshot for <id> (its ack)
 //! <root>/job/chk-<id>                        the job record: checkpoint <id> completed
@@ -13,7 +15,8 @@
 //! ```
 //! Local staging: `<staging root>/<backend-id>/snap-<id>/` (a RocksDB checkpoint directory);
 //! after a successful upload it becomes the local copy `<staging root>/<backend-id>/local-<id>/`
-//! (local recovery, see `checkpoint::local_recovery`).
+//! (local recovery, see `checkpoint::local_recovery`); changelog segments cut and not yet
+//! covered by a materialization sit in `<staging root>/<backend-id>/log/`.
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +50,15 @@ pub fn new_shared_name(checkpoint_id: u64, now_ms: u64) -> String {
     )
 }
 
+/// A fresh name for a changelog segment uploaded by an attempt of checkpoint
+/// `checkpoint_id` whose put begins at `now_ms` (see [`new_shared_name`]).
+pub fn new_log_name(checkpoint_id: u64, now_ms: u64) -> String {
+    format!(
+        "{SHARED_PREFIX}{checkpoint_id}-{now_ms}-{:016x}.log",
+        rand::random::<u64>()
+    )
+}
+
 /// Whether `name` is a shared object name.
 pub fn is_shared_name(name: &str) -> bool {
     name.strip_prefix(SHARED_PREFIX)
@@ -70,7 +82,10 @@ pub fn parse_shared_name(name: &str) -> Option<SharedName> {
         return None;
     }
     let rest = &name[SHARED_PREFIX.len()..];
-    let stem = rest.strip_suffix(".sst").unwrap_or(rest);
+    let stem = rest
+        .strip_suffix(".sst")
+        .or_else(|| rest.strip_suffix(".log"))
+        .unwrap_or(rest);
     let mut parts = stem.split('-');
     let parsed = match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(id), Some(ms), Some(tail), None) if tail.len() == 16 => {
@@ -217,6 +232,16 @@ pub(crate) fn staging_dir(staging_root: &Path, backend_id: &str, id: u64) -> Pat
     staging_root.join(backend_id).join(format!("snap-{id}"))
 }
 
+/// Name of a backend's directory of changelog segment files in its staging directory.
+pub(crate) const LOG_DIR_NAME: &str = "log";
+
+/// Changelog mode: the directory of the segment files a backend cut and has not yet seen
+/// covered by a completed materialization, `<staging root>/<backend-id>/log/`; each file is
+/// `<first sequence number>-<end sequence number>.rscl`.
+pub(crate) fn log_dir(staging_root: &Path, backend_id: &str) -> PathBuf {
+    staging_root.join(backend_id).join(LOG_DIR_NAME)
+}
+
 /// Name prefix of local-copy directories.
 const LOCAL_COPY_PREFIX: &str = "local-";
 
@@ -257,6 +282,15 @@ mod tests {
         let s = new_shared_name(12, 1_700_000_000_123);
         assert!(is_shared_name(&s) && s.ends_with(".sst"));
         assert_ne!(s, new_shared_name(12, 1_700_000_000_123));
+        let l = new_log_name(12, 1_700_000_000_123);
+        assert!(l.ends_with(".log") && is_shared_name(&l));
+        assert_eq!(
+            parse_shared_name(&l),
+            Some(SharedName {
+                checkpoint_id: Some(12),
+                put_ms: Some(1_700_000_000_123),
+            })
+        );
         assert_eq!(
             parse_shared_name(&s),
             Some(SharedName {

@@ -24,6 +24,7 @@
 pub mod backend;
 pub mod barrier;
 pub mod catalog;
+mod change_log;
 pub mod checkpoint;
 mod clock;
 pub mod codec;
@@ -39,6 +40,7 @@ pub mod metrics;
 pub mod operator_state;
 pub mod options;
 mod parallel;
+mod replay;
 mod rescale;
 mod restore;
 pub mod savepoint;
@@ -51,8 +53,8 @@ mod write_cache;
 
 pub use backend::{BackendBuilder, BackendKind, KeyedBackend};
 pub use checkpoint::{
-    verify_checkpoints, CheckpointOptions, CheckpointStats, PendingSnapshot, RestoreFrom,
-    SweepStats,
+    verify_checkpoints, ChangelogOptions, CheckpointOptions, CheckpointStats, PendingSnapshot,
+    RestoreFrom, SweepStats,
 };
 pub use checkpoint::{GcStats, JobOwner, RestoreReport};
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -235,9 +235,14 @@ fn restore_pinned<T>(
         .staging_dir
         .clone()
         .unwrap_or_else(|| layout::default_staging_root(&target));
+    // A log checkpoint's files are those of its materialization (changelog mode).
     let local_of = |m: &CheckpointManifest| {
+        let id = m
+            .changelog
+            .as_ref()
+            .map_or(m.checkpoint_id, |c| c.materialization_id);
         p.local_recovery
-            .then(|| LocalSource::find(&staging_root, &m.backend_id, m.checkpoint_id))
+            .then(|| LocalSource::find(&staging_root, &m.backend_id, id))
             .flatten()
     };
     let locals: Vec<Option<LocalSource>> = std::iter::once(&manifest)
@@ -264,7 +269,10 @@ fn restore_pinned<T>(
         };
         // The base's SSTs wholly outside the target are not downloaded (manifest version 2
         // records their key ranges); the rescale drops them unread.
-        let skipped = if rescaling {
+        // A base whose log is replayed is opened whole first (see below).
+        let replays =
+            |m: &CheckpointManifest| m.changelog.as_ref().is_some_and(|c| !c.segments.is_empty());
+        let skipped = if rescaling && !replays(&manifest) {
             rescale::skippable(&manifest, key_groups)?
         } else {
             Vec::new()
@@ -299,6 +307,33 @@ fn restore_pinned<T>(
                 Some(b) => b.clone(),
                 None => MemoryBudget::process_default()?,
             };
+            // Changelog mode: each source's log after its materialization is replayed onto
+            // it, so every source holds its checkpoint's state before the surgery.
+            let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
+            for (name, (m, dir, _, _)) in names.zip(&dirs) {
+                if !replays(m) {
+                    continue;
+                }
+                let segments = crate::replay::fetch(storage, name, m, p.transfer_threads)?;
+                report.log_bytes += m
+                    .changelog
+                    .iter()
+                    .flat_map(|c| c.segments.iter().map(|s| s.size))
+                    .sum::<u64>();
+                let counts = crate::replay::apply(
+                    dir,
+                    name,
+                    &segments,
+                    KeyGroupRange::new(m.key_group_start, m.key_group_end)?,
+                    key_groups,
+                    p.max_parallelism,
+                    &p.options,
+                    &budget,
+                )?;
+                report.log_segments += counts.segments;
+                report.log_entries_replayed += counts.applied;
+                report.log_entries_skipped += counts.skipped;
+            }
             let base = rescale::Source {
                 name: &metadata_name,
                 manifest: &manifest,
@@ -627,6 +662,14 @@ pub(crate) fn validate_manifest(name: &str, m: &CheckpointManifest) -> Result<()
         }
         if !locals.insert(f.local_name.as_str()) {
             return Err(bad(format!("file `{}` listed twice", f.local_name)));
+        }
+    }
+    for s in m.changelog.iter().flat_map(|c| c.segments.iter()) {
+        if !layout::is_shared_name(&s.remote_name)
+            || !s.remote_name.ends_with(".log")
+            || validate_object_name(&s.remote_name).is_err()
+        {
+            return Err(bad(format!("bad log segment name `{}`", s.remote_name)));
         }
     }
     if !locals.contains("CURRENT") || !locals.iter().any(|n| n.starts_with("MANIFEST-")) {

@@ -20,7 +20,10 @@
 //! `ROCKSTATE_CRASH_S3`; the server lives as long as the parent. The server is slow, so
 //! there are fewer trials (default 10, `ROCKSTATE_CRASH_TRIALS_S3`) and the kill lands within
 //! 1.2 s instead of 0.4 s of the child being ready.
-
+//!
+//! `changelog::crash_at_random_moments` runs the children in changelog mode (materializing
+//! when the log passes 30 % of the state, so both kinds of checkpoint occur), and kills a
+//! third of them before they are ready: during the restore, the log replay included.
 #[path = "checkpoint_common/mod.rs"]
 mod common;
 
@@ -52,12 +55,18 @@ fn newest_committed(storage: &dyn CheckpointStorage) -> Option<u64> {
 }
 
 /// The child: runs until killed.
-fn child_loop(work: &Path, seed: u64, s3: Option<&str>) -> ! {
+fn child_loop(work: &Path, seed: u64, s3: Option<&str>, changelog: bool) -> ! {
     let storage = storage_at(work, s3);
     let mut r = rng(seed);
     let opts = CheckpointOptions {
         retained: 1 + (seed % 2) as usize,
         transfer_threads: 1 + (seed % 4) as usize,
+        changelog: rockstate::ChangelogOptions {
+            enabled: changelog,
+            materialize_log_percent: 30,
+            materialize_min_log_bytes: 0,
+            ..rockstate::ChangelogOptions::default()
+        },
         ..CheckpointOptions::default()
     };
     let dir = work.join(format!("gen-{seed}"));
@@ -106,16 +115,32 @@ fn child_loop(work: &Path, seed: u64, s3: Option<&str>) -> ! {
 #[ignore = "child process of crash_at_random_moments"]
 fn crash_child() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
-        let (work, seed) = spec.rsplit_once('|').unwrap();
+        let mut parts = spec.rsplitn(3, '|');
+        let (mode, seed, work) = (parts.next(), parts.next(), parts.next());
+        let (Some(mode), Some(seed), Some(work)) = (mode, seed, work) else {
+            panic!("bad child spec {spec}");
+        };
         let s3 = std::env::var(S3_ENV).ok();
-        child_loop(Path::new(work), seed.parse().unwrap(), s3.as_deref());
+        child_loop(
+            Path::new(work),
+            seed.parse().unwrap(),
+            s3.as_deref(),
+            mode == "changelog",
+        );
     }
 }
 
 mod local {
     #[test]
     fn crash_at_random_moments() {
-        super::crash_at_random_moments(None, "ROCKSTATE_CRASH_TRIALS", 50, 400);
+        super::crash_at_random_moments(None, "ROCKSTATE_CRASH_TRIALS", 50, 400, false);
+    }
+}
+
+mod changelog {
+    #[test]
+    fn crash_at_random_moments() {
+        super::crash_at_random_moments(None, "ROCKSTATE_CRASH_TRIALS", 40, 400, true);
     }
 }
 
@@ -124,13 +149,20 @@ mod s3 {
     fn crash_at_random_moments() {
         let server = super::common::s3::server();
         let spec = format!("{} {}", server.endpoint, server.bucket_url("crash"));
-        super::crash_at_random_moments(Some(&spec), "ROCKSTATE_CRASH_TRIALS_S3", 10, 1200);
+        super::crash_at_random_moments(Some(&spec), "ROCKSTATE_CRASH_TRIALS_S3", 10, 1200, false);
     }
 }
 
 /// `trials` (or the number in env var `trials_env`) children on the storage `s3` names (see
-/// [`storage_at`]), each killed within `max_delay_ms` of being ready.
-fn crash_at_random_moments(s3: Option<&str>, trials_env: &str, trials: u64, max_delay_ms: u64) {
+/// [`storage_at`]), each killed within `max_delay_ms` of being ready; in changelog mode a
+/// third of them within `max_delay_ms` of starting instead.
+fn crash_at_random_moments(
+    s3: Option<&str>,
+    trials_env: &str,
+    trials: u64,
+    max_delay_ms: u64,
+    changelog: bool,
+) {
     let trials = crash::trials(trials_env, trials);
     let work_dir = tempfile::tempdir().unwrap();
     let work = work_dir.path();
@@ -141,18 +173,28 @@ fn crash_at_random_moments(s3: Option<&str>, trials_env: &str, trials: u64, max_
         let stderr_path = work.join(format!("child-{trial}.stderr"));
         let mut child = spawn_child(
             "crash_child",
-            (CHILD_ENV, format!("{}|{trial}", work.display())),
+            (
+                CHILD_ENV,
+                format!(
+                    "{}|{trial}|{}",
+                    work.display(),
+                    if changelog { "changelog" } else { "files" }
+                ),
+            ),
             S3_ENV,
             s3,
             &stderr_path,
         );
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ready = lines.any(|l| l.map(|l| l.contains(READY)).unwrap_or(false));
-        assert!(
-            ready,
-            "trial {trial}: child exited before it was ready: {}",
-            fs::read_to_string(&stderr_path).unwrap_or_default()
-        );
+        // Killed during its restore (replay included), or in its checkpoint loop.
+        if !(changelog && trial % 3 == 1) {
+            let ready = lines.any(|l| l.map(|l| l.contains(READY)).unwrap_or(false));
+            assert!(
+                ready,
+                "trial {trial}: child exited before it was ready: {}",
+                fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
+        }
         // The kill lands anywhere in the checkpoint loop.
         std::thread::sleep(Duration::from_millis(r.random_range(0..max_delay_ms)));
         child.kill().unwrap();

@@ -54,6 +54,14 @@ pub struct RestoreReport {
     /// Rescaling: ingestions of another source's SST files (one per state) that RocksDB
     /// refused, so that state took the fallback.
     pub sst_ingestions_refused: usize,
+    /// Changelog mode: log segments downloaded and replayed onto the materializations.
+    pub log_segments: usize,
+    /// Bytes of those segments.
+    pub log_bytes: u64,
+    /// Log entries applied.
+    pub log_entries_replayed: u64,
+    /// Log entries of keyed states in key groups outside the restored range, not applied.
+    pub log_entries_skipped: u64,
 }
 
 /// Keeps the staging directory `staging` of checkpoint `id`, just uploaded, as its local
@@ -77,10 +85,12 @@ pub(crate) fn keep(cp: &Checkpointer, staging: &Path, id: u64) {
 /// uploaded checkpoints newer than the last completed one.
 pub(crate) fn prune(cp: &Checkpointer) {
     let last = cp.last_completed().unwrap_or(0);
-    let keep: Vec<u64> = match cp.owner() {
+    let mut keep: Vec<u64> = match cp.owner() {
         Some(owner) => owner.retained(),
         None => vec![last],
     };
+    // Changelog mode: a log checkpoint's files are its materialization's.
+    keep.extend(cp.base_materialization());
     let dir = cp.staging_root.join(&cp.backend_id);
     for (id, path) in local_copies(&dir) {
         if id <= last && !keep.contains(&id) {
@@ -154,6 +164,7 @@ impl LocalSource {
             for (_, path) in local_copies(backend_dir) {
                 let _ = fs::remove_dir_all(path);
             }
+            let _ = fs::remove_dir_all(backend_dir.join(layout::LOG_DIR_NAME));
             let _ = fs::remove_dir(backend_dir);
         }
     }

@@ -26,6 +26,7 @@
 //! ```
 
 pub use crate::layout;
+pub(crate) mod changelog;
 pub(crate) mod local_recovery;
 pub mod owner;
 pub(crate) mod registry;
@@ -39,6 +40,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sst_format::SstKeyRange;
 
+pub use changelog::ChangelogOptions;
 pub use local_recovery::RestoreReport;
 pub use owner::{GcStats, JobOwner};
 pub use snapshot::PendingSnapshot;
@@ -76,6 +78,9 @@ pub struct CheckpointOptions {
     /// from disk after verifying them. Default true. Costs the disk of SSTs the live database
     /// has compacted away since.
     pub local_recovery: bool,
+    /// Changelog mode: checkpoints upload the changes since the last one and materialize the
+    /// SSTs only now and then (see [`ChangelogOptions`]). Off by default.
+    pub changelog: ChangelogOptions,
 }
 
 impl Default for CheckpointOptions {
@@ -86,6 +91,7 @@ impl Default for CheckpointOptions {
             incremental: true,
             staging_dir: None,
             local_recovery: true,
+            changelog: ChangelogOptions::default(),
         }
     }
 }
@@ -105,7 +111,7 @@ impl CheckpointOptions {
                 detail: format!("{} is not in 1..=256", self.transfer_threads),
             });
         }
-        Ok(())
+        self.changelog.validate()
     }
 }
 
@@ -128,6 +134,12 @@ pub struct CheckpointStats {
     pub manifest_bytes: u64,
     /// Full state size: all files the checkpoint references.
     pub state_bytes: u64,
+    /// Changelog mode: whether this checkpoint is a materialization (uploaded the SSTs its
+    /// base lacks) rather than a log checkpoint (uploaded only log segments and copies of the
+    /// materialization's private files). False outside changelog mode.
+    pub materialized: bool,
+    /// Changelog mode: bytes of the log segments uploaded (part of `bytes_uploaded`).
+    pub log_bytes_uploaded: u64,
 }
 
 /// What [`crate::KeyedBackend::sweep_orphans`] deleted.
@@ -370,7 +382,34 @@ pub(crate) fn begin_snapshot(
         key_ranges: HashMap::new(),
         finished: false,
         metrics: Arc::clone(src.metrics),
+        changelog: None,
+        log_plan: None,
     };
+    let log = if pending.cp.options.changelog.enabled {
+        Some(cut_log(&src, &pending.cp, pending.base.as_deref())?)
+    } else {
+        None
+    };
+    match log {
+        None => {}
+        Some(Cut::Log(plan)) => {
+            pending.log_plan = Some(plan);
+            pending.sync_duration = src.started.elapsed();
+            return Ok(pending);
+        }
+        Some(Cut::Materialize(end_seq)) => {
+            pending.changelog = Some(sst_format::Changelog {
+                materialization_id: checkpoint_id,
+                materialized_seq: end_seq,
+                segments: Vec::new(),
+            });
+            changelog::materialization_started(
+                &pending.cp,
+                checkpoint_id,
+                pending.cp.clock.now_ms(),
+            );
+        }
+    }
     prepare_staging(&pending.dir)?;
     // Listed before the checkpoint is cut: a file compacted away in between is simply not in
     // the checkpoint, one moved deeper is at least as deep as recorded, and a file written in
@@ -379,6 +418,46 @@ pub(crate) fn begin_snapshot(
     src.db.checkpoint(&pending.dir)?;
     pending.sync_duration = src.started.elapsed();
     Ok(pending)
+}
+
+/// What changelog mode's sync phase decided.
+enum Cut {
+    /// A log checkpoint.
+    Log(changelog::LogPlan),
+    /// A materialization holding every change numbered below this.
+    Materialize(u64),
+}
+
+/// Changelog mode's part of the sync phase: starts the database's log on the first
+/// checkpoint, cuts it into a local segment, and decides the checkpoint's kind. A
+/// materialization's RocksDB checkpoint is taken after the cut: a write slipping in between
+/// is in both the files and the log after the cut, and replaying a put or delete onto a
+/// state that already holds it changes nothing.
+fn cut_log(
+    src: &SnapshotSource<'_>,
+    cp: &Arc<Checkpointer>,
+    base: Option<&sst_format::CheckpointManifest>,
+) -> Result<Cut> {
+    let options = &cp.options.changelog;
+    if !cp.log.lock().started {
+        src.db.start_changelog(
+            0,
+            crate::keygroup::prefix_len(src.max_parallelism),
+            options.max_log_buffer_bytes,
+        )?;
+        cp.log.lock().started = true;
+    }
+    let cut = src
+        .db
+        .cut_changelog()?
+        .ok_or_else(|| Error::Internal("changelog not started".into()))?;
+    changelog::keep_cut(cp, &cut, &src.db.cf_names()?)?;
+    Ok(
+        match changelog::plan(cp, base, cut.end_seq, cut.complete, cp.clock.now_ms()) {
+            Some(plan) => Cut::Log(plan),
+            None => Cut::Materialize(cut.end_seq),
+        },
+    )
 }
 
 /// The key range and level of every SST of the keyed states' column families, by local file

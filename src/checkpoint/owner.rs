@@ -23,7 +23,9 @@ use sst_format::{CheckpointManifest, JobCheckpoint};
 use super::layout;
 use super::SweepStats;
 use crate::catalog::decode_manifest_named;
-use crate::catalog::{classify, Catalog, GcPlan, GcPolicy, GcReason, ManifestCache};
+use crate::catalog::{
+    classify, shared_objects, Catalog, GcPlan, GcPolicy, GcReason, ManifestCache,
+};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::storage::CheckpointStorage;
@@ -351,7 +353,7 @@ impl JobOwner {
             for r in s.records.values() {
                 for m in r.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
                     if let Some(manifest) = self.cache.lock().get(m) {
-                        names.extend(manifest.shared_files.iter().map(|f| f.remote_name.clone()));
+                        names.extend(shared_objects(manifest).map(str::to_string));
                     }
                 }
             }
@@ -390,15 +392,15 @@ impl JobOwner {
                     return Err(reject(format!("{} is not in storage", f.remote_name)));
                 }
             }
-            for f in &manifest.shared_files {
-                if known.contains(&f.remote_name) {
+            for remote in shared_objects(&manifest) {
+                if known.contains(remote) {
                     continue;
                 }
-                if !self.storage.exists(&f.remote_name)? {
+                if !self.storage.exists(remote)? {
                     return Err(reject(format!(
                         "{} (reused by {name}) is not in storage: a newer checkpoint's \
                          completion deleted it",
-                        f.remote_name
+                        remote
                     )));
                 }
             }
@@ -468,7 +470,7 @@ impl JobOwner {
                 protected.insert(layout::checkpoint_dir(p.id, p.backend_id));
             }
             match self.manifest(&name) {
-                Ok(m) => protected.extend(m.shared_files.iter().map(|f| f.remote_name.clone())),
+                Ok(m) => protected.extend(shared_objects(&m).map(str::to_string)),
                 // Gone: a pass of this owner deleted it (the record is being subsumed).
                 Err(Error::ObjectNotFound { .. }) => {}
                 Err(e) => return Err(e),

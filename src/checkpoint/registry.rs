@@ -99,6 +99,8 @@ pub(crate) struct Checkpointer {
     book: Mutex<Book>,
     /// SST identities read by earlier uploads, by local name (see `snapshot::sst_identity`).
     pub(crate) sst_ids: Mutex<HashMap<String, (FileStamp, SstUniqueId)>>,
+    /// Changelog mode's local segments and materializations (see `super::changelog`).
+    pub(crate) log: Mutex<super::changelog::LogBook>,
     /// Held while the backend is open: a staging directory whose lock nobody holds belongs
     /// to a backend that is gone (see `clean_staging`).
     _staging_lock: Option<File>,
@@ -175,7 +177,8 @@ fn try_lock(path: &Path) -> Option<File> {
 /// Name of the lock file in a backend's staging directory.
 const STAGING_LOCK: &str = "LOCK";
 
-/// Removes staging directories (`snap-<id>`) of attempts that can no longer finish: this
+/// Removes staging directories (`snap-<id>`) of attempts that can no longer finish, and
+/// changelog segment files (`log/`, which only the process that cut them uses): this
 /// backend's own (an earlier process of this backend died mid-snapshot) and those of every
 /// backend whose staging lock nobody holds (its process is gone). Local copies stay (a
 /// restore on this machine uses them). Failures only cost disk space.
@@ -203,7 +206,7 @@ fn clean_staging(staging_root: &Path, backend_id: &str) -> Option<File> {
             let is_snap = snap
                 .file_name()
                 .to_str()
-                .is_some_and(|n| n.starts_with("snap-"));
+                .is_some_and(|n| n.starts_with("snap-") || n == layout::LOG_DIR_NAME);
             if is_snap {
                 let _ = std::fs::remove_dir_all(snap.path());
             }
@@ -309,6 +312,7 @@ impl Checkpointer {
             completion,
             book: Mutex::new(book),
             sst_ids: Mutex::new(HashMap::new()),
+            log: Mutex::new(super::changelog::LogBook::default()),
             _staging_lock: staging_lock,
         })
     }
@@ -321,6 +325,16 @@ impl Checkpointer {
     /// The last completed checkpoint id.
     pub(crate) fn last_completed(&self) -> Option<u64> {
         self.book.lock().last_completed
+    }
+
+    /// Changelog mode: the checkpoint whose files the last completed checkpoint's
+    /// materialization are.
+    pub(crate) fn base_materialization(&self) -> Option<u64> {
+        let b = self.book.lock();
+        b.base
+            .as_ref()
+            .and_then(|m| m.changelog.as_ref())
+            .map(|c| c.materialization_id)
     }
 
     /// Starts checkpoint `id`: checks that it is new, registers it as in flight and returns the
@@ -349,7 +363,7 @@ impl Checkpointer {
                 id,
                 std::iter::once(layout::checkpoint_dir(id, &self.backend_id)).chain(
                     base.iter()
-                        .flat_map(|m| m.shared_files.iter().map(|f| f.remote_name.clone())),
+                        .flat_map(|m| crate::catalog::shared_objects(m).map(str::to_string)),
                 ),
             );
         }
@@ -483,6 +497,7 @@ impl Checkpointer {
     }
 
     fn completed(&self, id: u64, manifest: Arc<CheckpointManifest>) {
+        super::changelog::completed(self, &manifest);
         let done: Vec<u64> = {
             let mut b = self.book.lock();
             b.base = Some(manifest);

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use sst_format::{CheckpointManifest, PrivateFile, SharedFile, SstKeyRange, SstUniqueId};
 
+use super::changelog::{self, LogPlan};
 use super::registry::{Checkpointer, FileStamp};
 use super::{layout, CheckpointStats};
 use crate::error::{Error, Result};
@@ -42,6 +43,11 @@ pub struct PendingSnapshot {
     pub(crate) finished: bool,
     /// The backend's checkpoint figures, updated when the upload succeeds.
     pub(crate) metrics: Arc<Mutex<crate::metrics::CheckpointMetrics>>,
+    /// Changelog mode, a materialization: its manifest's log part (no segments).
+    pub(crate) changelog: Option<sst_format::Changelog>,
+    /// Changelog mode, a log checkpoint: what it references and uploads (no staging
+    /// directory is made).
+    pub(crate) log_plan: Option<LogPlan>,
 }
 
 /// One file of the staging directory that must be transferred.
@@ -83,8 +89,16 @@ impl PendingSnapshot {
         let _span = tracing::info_span!("checkpoint.upload", id = self.id).entered();
         let start = Instant::now();
         let uploaded = Mutex::new(Vec::<String>::new());
-        let result = self.upload_inner(&uploaded, start);
+        let result = match &self.log_plan {
+            Some(plan) => self.upload_log(plan, &uploaded, start),
+            None => self.upload_inner(&uploaded, start),
+        };
         self.finished = true;
+        if self.changelog.is_some() {
+            // A materialization's private files are read before the directory is moved.
+            let dir = result.is_ok().then_some(self.dir.as_path());
+            changelog::materialization_ended(&self.cp, self.id, dir);
+        }
         if result.is_err() {
             // Anything this attempt created goes: the manifest first (its put may have stored
             // it and failed after), then the files, and only once the manifest is surely gone,
@@ -100,10 +114,92 @@ impl PendingSnapshot {
             }
             self.cp.forget(self.id);
             let _ = fs::remove_dir_all(&self.dir);
-        } else {
+        } else if self.log_plan.is_none() {
             super::local_recovery::keep(&self.cp, &self.dir, self.id);
         }
         result
+    }
+
+    /// The async phase of a log checkpoint: uploads the plan's segments the base lacks and
+    /// copies of the materialization's private files, then commits a manifest naming the
+    /// materialization's SSTs (the base's, uploaded before) and every segment after it.
+    fn upload_log(
+        &self,
+        plan: &LogPlan,
+        uploaded: &Mutex<Vec<String>>,
+        start: Instant,
+    ) -> Result<CheckpointStats> {
+        let cp = &self.cp;
+        let id = self.id;
+        if cp.is_aborted(id) {
+            return Err(Error::CheckpointAborted { id });
+        }
+        let base = self
+            .base
+            .as_deref()
+            .ok_or_else(|| Error::Internal("a log checkpoint without a base".into()))?;
+        let mut new_shared = Vec::new();
+        let (log, log_bytes, segments_reused) = changelog::log_part(plan, base, |segment| {
+            let name = layout::new_log_name(id, cp.clock.now_ms());
+            cp.protect(id, std::slice::from_ref(&name));
+            uploaded.lock().push(name.clone());
+            let digest = match cp.storage.put_file(&name, &segment.path) {
+                Ok(d) => d,
+                Err(e @ Error::ObjectExists { .. }) => {
+                    uploaded.lock().retain(|n| *n != name);
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
+            if (digest.size, digest.crc32) != (segment.size, segment.crc32) {
+                return Err(Error::CheckpointCorrupt {
+                    file: segment.path.display().to_string(),
+                    detail: "log segment changed on local disk before its upload".into(),
+                });
+            }
+            new_shared.push(name.clone());
+            Ok((name, digest.size, digest.crc32))
+        })?;
+        let mut private_files = Vec::new();
+        let mut private_bytes = 0u64;
+        for (local_name, bytes) in &plan.materialized.private {
+            let remote_name = layout::private_name(id, &cp.backend_id, local_name);
+            uploaded.lock().push(remote_name.clone());
+            cp.storage.put_bytes(&remote_name, bytes)?;
+            private_bytes += bytes.len() as u64;
+            private_files.push(PrivateFile {
+                remote_name,
+                local_name: local_name.clone(),
+                size: bytes.len() as u64,
+                crc32: crc32fast::hash(bytes),
+            });
+        }
+        if cp.is_aborted(id) {
+            return Err(Error::CheckpointAborted { id });
+        }
+        let stats = CheckpointStats {
+            checkpoint_id: id,
+            sync_duration: self.sync_duration,
+            files_uploaded: new_shared.len() + private_files.len(),
+            files_reused: base.shared_files.len() + segments_reused,
+            bytes_uploaded: log_bytes + private_bytes,
+            log_bytes_uploaded: log_bytes,
+            ..CheckpointStats::default()
+        };
+        let manifest = CheckpointManifest {
+            checkpoint_id: id,
+            backend_id: cp.backend_id.clone(),
+            key_group_start: self.key_groups.start,
+            key_group_end: self.key_groups.end,
+            max_parallelism: self.max_parallelism,
+            states: self.states.clone(),
+            shared_files: base.shared_files.clone(),
+            private_files,
+            operator_state: self.operator_state.clone(),
+            created_at_ms: cp.clock.now_ms(),
+            changelog: Some(log),
+        };
+        self.commit(manifest, uploaded, new_shared, stats, start)
     }
 
     fn upload_inner(
@@ -258,8 +354,6 @@ impl PendingSnapshot {
         }
         shared_files.sort_by(|a, b| a.local_name.cmp(&b.local_name));
         private_files.sort_by(|a, b| a.local_name.cmp(&b.local_name));
-        stats.state_bytes = shared_files.iter().map(|f| f.size).sum::<u64>()
-            + private_files.iter().map(|f| f.size).sum::<u64>();
         let manifest = CheckpointManifest {
             checkpoint_id: id,
             backend_id: cp.backend_id.clone(),
@@ -271,8 +365,25 @@ impl PendingSnapshot {
             private_files,
             operator_state: self.operator_state.clone(),
             created_at_ms: cp.clock.now_ms(),
-            changelog: None,
+            changelog: self.changelog.clone(),
         };
+        stats.materialized = self.changelog.is_some();
+        self.commit(manifest, uploaded, new_shared, stats, start)
+    }
+
+    /// Writes `manifest` create-if-absent (the acknowledgement) and records it.
+    fn commit(
+        &self,
+        manifest: CheckpointManifest,
+        uploaded: &Mutex<Vec<String>>,
+        new_shared: Vec<String>,
+        mut stats: CheckpointStats,
+        start: Instant,
+    ) -> Result<CheckpointStats> {
+        let cp = &self.cp;
+        let id = self.id;
+        stats.state_bytes = crate::catalog::shared_objects_bytes(&manifest)
+            + manifest.private_files.iter().map(|f| f.size).sum::<u64>();
         let shared_referenced = manifest.shared_files.len() as u64;
         let manifest_span = tracing::info_span!("checkpoint.manifest", id).entered();
         let bytes = sst_format::encode_manifest(&manifest).map_err(Error::format)?;
@@ -338,6 +449,9 @@ fn sst_identity(
 impl Drop for PendingSnapshot {
     fn drop(&mut self) {
         if !self.finished {
+            if self.changelog.is_some() {
+                changelog::materialization_ended(&self.cp, self.id, None);
+            }
             self.cp.forget(self.id);
             let _ = fs::remove_dir_all(&self.dir);
         }

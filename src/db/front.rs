@@ -16,6 +16,7 @@
 //! reverse seek ([`Open::get_with`]'s learning step, covered by the drain's raise of the bound).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
@@ -27,6 +28,7 @@ use rocksdb::{
 use super::budget::{MemoryBudget, Reservation, ValueShare};
 use super::rocks_error;
 use super::BatchOp;
+use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, Result};
 use crate::key_bounds::{Check, KeyBounds};
 use crate::options::ValueCacheAdmission;
@@ -58,6 +60,9 @@ pub(super) struct Front {
     /// looks in `cache` first, and a drain raises them for what it writes); `None` when the
     /// keys' layout is not known or `DbOptions::key_bounds` is off.
     pub(super) bounds: Option<KeyBounds>,
+    /// In changelog mode, every change RocksDB takes, in its order (see
+    /// [`crate::change_log`]); recorded under this lock as the change reaches RocksDB.
+    pub(super) log: Option<ChangeLog>,
 }
 
 impl Front {
@@ -115,6 +120,9 @@ pub(super) struct Open {
     read: SharedReadOptions,
     /// Whether point reads are bounded per key group (`Front::bounds` is `Some`).
     bounded: bool,
+    /// Whether `Front::log` is `Some`: writes that bypass the write cache then take the front
+    /// lock to record themselves.
+    logging: AtomicBool,
     path: std::path::PathBuf,
 }
 
@@ -162,6 +170,7 @@ impl Open {
             values: ValueCache::new(0, hasher, settings.value_cache_admission),
             // Every bound starts unknown: the database may hold keys already.
             bounds: settings.bounds_prefix.map(KeyBounds::new),
+            log: None,
         }));
         let value_share = (settings.value_cache_bytes > 0)
             .then(|| budget.join_values(&front, settings.value_cache_bytes));
@@ -170,6 +179,7 @@ impl Open {
             names: Mutex::new(names),
             rocks,
             bounded: settings.bounds_prefix.is_some(),
+            logging: AtomicBool::new(false),
             front,
             reservation,
             value_share,
@@ -273,7 +283,26 @@ impl Open {
     /// does. Bounds are raised before RocksDB has the keys; the value cache records the write
     /// after, and no read can record an older value in between or find one after.
     fn tracking_front(&self) -> Option<RwLockWriteGuard<'_, Front>> {
-        (self.bounded || self.values_on()).then(|| self.front.write())
+        (self.bounded || self.values_on() || self.logging.load(Ordering::Acquire))
+            .then(|| self.front.write())
+    }
+
+    /// Starts recording every change in `log` (changelog mode); the write cache is drained
+    /// first, so the log holds every change RocksDB takes from now on.
+    pub(super) fn start_log(&self, log: ChangeLog) -> Result<()> {
+        let mut front = self.front.write();
+        self.write_cached(&mut front)?;
+        front.log = Some(log);
+        self.logging.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Drains the write cache (recording its writes) and cuts the log: what RocksDB took
+    /// since the previous cut. `None` when the database records no log.
+    pub(super) fn cut_log(&self) -> Result<Option<LogCut>> {
+        let mut front = self.front.write();
+        self.write_cached(&mut front)?;
+        Ok(front.log.as_mut().map(ChangeLog::cut))
     }
 
     /// A RocksDB write batch of `writes` (slot, key, value or `None` for a delete), with
@@ -305,9 +334,18 @@ impl Open {
             cache,
             bounds,
             values,
+            log,
         } = front;
         if cache.is_empty() {
             return Ok(());
+        }
+        // Recorded before RocksDB has them: on a failed write the cache keeps them, and the
+        // next drain records them again, after; replaying a put or delete twice in order
+        // leaves what the later one left.
+        if let Some(log) = log.as_mut() {
+            for (slot, key, value) in cache.sorted() {
+                log.record(slot, key, value);
+            }
         }
         // Sorted by slot, then key: the last put of each (slot, group) run is its largest. A
         // bound raised for a write RocksDB then refuses is only higher than it needs to be.
@@ -363,6 +401,10 @@ impl Open {
         let mut front = self.front.write();
         self.write_cached(&mut front)?;
         front.values.clear();
+        // A change the log cannot express: the next checkpoint materializes instead.
+        if let Some(log) = front.log.as_mut() {
+            log.lose();
+        }
         Ok(Changing { open: self, front })
     }
 
@@ -388,6 +430,11 @@ impl Open {
         if let Some(front) = &mut front {
             for op in batch.iter().filter(|op| op.value.is_some()) {
                 front.raise(op.slot, &op.key);
+            }
+            if let Some(log) = front.log.as_mut() {
+                for op in batch {
+                    log.record(op.slot, &op.key, op.value.as_deref());
+                }
             }
         }
         self.rocks
@@ -425,6 +472,9 @@ impl Open {
         let mut front = self.tracking_front();
         if let Some(front) = &mut front {
             front.raise(slot, key);
+            if let Some(log) = front.log.as_mut() {
+                log.record(slot, key, Some(value));
+            }
         }
         self.rocks
             .put_cf_opt(handle, key, value, &self.write.0)
@@ -442,6 +492,9 @@ impl Open {
         }
         let handle = self.handle(slot)?;
         let mut front = self.tracking_front();
+        if let Some(log) = front.as_mut().and_then(|f| f.log.as_mut()) {
+            log.record(slot, key, None);
+        }
         self.rocks
             .delete_cf_opt(handle, key, &self.write.0)
             .map_err(rocks_error)?;

@@ -33,6 +33,9 @@ use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 
 pub use baseline::RawRocksDb;
 pub use budget::MemoryBudget;
+
+/// The name of RocksDB's default column family, which holds the backend's own metadata.
+pub(crate) const DEFAULT_CF_NAME: &str = rocksdb::DEFAULT_COLUMN_FAMILY_NAME;
 pub(crate) use files::{ingest_db_generated, ForeignFiles, LiveSst};
 pub use options::lower_compaction_priority;
 pub(crate) use ttl_filter::TtlFilter;
@@ -40,6 +43,7 @@ pub(crate) use ttl_filter::TtlFilter;
 use front::{FrontSettings, Open, Rocks};
 use ttl_filter::FilterRegistry;
 
+use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::DbOptions;
@@ -293,6 +297,27 @@ impl Db {
     #[cfg(test)]
     pub(crate) fn drain(&self) -> Result<()> {
         self.opened()?.drain()
+    }
+
+    /// Changelog mode: records every change RocksDB takes from now on (see
+    /// [`crate::change_log`]), numbered from `first_seq`; keys of every column family but
+    /// `default` start with a `prefix_len`-byte key group; at most `max_bytes` are held
+    /// between two cuts.
+    pub(crate) fn start_changelog(
+        &self,
+        first_seq: u64,
+        prefix_len: usize,
+        max_bytes: usize,
+    ) -> Result<()> {
+        let open = self.opened()?;
+        let unkeyed = open.slot(rocksdb::DEFAULT_COLUMN_FAMILY_NAME);
+        open.start_log(ChangeLog::new(first_seq, unkeyed, prefix_len, max_bytes))
+    }
+
+    /// Cuts the changelog (see [`ChangeLog::cut`]) after draining the write cache into
+    /// RocksDB; `None` unless [`Db::start_changelog`] ran.
+    pub(crate) fn cut_changelog(&self) -> Result<Option<LogCut>> {
+        self.opened()?.cut_log()
     }
 }
 

@@ -5,7 +5,9 @@
 //! Workload: insert `keys` keys with `value_bytes`-byte random values through a value state →
 //! cp1; update every 100th key → cp2; no change → cp3; update 1% random keys → cp4; then
 //! `rounds` rounds of (update 1% random keys → checkpoint). The same again with incremental
-//! checkpoints off ("full"). One line per checkpoint.
+//! checkpoints off ("full"), and in changelog mode ("changelog": log checkpoints with
+//! periodic materialization; its restore is timed against an SST-only restore of the same
+//! state). One line per checkpoint.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,8 +17,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use rockstate::{
-    CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions, Error, KeyedBackend,
-    LocalStorage, MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
+    ChangelogOptions, CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions,
+    Error, KeyedBackend, LocalStorage, MemoryBudget, MemoryBudgetConfig, RawValueState,
+    RestoreFrom,
 };
 
 use crate::report::Line;
@@ -31,6 +34,10 @@ pub enum Mode {
     Full,
     /// Both, one after the other.
     Both,
+    /// Changelog mode: log checkpoints, materialized now and then.
+    Changelog,
+    /// Incremental, full and changelog, one after the other.
+    All,
 }
 
 /// Arguments of `bench checkpoint`.
@@ -64,6 +71,10 @@ pub struct CheckpointArgs {
     /// uses `<url>/<mode>`. Default: a LocalStorage directory in the temporary directory.
     #[arg(long)]
     storage: Option<String>,
+    /// Overrides of the changelog settings as JSON, e.g. `{"materialize_log_percent":50}`
+    /// (changelog mode only; `enabled` is always true there).
+    #[arg(long)]
+    changelog: Option<String>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -121,6 +132,7 @@ impl Run<'_> {
             .int("uploaded_files", stats.files_uploaded as u64)
             .int("reused_files", stats.files_reused as u64)
             .int("state_bytes", stats.state_bytes)
+            .int("materialized", u64::from(stats.materialized))
             .print_above(&self.bar);
         Ok(stats)
     }
@@ -147,8 +159,19 @@ fn open_run<'a>(
         .memory_budget(budget.clone())
         .checkpoint_storage(storage.clone())
         .checkpoint_options(CheckpointOptions {
-            incremental: mode == "incremental",
+            incremental: mode != "full",
             transfer_threads: args.threads,
+            changelog: if mode == "changelog" {
+                ChangelogOptions {
+                    enabled: true,
+                    ..crate::bench_ops::parse_override::<ChangelogOptions>(
+                        "--changelog",
+                        args.changelog.as_deref(),
+                    )?
+                }
+            } else {
+                ChangelogOptions::default()
+            },
             ..CheckpointOptions::default()
         })
         .open()?;
@@ -378,6 +401,72 @@ fn compare_restore(
     Ok(())
 }
 
+/// Changelog mode's restore (materialization + replay) vs an SST-only restore of the same
+/// state: the restored backend checkpoints its files, changelog off, into a second storage,
+/// and that checkpoint is restored the same way.
+fn compare_changelog_restore(
+    storage: &Arc<dyn CheckpointStorage>,
+    run: &Run<'_>,
+    root: &Path,
+    budget: &MemoryBudget,
+) -> rockstate::Result<()> {
+    let options = CheckpointOptions {
+        transfer_threads: run.args.threads,
+        local_recovery: false,
+        ..CheckpointOptions::default()
+    };
+    let restore = |storage: &Arc<dyn CheckpointStorage>, target: &Path| {
+        let t = Instant::now();
+        let (b, report) = KeyedBackend::builder(target)
+            .memory_budget(budget.clone())
+            .restore_source(storage.clone())
+            .checkpoint_options(options.clone())
+            .restore_with_report(RestoreFrom::Latest)?;
+        Ok::<_, Error>((b, report, t.elapsed()))
+    };
+    let sst_storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(root.join("storage-sst-of-changelog"))?);
+    let (mut changelog, mut sst) = (Vec::new(), Vec::new());
+    let mut last = None;
+    for i in 0..3 {
+        let target = root.join(format!("changelog-restored-{i}"));
+        let (b, report, took) = restore(storage, &target)?;
+        changelog.push(took);
+        if i == 0 {
+            // The same state as files: checkpointed once, changelog off.
+            let copy = KeyedBackend::builder(root.join("sst-copy"))
+                .memory_budget(budget.clone())
+                .restore_source(storage.clone())
+                .checkpoint_storage(sst_storage.clone())
+                .checkpoint_options(options.clone())
+                .restore(RestoreFrom::Latest)?;
+            copy.checkpoint(1)?;
+            copy.notify_checkpoint_complete(1)?;
+        }
+        last = Some(report);
+        drop(b);
+        std::fs::remove_dir_all(&target).map_err(io(&target))?;
+        let target = root.join(format!("sst-restored-{i}"));
+        let (b, _, took) = restore(&sst_storage, &target)?;
+        sst.push(took);
+        drop(b);
+        std::fs::remove_dir_all(&target).map_err(io(&target))?;
+    }
+    let (c, s) = (median(changelog), median(sst));
+    let report = last.unwrap_or_default();
+    Line::header()
+        .label("restore (changelog):")
+        .num("changelog_ms", ms(c), 1)
+        .num("sst_only_ms", ms(s), 1)
+        .num("ratio", c.as_secs_f64() / s.as_secs_f64(), 3)
+        .int("log_segments", report.log_segments as u64)
+        .int("log_bytes", report.log_bytes)
+        .int("entries_replayed", report.log_entries_replayed)
+        .note("median of 3, alternating; target ratio <= 1.5")
+        .print();
+    Ok(())
+}
+
 /// Runs the benchmark.
 pub fn run(args: &CheckpointArgs) -> rockstate::Result<()> {
     let tmp = std::env::temp_dir();
@@ -400,16 +489,21 @@ pub fn run(args: &CheckpointArgs) -> rockstate::Result<()> {
         )
         .print();
     let mut series = Vec::new();
-    if matches!(args.mode, Mode::Incremental | Mode::Both) {
+    if matches!(args.mode, Mode::Incremental | Mode::Both | Mode::All) {
         let (mut run, storage) = workload(args, root, "incremental", &budget)?;
         series.push(("incremental", run.uploaded.clone()));
         compare_sync(&mut run, root)?;
         compare_restore(&storage, &run, root, &budget)?;
     }
-    if matches!(args.mode, Mode::Full | Mode::Both) {
+    if matches!(args.mode, Mode::Full | Mode::Both | Mode::All) {
         let (mut run, _storage) = workload(args, root, "full", &budget)?;
         series.push(("full", run.uploaded.clone()));
         compare_async(&mut run, root, args.threads)?;
+    }
+    if matches!(args.mode, Mode::Changelog | Mode::All) {
+        let (run, storage) = workload(args, root, "changelog", &budget)?;
+        series.push(("changelog", run.uploaded.clone()));
+        compare_changelog_restore(&storage, &run, root, &budget)?;
     }
     if let Some(path) = &args.svg {
         std::fs::write(path, crate::chart::uploaded_per_checkpoint(&series)).map_err(io(path))?;

@@ -1,5 +1,5 @@
 //! Hand-written SVG charts of bench results: uploaded bytes per checkpoint, one bar series per
-//! checkpoint mode (incremental vs full), on a linear byte axis with a legend.
+//! checkpoint mode (incremental, full, changelog), on a linear byte axis with a legend.
 
 use std::fmt::Write as _;
 

@@ -40,7 +40,7 @@ enum BenchCommand {
     /// The ops phases over state fitting / beyond memory, uniform / Zipf keys, 100 B / 1 KiB
     /// values, plain / TTL, against raw rust-rocksdb on the same memory.
     Matrix(bench_matrix::MatrixArgs),
-    /// Incremental vs full checkpoints, against bare RocksDB checkpoint, parallel copy, cp -r.
+    /// Incremental, full and changelog checkpoints, against bare RocksDB checkpoint, parallel copy, cp -r.
     Checkpoint(bench_checkpoint::CheckpointArgs),
     /// TTL: bounded state under churn, compaction-filter cost, TTL access cost.
     Ttl(bench_ttl::TtlArgs),

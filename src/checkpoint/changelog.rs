@@ -1,0 +1,323 @@
+//! Changelog mode ([`ChangelogOptions`]): a checkpoint uploads the changes made since the
+//! last one instead of the SSTs RocksDB rewrote meanwhile, and the SSTs are *materialized*
+//! (an ordinary checkpoint of the files) only now and then.
+//!
+//! A checkpoint in changelog mode is one of two kinds:
+//!
+//! - a **materialization**: the files of a RocksDB checkpoint, as without changelog mode, cut
+//!   at log sequence number `S` (every change numbered below `S` is in them); its manifest's
+//!   `changelog` names itself and `S`, with no segments;
+//! - a **log checkpoint**: the shared files of the materialization the last completed
+//!   checkpoint rests on (referenced, never uploaded again), copies of its private files
+//!   (MANIFEST, CURRENT, OPTIONS: small, and a checkpoint's private objects are deleted with
+//!   its directory), and the log segments from `S` to now, of which only those the last
+//!   completed checkpoint lacks are uploaded.
+//!
+//! This module owns the backend's side of it: the local segment files (cut in every sync
+//! phase, kept until a completed materialization covers them, so a failed attempt loses no
+//! change), the private files of recent materializations, the choice between the two kinds,
+//! and the log checkpoint's upload. Restore replays the segments (`crate::restore`);
+//! docs/changelog-format.md has the segment format, docs/checkpoint-format.md the layout.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sst_format::{Changelog, CheckpointManifest, LogSegmentFile};
+
+use super::layout;
+use super::registry::Checkpointer;
+use crate::change_log::LogCut;
+use crate::error::{Error, Result};
+
+/// Changelog-mode settings (part of [`super::CheckpointOptions`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChangelogOptions {
+    /// Changelog mode on. Default false.
+    pub enabled: bool,
+    /// Materialize when this long has passed since the last materialization began
+    /// (milliseconds, the checkpoint clock). Default 600,000 (10 minutes).
+    pub materialize_interval_ms: u64,
+    /// Materialize when the log since the materialization the last completed checkpoint
+    /// rests on is larger than this percentage of that materialization's files (and at least
+    /// `materialize_min_log_bytes`): it bounds what a restore replays and what storage holds
+    /// besides the state. Default 100.
+    pub materialize_log_percent: u32,
+    /// The log size below which the percentage rule does not materialize. Default 4 MiB.
+    pub materialize_min_log_bytes: u64,
+    /// Bytes of changes held in memory between two checkpoints. A backend that writes more
+    /// stops recording until the next checkpoint, which then materializes. Default 64 MiB.
+    pub max_log_buffer_bytes: usize,
+    /// zstd-compress log segments. Default true.
+    pub compress: bool,
+}
+
+impl Default for ChangelogOptions {
+    fn default() -> Self {
+        ChangelogOptions {
+            enabled: false,
+            materialize_interval_ms: 600_000,
+            materialize_log_percent: 100,
+            materialize_min_log_bytes: 4 << 20,
+            max_log_buffer_bytes: 64 << 20,
+            compress: true,
+        }
+    }
+}
+
+impl ChangelogOptions {
+    /// Checks every field's range.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_log_buffer_bytes < 4096 {
+            return Err(Error::InvalidOption {
+                name: "changelog.max_log_buffer_bytes",
+                detail: format!("{} is below 4096", self.max_log_buffer_bytes),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One segment cut by a sync phase, as a local file.
+#[derive(Debug, Clone)]
+pub(crate) struct LocalSegment {
+    pub(crate) first_seq: u64,
+    pub(crate) end_seq: u64,
+    pub(crate) path: PathBuf,
+    pub(crate) size: u64,
+    pub(crate) crc32: u32,
+    pub(crate) key_groups: Option<(u16, u16)>,
+}
+
+/// The private files of one uploaded materialization, kept in memory: a log checkpoint
+/// stores copies of them.
+#[derive(Debug)]
+pub(crate) struct Materialized {
+    /// `(local name, bytes)`.
+    pub(crate) private: Vec<(String, Vec<u8>)>,
+}
+
+/// A backend's changelog bookkeeping (inside its [`Checkpointer`]).
+#[derive(Debug, Default)]
+pub(crate) struct LogBook {
+    /// Whether the database records its changes (started by the first sync phase).
+    pub(crate) started: bool,
+    /// Segments cut and not yet covered by a completed materialization, by first sequence
+    /// number. A gap between two (changes the log lost) means only a materialization after
+    /// it can be built on.
+    pub(crate) segments: BTreeMap<u64, LocalSegment>,
+    /// Private files of uploaded materializations, by checkpoint id.
+    pub(crate) materialized: BTreeMap<u64, Arc<Materialized>>,
+    /// When the last materialization began (clock ms).
+    pub(crate) last_materialization_ms: Option<u64>,
+    /// A materialization whose upload has not ended yet.
+    pub(crate) materializing: Option<u64>,
+}
+
+/// What a log checkpoint uploads and references, decided in its sync phase.
+#[derive(Debug)]
+pub(crate) struct LogPlan {
+    /// The materialization's private files.
+    pub(crate) materialized: Arc<Materialized>,
+    /// The log part of the manifest, segments not yet uploaded included as local files.
+    pub(crate) materialization_id: u64,
+    pub(crate) materialized_seq: u64,
+    pub(crate) segments: Vec<LocalSegment>,
+}
+
+/// The directory of a backend's local segment files.
+fn segment_dir(cp: &Checkpointer) -> PathBuf {
+    layout::log_dir(&cp.staging_root, &cp.backend_id)
+}
+
+/// Sync phase: stores `cut` (if it holds entries) as a local segment file; `names` are the
+/// database's column families by slot.
+pub(crate) fn keep_cut(cp: &Checkpointer, cut: &LogCut, names: &[String]) -> Result<()> {
+    if cut.builder.is_empty() {
+        return Ok(());
+    }
+    let dir = segment_dir(cp);
+    fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let bytes = cut
+        .builder
+        .finish(cut.first_seq, names, cp.options.changelog.compress)
+        .map_err(Error::format)?;
+    let path = dir.join(format!("{}-{}.rscl", cut.first_seq, cut.end_seq));
+    fs::write(&path, &bytes).map_err(|e| Error::io(&path, e))?;
+    cp.log.lock().segments.insert(
+        cut.first_seq,
+        LocalSegment {
+            first_seq: cut.first_seq,
+            end_seq: cut.end_seq,
+            path,
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(&bytes),
+            key_groups: cut.key_groups,
+        },
+    );
+    Ok(())
+}
+
+/// Sync phase: a log checkpoint on top of `base` if one can be built and no materialization
+/// is due, `None` for a materialization. `end_seq` is where the log now ends.
+pub(crate) fn plan(
+    cp: &Checkpointer,
+    base: Option<&CheckpointManifest>,
+    end_seq: u64,
+    complete: bool,
+    now_ms: u64,
+) -> Option<LogPlan> {
+    let opts = &cp.options.changelog;
+    let base = base?;
+    let c = base.changelog.as_ref()?;
+    let book = cp.log.lock();
+    let materialized = Arc::clone(book.materialized.get(&c.materialization_id)?);
+    if !complete {
+        return None;
+    }
+    // The segments from the materialization on, contiguous up to now.
+    let mut segments = Vec::new();
+    let mut at = c.materialized_seq;
+    for s in book.segments.range(c.materialized_seq..).map(|(_, s)| s) {
+        if s.first_seq != at {
+            return None; // a gap: changes the log lost
+        }
+        at = s.end_seq;
+        segments.push(s.clone());
+    }
+    if at != end_seq {
+        return None;
+    }
+    let in_flight = book.materializing.is_some();
+    let log_bytes: u64 = segments.iter().map(|s| s.size).sum();
+    let state_bytes: u64 = base.shared_files.iter().map(|f| f.size).sum();
+    let by_size = log_bytes >= opts.materialize_min_log_bytes
+        && u128::from(log_bytes) * 100
+            >= u128::from(state_bytes) * u128::from(opts.materialize_log_percent);
+    let by_time = book
+        .last_materialization_ms
+        .is_none_or(|t| now_ms.saturating_sub(t) >= opts.materialize_interval_ms);
+    if (by_size || by_time) && !in_flight {
+        return None;
+    }
+    Some(LogPlan {
+        materialized,
+        materialization_id: c.materialization_id,
+        materialized_seq: c.materialized_seq,
+        segments,
+    })
+}
+
+/// A materialization of checkpoint `id` at `seq` begins (its sync phase is done).
+pub(crate) fn materialization_started(cp: &Checkpointer, id: u64, now_ms: u64) {
+    let mut book = cp.log.lock();
+    book.materializing = Some(id);
+    book.last_materialization_ms = Some(now_ms);
+}
+
+/// The upload of materialization `id` ended: with `private` its private files (it
+/// succeeded), without them it failed.
+pub(crate) fn materialization_ended(cp: &Checkpointer, id: u64, private: Option<&Path>) {
+    let mut book = cp.log.lock();
+    if book.materializing == Some(id) {
+        book.materializing = None;
+    }
+    let Some(dir) = private else {
+        return;
+    };
+    let mut files = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if name.ends_with(".sst") || name.ends_with(".log") {
+            continue;
+        }
+        match fs::read(e.path()) {
+            Ok(bytes) => files.push((name, bytes)),
+            // Without its private files no log checkpoint rests on it: the next
+            // checkpoint materializes again.
+            Err(_) => return,
+        }
+    }
+    files.sort();
+    book.materialized
+        .insert(id, Arc::new(Materialized { private: files }));
+}
+
+/// Checkpoint `base` completed: segments it no longer needs (covered by its
+/// materialization) and the private files of older materializations go.
+pub(crate) fn completed(cp: &Checkpointer, base: &CheckpointManifest) {
+    let Some(c) = &base.changelog else {
+        return;
+    };
+    let mut book = cp.log.lock();
+    let gone: Vec<u64> = book
+        .segments
+        .range(..c.materialized_seq)
+        .filter(|(_, s)| s.end_seq <= c.materialized_seq)
+        .map(|(k, _)| *k)
+        .collect();
+    for k in gone {
+        if let Some(s) = book.segments.remove(&k) {
+            let _ = fs::remove_file(&s.path);
+        }
+    }
+    book.materialized
+        .retain(|id, _| *id >= c.materialization_id);
+}
+
+/// The manifest's log part for a log checkpoint: `plan`'s segments, each reused from `base`
+/// when it holds the same one, otherwise uploaded by `upload` (which returns its object's
+/// name, size and CRC-32).
+pub(crate) fn log_part(
+    plan: &LogPlan,
+    base: &CheckpointManifest,
+    mut upload: impl FnMut(&LocalSegment) -> Result<(String, u64, u32)>,
+) -> Result<(Changelog, u64, usize)> {
+    let reusable: BTreeMap<u64, &LogSegmentFile> = base
+        .changelog
+        .iter()
+        .flat_map(|c| c.segments.iter())
+        .map(|s| (s.first_seq, s))
+        .collect();
+    let mut segments = Vec::new();
+    let mut uploaded = 0u64;
+    let mut reused = 0usize;
+    for s in &plan.segments {
+        let entries = s.end_seq - s.first_seq;
+        match reusable.get(&s.first_seq) {
+            Some(r) if r.size == s.size && r.crc32 == s.crc32 && r.entries == entries => {
+                reused += 1;
+                segments.push((*r).clone());
+            }
+            _ => {
+                let (remote_name, size, crc32) = upload(s)?;
+                uploaded += size;
+                segments.push(LogSegmentFile {
+                    remote_name,
+                    size,
+                    crc32,
+                    first_seq: s.first_seq,
+                    entries,
+                    key_groups: s.key_groups,
+                });
+            }
+        }
+    }
+    Ok((
+        Changelog {
+            materialization_id: plan.materialization_id,
+            materialized_seq: plan.materialized_seq,
+            segments,
+        },
+        uploaded,
+        reused,
+    ))
+}

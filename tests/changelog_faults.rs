@@ -1,0 +1,198 @@
+//! Changelog mode under failures (docs/ownership.md §4): a log checkpoint whose upload fails,
+//! or that the job aborts, loses no change (the next checkpoint carries it); a damaged or
+//! missing log segment is a typed error at restore and a problem for `verify`, never a
+//! silently older state; a backend that writes more than its log buffer holds materializes.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use rockstate::{
+    ChangelogOptions, CheckpointOptions, CheckpointStorage, Error, Fault, FaultyStorage,
+    KeyedBackend, OpKind, RestoreFrom,
+};
+
+fn changelog() -> CheckpointOptions {
+    CheckpointOptions {
+        changelog: ChangelogOptions {
+            enabled: true,
+            materialize_interval_ms: u64::MAX,
+            materialize_log_percent: 100_000,
+            materialize_min_log_bytes: 0,
+            ..ChangelogOptions::default()
+        },
+        ..CheckpointOptions::default()
+    }
+}
+
+fn open(
+    fx: &Fixture,
+    storage: Arc<dyn CheckpointStorage>,
+    opts: CheckpointOptions,
+) -> KeyedBackend {
+    KeyedBackend::builder(fx.path("a"))
+        .options(small_options())
+        .checkpoint_storage(storage)
+        .checkpoint_options(opts)
+        .open()
+        .unwrap()
+}
+
+#[test]
+fn a_failed_log_upload_loses_no_change() {
+    let fx = Fixture::new();
+    let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
+    let b = open(&fx, faulty.clone(), changelog());
+    let mut model = Model::new();
+    let mut r = rng(21);
+    random_writes(&b, &mut model, &mut r, 4000);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+
+    // Checkpoint 2's segment upload fails; its changes must reach checkpoint 3.
+    random_writes(&b, &mut model, &mut r, 300);
+    let puts = faulty.ops(OpKind::PutFile);
+    faulty.add_fault(Fault::FailNth {
+        op: OpKind::PutFile,
+        nth: puts + 1,
+    });
+    assert!(b.checkpoint(2).is_err());
+    faulty.clear_faults();
+    random_writes(&b, &mut model, &mut r, 300);
+    let s3 = b.checkpoint(3).unwrap();
+    assert!(!s3.materialized);
+    b.notify_checkpoint_complete(3).unwrap();
+    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
+    assert_eq!(read_all(&restored), model);
+    assert!(assert_verified(fx.storage.as_ref()).is_empty());
+}
+
+#[test]
+fn an_aborted_log_checkpoint_loses_no_change() {
+    let fx = Fixture::new();
+    let b = fx.open("a", changelog());
+    let mut model = Model::new();
+    let mut r = rng(22);
+    random_writes(&b, &mut model, &mut r, 4000);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    random_writes(&b, &mut model, &mut r, 300);
+    b.checkpoint(2).unwrap();
+    b.notify_checkpoint_aborted(2).unwrap();
+    random_writes(&b, &mut model, &mut r, 300);
+    b.checkpoint(3).unwrap();
+    b.notify_checkpoint_complete(3).unwrap();
+    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
+    assert_eq!(read_all(&restored), model);
+    assert!(assert_verified(fx.storage.as_ref()).is_empty());
+}
+
+/// Checkpoint 2 (a log checkpoint) in storage: the backend id and the name of its one
+/// segment.
+fn log_checkpoint(fx: &Fixture) -> (String, String) {
+    let b = fx.open("a", changelog());
+    let mut model = Model::new();
+    let mut r = rng(23);
+    random_writes(&b, &mut model, &mut r, 4000);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    random_writes(&b, &mut model, &mut r, 300);
+    assert!(!b.checkpoint(2).unwrap().materialized);
+    b.notify_checkpoint_complete(2).unwrap();
+    let m = fx.manifest(2, b.backend_id());
+    let segments = &m.changelog.as_ref().unwrap().segments;
+    assert_eq!(segments.len(), 1);
+    (b.backend_id().to_string(), segments[0].remote_name.clone())
+}
+
+#[test]
+fn a_damaged_segment_is_refused_at_restore_and_by_verify() {
+    let fx = Fixture::new();
+    let (_, name) = log_checkpoint(&fx);
+    let path = fx.local_root().join(&name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    match fx.restore("r", RestoreFrom::Latest) {
+        Err(Error::CheckpointCorrupt { file, .. }) => assert_eq!(file, name),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a damaged segment was restored"),
+    }
+    let report = rockstate::verify_checkpoints(fx.storage.as_ref()).unwrap();
+    assert!(
+        report.problems.iter().any(|(f, _)| *f == name),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_segment_damaged_behind_a_matching_checksum_is_refused() {
+    // The object's CRC-32 matches the manifest (a writer that damaged the segment before
+    // computing it): the segment's own checks refuse it.
+    let fx = Fixture::new();
+    let (backend, name) = log_checkpoint(&fx);
+    let path = fx.local_root().join(&name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[40] ^= 0x01;
+    let (manifest_name, mut m) = {
+        let p = rockstate::checkpoint::layout::metadata_name(2, &backend);
+        let m = sst_format::decode_manifest(&fx.storage.get_bytes(&p).unwrap()).unwrap();
+        (p, m)
+    };
+    let seg = &mut m.changelog.as_mut().unwrap().segments[0];
+    seg.crc32 = crc32fast::hash(&bytes);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    fx.storage.delete(&manifest_name).unwrap();
+    fx.storage
+        .put_bytes(&manifest_name, &sst_format::encode_manifest(&m).unwrap())
+        .unwrap();
+    match fx.restore("r", RestoreFrom::Latest) {
+        Err(Error::CheckpointCorrupt { file, detail }) => {
+            assert_eq!(file, name);
+            assert!(detail.contains("log segment"), "{detail}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a damaged segment was restored"),
+    }
+}
+
+#[test]
+fn a_missing_segment_is_refused() {
+    let fx = Fixture::new();
+    let (_, name) = log_checkpoint(&fx);
+    fx.storage.delete(&name).unwrap();
+    match fx.restore("r", RestoreFrom::Latest) {
+        Err(Error::CheckpointCorrupt { file, .. }) => assert_eq!(file, name),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("restored without a segment"),
+    }
+}
+
+#[test]
+fn more_changes_than_the_buffer_holds_materialize() {
+    let fx = Fixture::new();
+    let mut opts = changelog();
+    opts.changelog.max_log_buffer_bytes = 8 << 10;
+    let b = fx.open("a", opts);
+    let mut model = Model::new();
+    let mut r = rng(24);
+    random_writes(&b, &mut model, &mut r, 4000);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    random_writes(&b, &mut model, &mut r, 100);
+    assert!(!b.checkpoint(2).unwrap().materialized, "100 writes fit");
+    b.notify_checkpoint_complete(2).unwrap();
+    random_writes(&b, &mut model, &mut r, 3000);
+    assert!(b.checkpoint(3).unwrap().materialized, "3000 writes do not");
+    b.notify_checkpoint_complete(3).unwrap();
+    random_writes(&b, &mut model, &mut r, 100);
+    assert!(!b.checkpoint(4).unwrap().materialized);
+    b.notify_checkpoint_complete(4).unwrap();
+    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
+    assert_eq!(read_all(&restored), model);
+}

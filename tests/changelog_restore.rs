@@ -1,0 +1,180 @@
+//! Changelog mode (docs/checkpoint-format.md §11): a log checkpoint uploads only the changes
+//! since the last checkpoint and references the materialization's SSTs; a materialization
+//! happens when the log outgrows its share of the state; restoring any of them yields exactly
+//! the state at that checkpoint (invariant 4), and the first checkpoint after a restore
+//! reuses the restored SSTs.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::collections::HashSet;
+
+use common::*;
+use rockstate::{ChangelogOptions, CheckpointOptions, RestoreFrom};
+
+on_every_storage!(
+    log_checkpoints_upload_the_change_and_restore_exactly,
+    the_log_materializes_when_it_outgrows_its_share,
+    first_checkpoint_after_a_restore_reuses_the_restored_files,
+);
+
+/// Changelog mode on; a materialization once the log exceeds `percent` % of the state.
+pub fn changelog(percent: u32) -> CheckpointOptions {
+    CheckpointOptions {
+        changelog: ChangelogOptions {
+            enabled: true,
+            materialize_interval_ms: u64::MAX,
+            materialize_log_percent: percent,
+            materialize_min_log_bytes: 0,
+            ..ChangelogOptions::default()
+        },
+        ..CheckpointOptions::default()
+    }
+}
+
+fn shared(m: &sst_format::CheckpointManifest) -> HashSet<String> {
+    m.shared_files
+        .iter()
+        .map(|f| f.remote_name.clone())
+        .collect()
+}
+
+fn log(m: &sst_format::CheckpointManifest) -> &sst_format::Changelog {
+    m.changelog.as_ref().expect("a changelog-mode manifest")
+}
+
+fn log_checkpoints_upload_the_change_and_restore_exactly(fx: Fixture) {
+    let b = fx.open("a", changelog(100_000));
+    let id = b.backend_id().to_string();
+    let mut model = Model::new();
+    let mut r = rng(11);
+    random_writes(&b, &mut model, &mut r, 6000);
+    let first = b.checkpoint(1).unwrap();
+    assert!(first.materialized);
+    b.notify_checkpoint_complete(1).unwrap();
+    let m1 = fx.manifest(1, &id);
+    assert_eq!(log(&m1).materialization_id, 1);
+    assert!(log(&m1).segments.is_empty());
+    assert!(!m1.shared_files.is_empty());
+
+    for cp in 2..=5u64 {
+        random_writes(&b, &mut model, &mut r, 150);
+        let s = b.checkpoint(cp).unwrap();
+        assert!(!s.materialized, "checkpoint {cp}");
+        assert!(s.log_bytes_uploaded > 0);
+        // 150 writes of a 12-byte key and an 8-byte value, against thousands in the files.
+        assert!(
+            s.log_bytes_uploaded * 5 < first.bytes_uploaded,
+            "{} vs {}",
+            s.log_bytes_uploaded,
+            first.bytes_uploaded
+        );
+        b.notify_checkpoint_complete(cp).unwrap();
+        let m = fx.manifest(cp, &id);
+        let l = log(&m);
+        assert_eq!(l.materialization_id, 1);
+        assert_eq!(
+            shared(&m),
+            shared(&m1),
+            "the materialization's SSTs, referenced"
+        );
+        assert_eq!(
+            l.segments.len() as u64,
+            cp - 1,
+            "one new segment per checkpoint"
+        );
+        let mut at = l.materialized_seq;
+        for seg in &l.segments {
+            assert_eq!(seg.first_seq, at);
+            at += seg.entries;
+        }
+        let restored = fx.restore(&format!("r{cp}"), RestoreFrom::Latest).unwrap();
+        assert_eq!(read_all(&restored), model, "restore of checkpoint {cp}");
+    }
+    assert!(assert_verified(fx.storage.as_ref()).is_empty());
+}
+
+fn the_log_materializes_when_it_outgrows_its_share(fx: Fixture) {
+    let b = fx.open("a", changelog(5));
+    let id = b.backend_id().to_string();
+    let mut model = Model::new();
+    let mut r = rng(12);
+    random_writes(&b, &mut model, &mut r, 6000);
+    assert!(b.checkpoint(1).unwrap().materialized);
+    b.notify_checkpoint_complete(1).unwrap();
+    let mut kinds = Vec::new();
+    for cp in 2..=14u64 {
+        random_writes(&b, &mut model, &mut r, 300);
+        let s = b.checkpoint(cp).unwrap();
+        kinds.push(s.materialized);
+        b.notify_checkpoint_complete(cp).unwrap();
+        let m = fx.manifest(cp, &id);
+        let l = log(&m);
+        if s.materialized {
+            assert_eq!((l.materialization_id, l.segments.len()), (cp, 0));
+        }
+        // The log a checkpoint names never outgrows the share by more than one cut.
+        let log_bytes: u64 = l.segments.iter().map(|s| s.size).sum();
+        let state: u64 = m.shared_files.iter().map(|f| f.size).sum();
+        assert!(
+            log_bytes * 100 <= state * 5 + 100 * 4096,
+            "{log_bytes} vs {state}"
+        );
+        // Storage holds only what the retained checkpoint names (retained = 1).
+        assert!(assert_verified(fx.storage.as_ref()).is_empty());
+        let logs_in_storage = fx
+            .storage
+            .list("shared/")
+            .unwrap()
+            .iter()
+            .filter(|o| o.name.ends_with(".log"))
+            .count();
+        assert_eq!(logs_in_storage, l.segments.len(), "after checkpoint {cp}");
+    }
+    assert!(kinds.contains(&true), "{kinds:?}");
+    assert!(kinds.contains(&false), "{kinds:?}");
+    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
+    assert_eq!(read_all(&restored), model);
+}
+
+fn first_checkpoint_after_a_restore_reuses_the_restored_files(fx: Fixture) {
+    let b = fx.open("a", changelog(100_000));
+    let mut model = Model::new();
+    let mut r = rng(13);
+    random_writes(&b, &mut model, &mut r, 6000);
+    let full = b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    random_writes(&b, &mut model, &mut r, 200);
+    b.checkpoint(2).unwrap();
+    b.notify_checkpoint_complete(2).unwrap();
+    drop(b);
+
+    let restored = KeyedBackend::builder(fx.path("r"))
+        .options(small_options())
+        .checkpoint_storage(fx.storage_dyn())
+        .checkpoint_options(changelog(100_000))
+        .restore(RestoreFrom::Latest)
+        .unwrap();
+    assert_eq!(read_all(&restored), model);
+    random_writes(&restored, &mut model, &mut r, 200);
+    // The first checkpoint materializes (the restored backend has no materialization of its
+    // own) but uploads only what the restored files lack: the replayed and new changes.
+    let s3 = restored.checkpoint(3).unwrap();
+    assert!(s3.materialized);
+    assert!(s3.files_reused > 0);
+    assert!(
+        s3.bytes_uploaded * 3 < full.bytes_uploaded,
+        "{} vs {}",
+        s3.bytes_uploaded,
+        full.bytes_uploaded
+    );
+    restored.notify_checkpoint_complete(3).unwrap();
+    random_writes(&restored, &mut model, &mut r, 200);
+    let s4 = restored.checkpoint(4).unwrap();
+    assert!(!s4.materialized);
+    restored.notify_checkpoint_complete(4).unwrap();
+    let again = fx.restore("r2", RestoreFrom::Latest).unwrap();
+    assert_eq!(read_all(&again), model);
+}
+
+use rockstate::KeyedBackend;
