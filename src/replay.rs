@@ -105,7 +105,12 @@ pub(crate) fn fetch(
 
 /// Applies `segments` (one source's, in log order) to the database in `dir`, the
 /// materialization of a backend owning `source` key groups; keyed entries only of the groups
-/// in `target`. The database is closed (its memtables flushed) before this returns.
+/// in `target`. The database is closed before this returns.
+///
+/// Keyed entries are not written through the memtable: per column family, the last entry of
+/// each key (the log's order decides) goes into one sorted SST, ingested above everything the
+/// materialization holds, so nothing is flushed. A log holding a range deletion (which the
+/// recorder never writes today, but the format allows) is applied entry by entry instead.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn apply(
     dir: &Path,
@@ -128,10 +133,26 @@ pub(crate) fn apply(
         Some(KeyLayout::new(max_parallelism, source)),
     )?;
     let result = (|| {
-        for seg in segments {
-            apply_segment(&db, name, seg, target, max_parallelism, &mut counts)?;
-            counts.segments += 1;
+        let ranged = segments.iter().any(|seg| {
+            seg.entries()
+                .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
+        });
+        if ranged {
+            for seg in segments {
+                apply_segment(&db, name, seg, target, max_parallelism, &mut counts)?;
+            }
+        } else {
+            ingest_sorted(
+                &db,
+                dir,
+                name,
+                segments,
+                target,
+                max_parallelism,
+                &mut counts,
+            )?;
         }
+        counts.segments = segments.len();
         Ok(())
     })();
     let closed = db.close();
@@ -148,18 +169,8 @@ enum Dest {
     Keyed(Cf),
 }
 
-fn apply_segment(
-    db: &Arc<Db>,
-    name: &str,
-    seg: &LogSegment,
-    target: KeyGroupRange,
-    max_parallelism: u32,
-    counts: &mut ReplayCounts,
-) -> Result<()> {
-    let corrupt = |detail: String| Error::CheckpointCorrupt {
-        file: name.to_string(),
-        detail,
-    };
+/// The destination of each column family a segment names (created if missing).
+fn destinations(db: &Arc<Db>, name: &str, seg: &LogSegment) -> Result<Vec<Dest>> {
     let mut dests = Vec::with_capacity(seg.column_families().len());
     for cf in seg.column_families() {
         dests.push(if cf == DEFAULT_CF_NAME {
@@ -170,31 +181,156 @@ fn apply_segment(
                 None => db.create_cf(cf)?,
             })
         } else {
-            return Err(corrupt(format!(
-                "log segment names column family `{cf}`, neither a state's nor the metadata's"
-            )));
+            return Err(Error::CheckpointCorrupt {
+                file: name.to_string(),
+                detail: format!(
+                    "log segment names column family `{cf}`, neither a state's nor the metadata's"
+                ),
+            });
         });
     }
+    Ok(dests)
+}
+
+/// Whether a keyed entry's key lies in `target` (`Err` for a key without a prefix).
+fn in_target(key: &[u8], name: &str, target: KeyGroupRange, max_parallelism: u32) -> Result<bool> {
+    let group =
+        keygroup::read_prefix(key, max_parallelism).map_err(|_| Error::CheckpointCorrupt {
+            file: name.to_string(),
+            detail: "a keyed log entry without a key-group prefix".into(),
+        })?;
+    Ok(target.contains(group))
+}
+
+/// The sorted path of [`apply`]: metadata entries through the memtable (few), keyed entries
+/// as one ingested SST per column family.
+fn ingest_sorted(
+    db: &Arc<Db>,
+    dir: &Path,
+    name: &str,
+    segments: &[LogSegment],
+    target: KeyGroupRange,
+    max_parallelism: u32,
+    counts: &mut ReplayCounts,
+) -> Result<()> {
+    // Per column family name: (key, value or `None` for a delete), in log order.
+    type Changes<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
+    let mut keyed: Vec<(Cf, Changes<'_>)> = Vec::new();
+    for seg in segments {
+        let dests = destinations(db, name, seg)?;
+        let mut slot: Vec<Option<usize>> = vec![None; dests.len()];
+        for entry in seg.entries() {
+            let entry = entry.map_err(|e| Error::CheckpointCorrupt {
+                file: name.to_string(),
+                detail: format!("log segment: {e}"),
+            })?;
+            let (key, value) = match entry {
+                LogEntry::Put { key, value, .. } => (key, Some(value)),
+                LogEntry::Delete { key, .. } => (key, None),
+                // `apply` sends logs with range deletions the other way.
+                LogEntry::DeleteRange { .. } => {
+                    return Err(Error::Internal(
+                        "range deletion on the sorted replay".into(),
+                    ))
+                }
+            };
+            let i = entry.cf() as usize;
+            match dests.get(i) {
+                Some(Dest::Meta(cf)) => match value {
+                    Some(v) => cf.put(key, v)?,
+                    None => cf.delete(key)?,
+                },
+                Some(Dest::Keyed(cf)) => {
+                    if !in_target(key, name, target, max_parallelism)? {
+                        counts.skipped += 1;
+                        continue;
+                    }
+                    let at = match slot[i] {
+                        Some(at) => at,
+                        None => {
+                            let at = match keyed.iter().position(|(c, _)| c.name() == cf.name()) {
+                                Some(at) => at,
+                                None => {
+                                    keyed.push((cf.clone(), Vec::new()));
+                                    keyed.len() - 1
+                                }
+                            };
+                            slot[i] = Some(at);
+                            at
+                        }
+                    };
+                    keyed[at].1.push((key, value));
+                }
+                None => {
+                    return Err(Error::CheckpointCorrupt {
+                        file: name.to_string(),
+                        detail: "log entry names an unknown column family".into(),
+                    })
+                }
+            }
+            counts.applied += 1;
+        }
+    }
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    let scratch = tempfile::Builder::new()
+        .prefix(".rockstate-replay-")
+        .tempdir_in(parent)
+        .map_err(|e| Error::io(parent, e))?;
+    for (i, (cf, mut changes)) in keyed.into_iter().enumerate() {
+        // Stable: a key's entries stay in log order, and the last one wins.
+        changes.sort_by(|a, b| a.0.cmp(b.0));
+        let file = scratch.path().join(format!("replay-{i}.sst"));
+        let written = db.write_sst(&file, |sink| {
+            for (j, (key, value)) in changes.iter().enumerate() {
+                if changes.get(j + 1).is_some_and(|next| next.0 == *key) {
+                    continue; // a later entry of the same key follows
+                }
+                match value {
+                    Some(v) => sink.put(key, v)?,
+                    None => sink.delete(key)?,
+                }
+            }
+            Ok(())
+        })?;
+        if written.is_some() {
+            cf.ingest(&[file])?;
+        }
+    }
+    Ok(())
+}
+
+fn apply_segment(
+    db: &Arc<Db>,
+    name: &str,
+    seg: &LogSegment,
+    target: KeyGroupRange,
+    max_parallelism: u32,
+    counts: &mut ReplayCounts,
+) -> Result<()> {
+    let dests = destinations(db, name, seg)?;
     for entry in seg.entries() {
-        let entry = entry.map_err(|e| corrupt(format!("log segment: {e}")))?;
-        // Indices were checked against the table when the segment was decoded.
-        let Some(dest) = dests.get(entry.cf() as usize) else {
-            return Err(corrupt("log entry names an unknown column family".into()));
-        };
-        let cf = match dest {
-            Dest::Meta(cf) => cf,
-            Dest::Keyed(cf) => {
+        let entry = entry.map_err(|e| Error::CheckpointCorrupt {
+            file: name.to_string(),
+            detail: format!("log segment: {e}"),
+        })?;
+        let cf = match dests.get(entry.cf() as usize) {
+            Some(Dest::Meta(cf)) => cf,
+            Some(Dest::Keyed(cf)) => {
                 let key = match entry {
                     LogEntry::Put { key, .. } | LogEntry::Delete { key, .. } => key,
                     LogEntry::DeleteRange { start, .. } => start,
                 };
-                let group = keygroup::read_prefix(key, max_parallelism)
-                    .map_err(|_| corrupt("a keyed log entry without a key-group prefix".into()))?;
-                if !target.contains(group) {
+                if !in_target(key, name, target, max_parallelism)? {
                     counts.skipped += 1;
                     continue;
                 }
                 cf
+            }
+            None => {
+                return Err(Error::CheckpointCorrupt {
+                    file: name.to_string(),
+                    detail: "log entry names an unknown column family".into(),
+                })
             }
         };
         match entry {

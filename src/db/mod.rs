@@ -340,6 +340,11 @@ impl Cf {
         self.db.opened()?.delete(self.slot, key)
     }
 
+    /// The column family's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The database this column family belongs to.
     pub(crate) fn db(&self) -> &Arc<Db> {
         &self.db

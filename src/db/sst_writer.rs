@@ -22,6 +22,14 @@ impl SstSink<'_, '_> {
         Ok(())
     }
 
+    /// Appends a point tombstone for `key` (keys strictly increasing, puts and deletes
+    /// together); once ingested it hides what the database held for `key` before.
+    pub(crate) fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.writer.delete(key).map_err(rocks_error)?;
+        self.tombstones += 1;
+        Ok(())
+    }
+
     /// Adds a range tombstone for `[from, to)`. Once ingested it deletes what the database
     /// held in that range before, but not the entries of this same file (RocksDB's
     /// `SstFileWriter::DeleteRange` contract: all get one sequence number, and a tombstone
