@@ -236,7 +236,9 @@ pub(crate) fn materialization_ended(cp: &Checkpointer, id: u64, private: Option<
         let Some(name) = e.file_name().to_str().map(str::to_string) else {
             continue;
         };
-        if name.ends_with(".sst") || name.ends_with(".log") {
+        // The private files are what the upload took besides SSTs (it skips an empty WAL).
+        let empty_wal = name.ends_with(".log") && e.metadata().is_ok_and(|m| m.len() == 0);
+        if name.ends_with(".sst") || empty_wal {
             continue;
         }
         match fs::read(e.path()) {
