@@ -178,3 +178,31 @@ fn first_checkpoint_after_a_restore_reuses_the_restored_files(fx: Fixture) {
 }
 
 use rockstate::KeyedBackend;
+
+/// Local recovery: a log checkpoint's files are its materialization's, whose local copy stays
+/// while a retained checkpoint rests on it; a restore on this machine reads them from disk
+/// and downloads only the log.
+#[test]
+fn a_log_checkpoint_restores_its_files_from_the_local_copy() {
+    let fx = Fixture::new();
+    let b = fx.open("a", changelog(100_000));
+    let mut model = Model::new();
+    let mut r = rng(14);
+    random_writes(&b, &mut model, &mut r, 6000);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    for cp in 2..=4 {
+        random_writes(&b, &mut model, &mut r, 200);
+        assert!(!b.checkpoint(cp).unwrap().materialized);
+        b.notify_checkpoint_complete(cp).unwrap();
+    }
+    let (restored, report) = KeyedBackend::builder(fx.path("r"))
+        .options(small_options())
+        .checkpoint_storage(fx.storage_dyn())
+        .restore_with_report(RestoreFrom::Latest)
+        .unwrap();
+    assert_eq!(read_all(&restored), model);
+    assert!(report.files_local > 0, "{report:?}");
+    assert_eq!(report.files_downloaded, 0, "{report:?}");
+    assert_eq!(report.log_segments, 3, "{report:?}");
+}
