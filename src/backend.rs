@@ -212,6 +212,7 @@ impl BackendBuilder {
                 self.ownership,
                 Arc::clone(&self.checkpoint_clock),
                 restored,
+                self.max_parallelism,
             )?,
             Table::Heap(_) => (crate::layout::new_backend_id(), None),
         };

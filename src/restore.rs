@@ -291,6 +291,7 @@ fn restore_pinned<T>(
             }
         }
         let counts = download_all(storage, &dirs, p.transfer_threads)?;
+        let mut log_private = None;
         (report.files_skipped, report.bytes_skipped) = counts.skipped;
         // If a manifest left storage while it was read (an owner that did not see the pin
         // yet), its files may be gone too: restore them, but reuse none of them.
@@ -307,6 +308,18 @@ fn restore_pinned<T>(
                 Some(b) => b.clone(),
                 None => MemoryBudget::process_default()?,
             };
+            // A plain restore of a changelog-mode checkpoint keeps its private files, read
+            // before anything opens the database, so the restored backend's log checkpoints
+            // continue on its materialization.
+            if !rescaling && manifest.changelog.is_some() {
+                let mut private = Vec::new();
+                for f in &manifest.private_files {
+                    let path = target.join(&f.local_name);
+                    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+                    private.push((f.local_name.clone(), bytes));
+                }
+                log_private = Some(private);
+            }
             // Changelog mode: each source's log after its materialization is replayed onto
             // it, so every source holds its checkpoint's state before the surgery.
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
@@ -398,6 +411,7 @@ fn restore_pinned<T>(
             others: others.iter().map(|(_, m)| Arc::clone(m)).collect(),
             reusable,
             claimed: claim,
+            log_private,
         })?;
         let mut have: Vec<_> = states.iter().map(to_manifest_state).collect();
         let mut want: BTreeMap<&str, &sst_format::StateMeta> = BTreeMap::new();

@@ -1,8 +1,8 @@
 //! Changelog mode (docs/checkpoint-format.md §11): a log checkpoint uploads only the changes
 //! since the last checkpoint and references the materialization's SSTs; a materialization
 //! happens when the log outgrows its share of the state; restoring any of them yields exactly
-//! the state at that checkpoint (invariant 4), and the first checkpoint after a restore
-//! reuses the restored SSTs.
+//! the state at that checkpoint (invariant 4), and a restored backend's checkpoints continue
+//! the restored materialization and log.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -15,7 +15,8 @@ use rockstate::{ChangelogOptions, CheckpointOptions, RestoreFrom};
 on_every_storage!(
     log_checkpoints_upload_the_change_and_restore_exactly,
     the_log_materializes_when_it_outgrows_its_share,
-    first_checkpoint_after_a_restore_reuses_the_restored_files,
+    a_restored_backend_continues_the_restored_log,
+    a_backend_restored_from_another_job_materializes_reusing_nothing_of_it,
 );
 
 /// Changelog mode on; a materialization once the log exceeds `percent` % of the state.
@@ -137,16 +138,17 @@ fn the_log_materializes_when_it_outgrows_its_share(fx: Fixture) {
     assert_eq!(read_all(&restored), model);
 }
 
-fn first_checkpoint_after_a_restore_reuses_the_restored_files(fx: Fixture) {
+fn a_restored_backend_continues_the_restored_log(fx: Fixture) {
     let b = fx.open("a", changelog(100_000));
     let mut model = Model::new();
     let mut r = rng(13);
     random_writes(&b, &mut model, &mut r, 6000);
-    let full = b.checkpoint(1).unwrap();
+    b.checkpoint(1).unwrap();
     b.notify_checkpoint_complete(1).unwrap();
     random_writes(&b, &mut model, &mut r, 200);
     b.checkpoint(2).unwrap();
     b.notify_checkpoint_complete(2).unwrap();
+    let m2 = fx.manifest(2, b.backend_id());
     drop(b);
 
     let restored = KeyedBackend::builder(fx.path("r"))
@@ -157,24 +159,60 @@ fn first_checkpoint_after_a_restore_reuses_the_restored_files(fx: Fixture) {
         .unwrap();
     assert_eq!(read_all(&restored), model);
     random_writes(&restored, &mut model, &mut r, 200);
-    // The first checkpoint materializes (the restored backend has no materialization of its
-    // own) but uploads only what the restored files lack: the replayed and new changes.
+    // A log checkpoint at once: the restored materialization and segment referenced, only
+    // the new changes (and the private-file copies) uploaded.
     let s3 = restored.checkpoint(3).unwrap();
-    assert!(s3.materialized);
-    assert!(s3.files_reused > 0);
-    assert!(
-        s3.bytes_uploaded * 3 < full.bytes_uploaded,
-        "{} vs {}",
-        s3.bytes_uploaded,
-        full.bytes_uploaded
+    assert!(!s3.materialized);
+    let m3 = fx.manifest(3, restored.backend_id());
+    let (l2, l3) = (log(&m2), log(&m3));
+    assert_eq!(l3.materialization_id, 1);
+    assert_eq!(shared(&m3), shared(&m2));
+    assert_eq!(l3.segments.len(), 2);
+    assert_eq!(l3.segments[0], l2.segments[0]);
+    assert_eq!(
+        l3.segments[1].first_seq,
+        l2.segments[0].first_seq + l2.segments[0].entries
+    );
+    assert_eq!(
+        s3.log_bytes_uploaded, l3.segments[1].size,
+        "only the new segment is uploaded"
     );
     restored.notify_checkpoint_complete(3).unwrap();
     random_writes(&restored, &mut model, &mut r, 200);
-    let s4 = restored.checkpoint(4).unwrap();
-    assert!(!s4.materialized);
+    assert!(!restored.checkpoint(4).unwrap().materialized);
     restored.notify_checkpoint_complete(4).unwrap();
     let again = fx.restore("r2", RestoreFrom::Latest).unwrap();
     assert_eq!(read_all(&again), model);
+    assert!(assert_verified(fx.storage.as_ref()).is_empty());
+}
+
+fn a_backend_restored_from_another_job_materializes_reusing_nothing_of_it(fx: Fixture) {
+    let b = fx.open("a", changelog(100_000));
+    let mut model = Model::new();
+    let mut r = rng(15);
+    random_writes(&b, &mut model, &mut r, 6000);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    random_writes(&b, &mut model, &mut r, 200);
+    b.checkpoint(2).unwrap();
+    b.notify_checkpoint_complete(2).unwrap();
+    drop(b);
+
+    let other = rockstate::LocalStorage::new(fx.path("other-job")).unwrap();
+    let restored = KeyedBackend::builder(fx.path("r"))
+        .options(small_options())
+        .restore_source(fx.storage_dyn())
+        .checkpoint_storage(std::sync::Arc::new(other))
+        .checkpoint_options(changelog(100_000))
+        .restore(RestoreFrom::Latest)
+        .unwrap();
+    assert_eq!(read_all(&restored), model);
+    let s = restored.checkpoint(1).unwrap();
+    assert!(s.materialized);
+    assert_eq!(s.files_reused, 0);
+    restored.notify_checkpoint_complete(1).unwrap();
+    random_writes(&restored, &mut model, &mut r, 200);
+    assert!(!restored.checkpoint(2).unwrap().materialized);
 }
 
 use rockstate::KeyedBackend;

@@ -115,6 +115,41 @@ pub(crate) struct LogBook {
     pub(crate) last_materialization_ms: Option<u64>,
     /// A materialization whose upload has not ended yet.
     pub(crate) materializing: Option<u64>,
+    /// The sequence number the database's log starts at (a restored backend continues its
+    /// checkpoint's log).
+    pub(crate) first_seq: u64,
+}
+
+/// A plain restore of changelog-mode checkpoint whose log part is `c` and private files
+/// `private`: the restored backend's log checkpoints rest on the same materialization and
+/// continue its log after the restored segments. The materialization interval counts from
+/// `now_ms`, the restore.
+pub(crate) fn resume(
+    book: &mut LogBook,
+    c: &Changelog,
+    private: Vec<(String, Vec<u8>)>,
+    now_ms: u64,
+) {
+    let end = c.segments.iter().try_fold(c.materialized_seq, |at, s| {
+        (s.first_seq == at)
+            .then(|| at.checked_add(s.entries))
+            .flatten()
+    });
+    if let Some(end) = end {
+        book.materialized
+            .insert(c.materialization_id, Arc::new(Materialized { private }));
+        book.first_seq = end;
+        book.last_materialization_ms = Some(now_ms);
+    }
+}
+
+/// One segment of a log checkpoint's plan.
+#[derive(Debug, Clone)]
+pub(crate) enum Planned {
+    /// Named by the last completed checkpoint: referenced as it is.
+    Stored(LogSegmentFile),
+    /// Cut by this backend: referenced if the base names the same one, else uploaded.
+    Local(LocalSegment),
 }
 
 /// What a log checkpoint uploads and references, decided in its sync phase.
@@ -125,7 +160,7 @@ pub(crate) struct LogPlan {
     /// The log part of the manifest, segments not yet uploaded included as local files.
     pub(crate) materialization_id: u64,
     pub(crate) materialized_seq: u64,
-    pub(crate) segments: Vec<LocalSegment>,
+    pub(crate) segments: Vec<Planned>,
 }
 
 /// The directory of a backend's local segment files.
@@ -178,21 +213,31 @@ pub(crate) fn plan(
     if !complete {
         return None;
     }
-    // The segments from the materialization on, contiguous up to now.
+    // The segments from the materialization on, contiguous up to now: the base's, then the
+    // ones cut since.
     let mut segments = Vec::new();
     let mut at = c.materialized_seq;
-    for s in book.segments.range(c.materialized_seq..).map(|(_, s)| s) {
+    let mut log_bytes = 0u64;
+    for s in &c.segments {
+        if s.first_seq != at {
+            return None;
+        }
+        at = at.checked_add(s.entries)?;
+        log_bytes += s.size;
+        segments.push(Planned::Stored(s.clone()));
+    }
+    for s in book.segments.range(at..).map(|(_, s)| s) {
         if s.first_seq != at {
             return None; // a gap: changes the log lost
         }
         at = s.end_seq;
-        segments.push(s.clone());
+        log_bytes += s.size;
+        segments.push(Planned::Local(s.clone()));
     }
     if at != end_seq {
         return None;
     }
     let in_flight = book.materializing.is_some();
-    let log_bytes: u64 = segments.iter().map(|s| s.size).sum();
     let state_bytes: u64 = base.shared_files.iter().map(|f| f.size).sum();
     let by_size = log_bytes >= opts.materialize_min_log_bytes
         && u128::from(log_bytes) * 100
@@ -259,11 +304,14 @@ pub(crate) fn completed(cp: &Checkpointer, base: &CheckpointManifest) {
     let Some(c) = &base.changelog else {
         return;
     };
+    // Covered by the materialization, or stored and named by this completed checkpoint (later
+    // log checkpoints reference those as they are).
+    let covered = c.materialized_seq + c.segments.iter().map(|s| s.entries).sum::<u64>();
     let mut book = cp.log.lock();
     let gone: Vec<u64> = book
         .segments
-        .range(..c.materialized_seq)
-        .filter(|(_, s)| s.end_seq <= c.materialized_seq)
+        .range(..covered)
+        .filter(|(_, s)| s.end_seq <= covered)
         .map(|(k, _)| *k)
         .collect();
     for k in gone {
@@ -292,7 +340,15 @@ pub(crate) fn log_part(
     let mut segments = Vec::new();
     let mut uploaded = 0u64;
     let mut reused = 0usize;
-    for s in &plan.segments {
+    for planned in &plan.segments {
+        let s = match planned {
+            Planned::Stored(f) => {
+                reused += 1;
+                segments.push(f.clone());
+                continue;
+            }
+            Planned::Local(s) => s,
+        };
         let entries = s.end_seq - s.first_seq;
         match reusable.get(&s.first_seq) {
             Some(r) if r.size == s.size && r.crc32 == s.crc32 && r.entries == entries => {

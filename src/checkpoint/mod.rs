@@ -283,6 +283,7 @@ pub(crate) fn attach(
     ownership: Ownership,
     clock: Arc<dyn Clock>,
     restored: Option<RestoredBase>,
+    max_parallelism: u32,
 ) -> Result<(String, Option<Arc<Checkpointer>>)> {
     options.validate()?;
     let stored = meta
@@ -334,6 +335,13 @@ pub(crate) fn attach(
             )?))
         }
     };
+    if let Some(cp) = &checkpointer {
+        if options.changelog.enabled {
+            // From the open on: a restored backend's log checkpoints continue the restored
+            // log, so no write before its first checkpoint may go unrecorded.
+            start_log(cp, meta.db(), max_parallelism)?;
+        }
+    }
     Ok((backend_id, checkpointer))
 }
 
@@ -438,15 +446,7 @@ fn cut_log(
     cp: &Arc<Checkpointer>,
     base: Option<&sst_format::CheckpointManifest>,
 ) -> Result<Cut> {
-    let options = &cp.options.changelog;
-    if !cp.log.lock().started {
-        src.db.start_changelog(
-            0,
-            crate::keygroup::prefix_len(src.max_parallelism),
-            options.max_log_buffer_bytes,
-        )?;
-        cp.log.lock().started = true;
-    }
+    start_log(cp, src.db, src.max_parallelism)?;
     let cut = src
         .db
         .cut_changelog()?
@@ -458,6 +458,20 @@ fn cut_log(
             None => Cut::Materialize(cut.end_seq),
         },
     )
+}
+
+/// Starts the database's changelog unless it runs already.
+fn start_log(cp: &Checkpointer, db: &Arc<Db>, max_parallelism: u32) -> Result<()> {
+    let mut book = cp.log.lock();
+    if !book.started {
+        db.start_changelog(
+            book.first_seq,
+            crate::keygroup::prefix_len(max_parallelism),
+            cp.options.changelog.max_log_buffer_bytes,
+        )?;
+        book.started = true;
+    }
+    Ok(())
 }
 
 /// The key range and level of every SST of the keyed states' column families, by local file

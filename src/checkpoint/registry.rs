@@ -40,6 +40,10 @@ pub(crate) struct RestoredBase {
     /// False for a restore from another job's storage (no claim): its ids are not this job's
     /// and its files are never reused.
     pub(crate) claimed: bool,
+    /// Changelog mode, a plain restore of a changelog-mode checkpoint: its private files
+    /// (`(local name, bytes)`, read before anything opened the database), so the restored
+    /// backend's log checkpoints continue on the same materialization and log.
+    pub(crate) log_private: Option<Vec<(String, Vec<u8>)>>,
 }
 
 #[derive(Debug, Default)]
@@ -265,12 +269,21 @@ impl Checkpointer {
         options.validate()?;
         let staging_lock = clean_staging(&staging_root, &backend_id);
         let mut book = Book::default();
+        let mut log = super::changelog::LogBook::default();
         match restored {
             Some(r) if !r.claimed => {
                 // Another job's checkpoint: nothing of it is this job's base or id.
             }
             Some(r) => {
                 let restored_id = r.manifest.checkpoint_id;
+                if let (true, true, Some(private), Some(c)) = (
+                    r.reusable,
+                    r.others.is_empty(),
+                    &r.log_private,
+                    &r.manifest.changelog,
+                ) {
+                    super::changelog::resume(&mut log, c, private.clone(), clock.now_ms());
+                }
                 // The reuse base: every merged manifest's shared files, since a rescale
                 // ingests the other sources' SSTs as they are (snapshot matches them by unique
                 // id).
@@ -312,7 +325,7 @@ impl Checkpointer {
             completion,
             book: Mutex::new(book),
             sst_ids: Mutex::new(HashMap::new()),
-            log: Mutex::new(super::changelog::LogBook::default()),
+            log: Mutex::new(log),
             _staging_lock: staging_lock,
         })
     }
