@@ -14,13 +14,17 @@
 //! * **Job checkpoint records.** [`encode_job_checkpoint`] / [`decode_job_checkpoint`]
 //!   implement `job/chk-<id>` (`"RSJC" | u16 version | u32 length | postcard(body) | crc32`),
 //!   the coordinator's record of which task snapshots form checkpoint N ([`JobCheckpoint`]).
+//! * **Changelog segments.** [`LogSegmentBuilder`] / [`decode_log_segment`] implement the log
+//!   segments of changelog-mode checkpoints (docs/changelog-format.md: `"RSCL" | u16 version |
+//!   header | body | crc32`).
 //!
 //! Every decoder returns [`Result`] and never panics, whatever the input: all indexing is
 //! bounds-checked, arithmetic on untrusted values is checked, and allocations are bounded by the
 //! input's length (or, for decompression, by [`MAX_MANIFEST_BODY_BYTES`]). The crate is fuzzed
 //! (`fuzz/`) and contains no `unsafe` code.
 //!
-//! Byte-level documentation: `docs/sst-format.md` and `docs/manifest-format.md`.
+//! Byte-level documentation: `docs/sst-format.md`, `docs/manifest-format.md` and
+//! `docs/changelog-format.md`.
 //!
 //! ```
 //! use sst_format::{decode_manifest, encode_manifest, CheckpointManifest};

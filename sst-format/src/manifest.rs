@@ -24,9 +24,7 @@ use serde::Deserialize;
 
 use crate::coding::fixed32;
 use crate::error::{Error, Result};
-use crate::meta::{
-    CheckpointManifest, OperatorListState, PrivateFile, SharedFile, SstKeyRange, StateMeta,
-};
+use crate::meta::{CheckpointManifest, OperatorListState, PrivateFile, SharedFile, StateMeta};
 use crate::sst::SstUniqueId;
 
 /// First four bytes of every manifest.
@@ -168,7 +166,7 @@ fn take_all<'de, T: Deserialize<'de>>(raw: &'de [u8]) -> Result<T> {
 }
 
 /// The version-2 body: [`CheckpointManifest`] without the changelog. Field order is the
-/// format (docs/manifest-format.md §2).
+/// format (docs/manifest-format.md §4).
 #[derive(Deserialize)]
 struct ManifestV2 {
     checkpoint_id: u64,
@@ -177,21 +175,10 @@ struct ManifestV2 {
     key_group_end: u16,
     max_parallelism: u32,
     states: Vec<StateMeta>,
-    shared_files: Vec<SharedFileV2>,
+    shared_files: Vec<SharedFile>,
     private_files: Vec<PrivateFile>,
     operator_state: Vec<OperatorListState>,
     created_at_ms: u64,
-}
-
-/// A version-2 shared file (the same as version 3's).
-#[derive(Deserialize)]
-struct SharedFileV2 {
-    remote_name: String,
-    local_name: String,
-    size: u64,
-    crc32: u32,
-    sst_id: SstUniqueId,
-    key_range: Option<SstKeyRange>,
 }
 
 impl From<ManifestV2> for CheckpointManifest {
@@ -203,18 +190,7 @@ impl From<ManifestV2> for CheckpointManifest {
             key_group_end: m.key_group_end,
             max_parallelism: m.max_parallelism,
             states: m.states,
-            shared_files: m
-                .shared_files
-                .into_iter()
-                .map(|f| SharedFile {
-                    remote_name: f.remote_name,
-                    local_name: f.local_name,
-                    size: f.size,
-                    crc32: f.crc32,
-                    sst_id: f.sst_id,
-                    key_range: f.key_range,
-                })
-                .collect(),
+            shared_files: m.shared_files,
             private_files: m.private_files,
             operator_state: m.operator_state,
             created_at_ms: m.created_at_ms,
@@ -224,7 +200,7 @@ impl From<ManifestV2> for CheckpointManifest {
 }
 
 /// The version-1 body: [`CheckpointManifest`] with version-1 shared files. Field order is the
-/// format (docs/manifest-format.md §2, "Version 1").
+/// format (docs/manifest-format.md §5).
 #[derive(Deserialize)]
 struct ManifestV1 {
     checkpoint_id: u64,
@@ -251,7 +227,7 @@ struct SharedFileV1 {
 
 impl From<ManifestV1> for CheckpointManifest {
     fn from(m: ManifestV1) -> Self {
-        CheckpointManifest {
+        ManifestV2 {
             checkpoint_id: m.checkpoint_id,
             backend_id: m.backend_id,
             key_group_start: m.key_group_start,
@@ -273,8 +249,8 @@ impl From<ManifestV1> for CheckpointManifest {
             private_files: m.private_files,
             operator_state: m.operator_state,
             created_at_ms: m.created_at_ms,
-            changelog: None,
         }
+        .into()
     }
 }
 
