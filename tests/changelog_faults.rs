@@ -10,21 +10,12 @@ use std::sync::Arc;
 
 use common::*;
 use rockstate::{
-    ChangelogOptions, CheckpointOptions, CheckpointStorage, Error, Fault, FaultyStorage,
-    KeyedBackend, OpKind, RestoreFrom,
+    CheckpointOptions, CheckpointStorage, Error, Fault, FaultyStorage, KeyedBackend, OpKind,
+    RestoreFrom,
 };
 
 fn changelog() -> CheckpointOptions {
-    CheckpointOptions {
-        changelog: ChangelogOptions {
-            enabled: true,
-            materialize_interval_ms: u64::MAX,
-            materialize_log_percent: 100_000,
-            materialize_min_log_bytes: 0,
-            ..ChangelogOptions::default()
-        },
-        ..CheckpointOptions::default()
-    }
+    changelog_options(100_000)
 }
 
 fn open(

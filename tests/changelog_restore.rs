@@ -10,7 +10,7 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use rockstate::{ChangelogOptions, CheckpointOptions, RestoreFrom};
+use rockstate::{KeyedBackend, RestoreFrom};
 
 on_every_storage!(
     log_checkpoints_upload_the_change_and_restore_exactly,
@@ -18,20 +18,6 @@ on_every_storage!(
     a_restored_backend_continues_the_restored_log,
     a_backend_restored_from_another_job_materializes_reusing_nothing_of_it,
 );
-
-/// Changelog mode on; a materialization once the log exceeds `percent` % of the state.
-pub fn changelog(percent: u32) -> CheckpointOptions {
-    CheckpointOptions {
-        changelog: ChangelogOptions {
-            enabled: true,
-            materialize_interval_ms: u64::MAX,
-            materialize_log_percent: percent,
-            materialize_min_log_bytes: 0,
-            ..ChangelogOptions::default()
-        },
-        ..CheckpointOptions::default()
-    }
-}
 
 fn shared(m: &sst_format::CheckpointManifest) -> HashSet<String> {
     m.shared_files
@@ -45,7 +31,7 @@ fn log(m: &sst_format::CheckpointManifest) -> &sst_format::Changelog {
 }
 
 fn log_checkpoints_upload_the_change_and_restore_exactly(fx: Fixture) {
-    let b = fx.open("a", changelog(100_000));
+    let b = fx.open("a", changelog_options(100_000));
     let id = b.backend_id().to_string();
     let mut model = Model::new();
     let mut r = rng(11);
@@ -96,7 +82,7 @@ fn log_checkpoints_upload_the_change_and_restore_exactly(fx: Fixture) {
 }
 
 fn the_log_materializes_when_it_outgrows_its_share(fx: Fixture) {
-    let b = fx.open("a", changelog(5));
+    let b = fx.open("a", changelog_options(5));
     let id = b.backend_id().to_string();
     let mut model = Model::new();
     let mut r = rng(12);
@@ -139,7 +125,7 @@ fn the_log_materializes_when_it_outgrows_its_share(fx: Fixture) {
 }
 
 fn a_restored_backend_continues_the_restored_log(fx: Fixture) {
-    let b = fx.open("a", changelog(100_000));
+    let b = fx.open("a", changelog_options(100_000));
     let mut model = Model::new();
     let mut r = rng(13);
     random_writes(&b, &mut model, &mut r, 6000);
@@ -154,7 +140,7 @@ fn a_restored_backend_continues_the_restored_log(fx: Fixture) {
     let restored = KeyedBackend::builder(fx.path("r"))
         .options(small_options())
         .checkpoint_storage(fx.storage_dyn())
-        .checkpoint_options(changelog(100_000))
+        .checkpoint_options(changelog_options(100_000))
         .restore(RestoreFrom::Latest)
         .unwrap();
     assert_eq!(read_all(&restored), model);
@@ -187,7 +173,7 @@ fn a_restored_backend_continues_the_restored_log(fx: Fixture) {
 }
 
 fn a_backend_restored_from_another_job_materializes_reusing_nothing_of_it(fx: Fixture) {
-    let b = fx.open("a", changelog(100_000));
+    let b = fx.open("a", changelog_options(100_000));
     let mut model = Model::new();
     let mut r = rng(15);
     random_writes(&b, &mut model, &mut r, 6000);
@@ -203,7 +189,7 @@ fn a_backend_restored_from_another_job_materializes_reusing_nothing_of_it(fx: Fi
         .options(small_options())
         .restore_source(fx.storage_dyn())
         .checkpoint_storage(std::sync::Arc::new(other))
-        .checkpoint_options(changelog(100_000))
+        .checkpoint_options(changelog_options(100_000))
         .restore(RestoreFrom::Latest)
         .unwrap();
     assert_eq!(read_all(&restored), model);
@@ -215,15 +201,13 @@ fn a_backend_restored_from_another_job_materializes_reusing_nothing_of_it(fx: Fi
     assert!(!restored.checkpoint(2).unwrap().materialized);
 }
 
-use rockstate::KeyedBackend;
-
 /// Local recovery: a log checkpoint's files are its materialization's, whose local copy stays
 /// while a retained checkpoint rests on it; a restore on this machine reads them from disk
 /// and downloads only the log.
 #[test]
 fn a_log_checkpoint_restores_its_files_from_the_local_copy() {
     let fx = Fixture::new();
-    let b = fx.open("a", changelog(100_000));
+    let b = fx.open("a", changelog_options(100_000));
     let mut model = Model::new();
     let mut r = rng(14);
     random_writes(&b, &mut model, &mut r, 6000);

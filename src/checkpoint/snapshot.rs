@@ -142,15 +142,9 @@ impl PendingSnapshot {
         let (log, log_bytes, segments_reused) = changelog::log_part(plan, base, |segment| {
             let name = layout::new_log_name(id, cp.clock.now_ms());
             cp.protect(id, std::slice::from_ref(&name));
-            uploaded.lock().push(name.clone());
-            let digest = match cp.storage.put_file(&name, &segment.path) {
-                Ok(d) => d,
-                Err(e @ Error::ObjectExists { .. }) => {
-                    uploaded.lock().retain(|n| *n != name);
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            };
+            let digest = put_recorded(uploaded, &name, || {
+                cp.storage.put_file(&name, &segment.path)
+            })?;
             if (digest.size, digest.crc32) != (segment.size, segment.crc32) {
                 return Err(Error::CheckpointCorrupt {
                     file: segment.path.display().to_string(),
@@ -164,8 +158,9 @@ impl PendingSnapshot {
         let mut private_bytes = 0u64;
         for (local_name, bytes) in &plan.materialized.private {
             let remote_name = layout::private_name(id, &cp.backend_id, local_name);
-            uploaded.lock().push(remote_name.clone());
-            cp.storage.put_bytes(&remote_name, bytes)?;
+            put_recorded(uploaded, &remote_name, || {
+                cp.storage.put_bytes(&remote_name, bytes)
+            })?;
             private_bytes += bytes.len() as u64;
             private_files.push(PrivateFile {
                 remote_name,
@@ -292,21 +287,10 @@ impl PendingSnapshot {
                     n
                 }
             };
-            // Recorded before the put: a put that stores the object but reports failure
-            // must be cleaned up too (deleting a missing object succeeds).
-            uploaded.lock().push(remote_name.clone());
-            let digest = match cp
-                .storage
-                .put_file(&remote_name, &self.dir.join(&job.local_name))
-            {
-                Ok(d) => d,
-                Err(e @ Error::ObjectExists { .. }) => {
-                    // Not this attempt's object: the cleanup must leave it alone.
-                    uploaded.lock().retain(|n| *n != remote_name);
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            };
+            let digest = put_recorded(uploaded, &remote_name, || {
+                cp.storage
+                    .put_file(&remote_name, &self.dir.join(&job.local_name))
+            })?;
             if digest.size != job.size {
                 return Err(Error::CheckpointCorrupt {
                     file: job.local_name.clone(),
@@ -388,14 +372,9 @@ impl PendingSnapshot {
         let manifest_span = tracing::info_span!("checkpoint.manifest", id).entered();
         let bytes = sst_format::encode_manifest(&manifest).map_err(Error::format)?;
         let meta_name = layout::metadata_name(id, &cp.backend_id);
-        uploaded.lock().push(meta_name.clone());
-        if let Err(e) = cp.storage.put_bytes(&meta_name, &bytes) {
-            if matches!(e, Error::ObjectExists { .. }) {
-                // Not this attempt's manifest: the cleanup must leave it alone.
-                uploaded.lock().retain(|n| *n != meta_name);
-            }
-            return Err(e);
-        }
+        put_recorded(uploaded, &meta_name, || {
+            cp.storage.put_bytes(&meta_name, &bytes)
+        })?;
         stats.manifest_bytes = bytes.len() as u64;
         drop(manifest_span);
         stats.async_duration = start.elapsed();
@@ -411,6 +390,23 @@ impl PendingSnapshot {
         m.total_bytes_uploaded += stats.bytes_uploaded;
         Ok(stats)
     }
+}
+
+/// Runs `put`, the put of object `name` by this attempt. The name is recorded in `uploaded`
+/// before the put, so a put that stores the object but reports failure is cleaned up too
+/// (deleting a missing object succeeds); a name found taken is not this attempt's object, and
+/// the cleanup leaves it alone.
+fn put_recorded<T>(
+    uploaded: &Mutex<Vec<String>>,
+    name: &str,
+    put: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    uploaded.lock().push(name.to_string());
+    let result = put();
+    if matches!(result, Err(Error::ObjectExists { .. })) {
+        uploaded.lock().retain(|n| n != name);
+    }
+    result
 }
 
 /// The unique id of the staged SST `path`, read from its properties block unless an earlier

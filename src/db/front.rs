@@ -339,18 +339,16 @@ impl Open {
         if cache.is_empty() {
             return Ok(());
         }
-        // Recorded before RocksDB has them: on a failed write the cache keeps them, and the
-        // next drain records them again, after; replaying a put or delete twice in order
-        // leaves what the later one left.
-        if let Some(log) = log.as_mut() {
-            for (slot, key, value) in cache.sorted() {
-                log.record(slot, key, value);
-            }
-        }
         // Sorted by slot, then key: the last put of each (slot, group) run is its largest. A
         // bound raised for a write RocksDB then refuses is only higher than it needs to be.
+        // The log records each write in the same pass, before RocksDB has it: on a failed
+        // write the cache keeps them and the next drain records them again, after, and
+        // replaying a put or delete twice in order leaves what the later one left.
         let mut run: Option<(usize, &[u8])> = None;
         let writes = cache.sorted().inspect(|&(slot, key, value)| {
+            if let Some(log) = log.as_mut() {
+                log.record(slot, key, value);
+            }
             let Some(b) = bounds.as_mut() else { return };
             if let Some((s, k)) = run {
                 if s != slot || b.group(k) != b.group(key) {

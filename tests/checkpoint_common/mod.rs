@@ -14,8 +14,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rockstate::checkpoint::layout;
 use rockstate::{
-    CheckpointOptions, CheckpointStorage, DbOptions, KeyedBackend, LocalStorage, ObjectStorage,
-    RestoreFrom, ValueState,
+    ChangelogOptions, CheckpointOptions, CheckpointStorage, DbOptions, KeyedBackend, LocalStorage,
+    ObjectStorage, RestoreFrom, ValueState,
 };
 use sst_format::CheckpointManifest;
 
@@ -31,6 +31,20 @@ pub fn small_options() -> DbOptions {
         write_buffer_size: 256 << 10,
         target_file_size_base: 256 << 10,
         ..DbOptions::default()
+    }
+}
+
+/// Changelog mode on, materializing only once the log exceeds `percent` % of the state.
+pub fn changelog_options(percent: u32) -> CheckpointOptions {
+    CheckpointOptions {
+        changelog: ChangelogOptions {
+            enabled: true,
+            materialize_interval_ms: u64::MAX,
+            materialize_log_percent: percent,
+            materialize_min_log_bytes: 0,
+            ..ChangelogOptions::default()
+        },
+        ..CheckpointOptions::default()
     }
 }
 
