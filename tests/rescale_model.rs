@@ -9,71 +9,8 @@ use std::sync::Arc;
 
 use rand::SeedableRng;
 use rescale_common::*;
-use rockstate::checkpoint::layout;
-use rockstate::{
-    CheckpointOptions, CheckpointStorage, DbOptions, KeyGroupRange, KeyedBackend, RestoreFrom,
-};
+use rockstate::{CheckpointOptions, DbOptions, KeyGroupRange, KeyedBackend, RestoreFrom};
 use sst_format::CheckpointManifest;
-
-fn manifest(storage: &Arc<dyn CheckpointStorage>, id: u64, backend: &str) -> CheckpointManifest {
-    let bytes = storage
-        .get_bytes(&layout::metadata_name(id, backend))
-        .unwrap();
-    sst_format::decode_manifest(&bytes).unwrap()
-}
-
-/// The manifest a backend restored from checkpoint `id` took as its reuse base: the one the
-/// job record of `id` names with the most key groups in common.
-fn restored_base(
-    storage: &Arc<dyn CheckpointStorage>,
-    b: &KeyedBackend,
-    id: u64,
-) -> CheckpointManifest {
-    let r = b.key_groups();
-    rockstate::coordinator::read_job_checkpoint(storage.as_ref(), id)
-        .unwrap()
-        .tasks
-        .iter()
-        .filter_map(|t| t.manifest.as_deref())
-        .map(|name| {
-            let p = layout::parse_checkpoint_object(name).unwrap();
-            manifest(storage, id, p.backend_id)
-        })
-        .max_by_key(|m| {
-            let start = m.key_group_start.max(r.start);
-            let end = m.key_group_end.min(r.end);
-            (
-                i32::from(end) - i32::from(start),
-                std::cmp::Reverse(m.key_group_start),
-            )
-        })
-        .unwrap()
-}
-
-/// Every file of the restored base that is still live at the first checkpoint after the
-/// rescale is referenced under the base's object name, not uploaded again. (RocksDB may have
-/// compacted some base files away meanwhile; those are legitimately gone.)
-fn assert_base_reused(
-    storage: &Arc<dyn CheckpointStorage>,
-    b: &KeyedBackend,
-    id: u64,
-    base: &CheckpointManifest,
-) {
-    let m = manifest(storage, id, b.backend_id());
-    for f in &m.shared_files {
-        if let Some(old) = base
-            .shared_files
-            .iter()
-            .find(|o| o.local_name == f.local_name && o.sst_id == f.sst_id)
-        {
-            assert_eq!(
-                f.remote_name, old.remote_name,
-                "{} uploaded again",
-                f.local_name
-            );
-        }
-    }
-}
 
 on_every_storage!(scale_sequence_1_3_2_4_1_seed_1, clip_with_compaction);
 

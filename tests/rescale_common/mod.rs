@@ -15,11 +15,13 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rand::rngs::SmallRng;
 use rand::Rng;
+use rockstate::checkpoint::layout;
 use rockstate::coordinator::task_checkpoint;
 use rockstate::{
     AggregateFunction, CheckpointOptions, CheckpointStats, CheckpointStorage, DbOptions, JobOwner,
     KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom, SystemClock,
 };
+use sst_format::CheckpointManifest;
 
 /// A temporary directory for backend directories and the checkpoint storage: a directory
 /// inside it, or a fresh bucket on the S3 test server.
@@ -357,4 +359,69 @@ pub fn check_all(backends: &[KeyedBackend], model: &Model) {
         model_pairs(model),
         "the instances cover the model exactly once"
     );
+}
+
+/// Checkpoint `id`'s manifest of `backend`.
+pub fn manifest(
+    storage: &Arc<dyn CheckpointStorage>,
+    id: u64,
+    backend: &str,
+) -> CheckpointManifest {
+    let bytes = storage
+        .get_bytes(&layout::metadata_name(id, backend))
+        .unwrap();
+    sst_format::decode_manifest(&bytes).unwrap()
+}
+
+/// The manifest a backend restored from checkpoint `id` took as its reuse base: the one the
+/// job record of `id` names with the most key groups in common.
+pub fn restored_base(
+    storage: &Arc<dyn CheckpointStorage>,
+    b: &KeyedBackend,
+    id: u64,
+) -> CheckpointManifest {
+    let r = b.key_groups();
+    rockstate::coordinator::read_job_checkpoint(storage.as_ref(), id)
+        .unwrap()
+        .tasks
+        .iter()
+        .filter_map(|t| t.manifest.as_deref())
+        .map(|name| {
+            let p = layout::parse_checkpoint_object(name).unwrap();
+            manifest(storage, id, p.backend_id)
+        })
+        .max_by_key(|m| {
+            let start = m.key_group_start.max(r.start);
+            let end = m.key_group_end.min(r.end);
+            (
+                i32::from(end) - i32::from(start),
+                std::cmp::Reverse(m.key_group_start),
+            )
+        })
+        .unwrap()
+}
+
+/// Every file of the restored base that is still live at the first checkpoint after the
+/// rescale is referenced under the base's object name, not uploaded again. (RocksDB may have
+/// compacted some base files away meanwhile; those are legitimately gone.)
+pub fn assert_base_reused(
+    storage: &Arc<dyn CheckpointStorage>,
+    b: &KeyedBackend,
+    id: u64,
+    base: &CheckpointManifest,
+) {
+    let m = manifest(storage, id, b.backend_id());
+    for f in &m.shared_files {
+        if let Some(old) = base
+            .shared_files
+            .iter()
+            .find(|o| o.local_name == f.local_name && o.sst_id == f.sst_id)
+        {
+            assert_eq!(
+                f.remote_name, old.remote_name,
+                "{} uploaded again",
+                f.local_name
+            );
+        }
+    }
 }
