@@ -13,6 +13,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use sst_format::{CheckpointManifest, LogEntry, LogSegment};
 
 use crate::db::{Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
@@ -108,8 +110,9 @@ pub(crate) fn fetch(
 /// in `target`. The database is closed before this returns.
 ///
 /// Keyed entries are not written through the memtable: per column family, the last entry of
-/// each key (the log's order decides) goes into one sorted SST, ingested above everything the
-/// materialization holds, so nothing is flushed. A log holding a range deletion (which the
+/// each key (the log's order decides) goes into sorted SSTs over disjoint key-group runs,
+/// written in parallel and ingested together above everything the materialization holds, so
+/// nothing is flushed. A log holding a range deletion (which the
 /// recorder never writes today, but the format allows) is applied entry by entry instead.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn apply(
@@ -149,6 +152,7 @@ pub(crate) fn apply(
                 segments,
                 target,
                 max_parallelism,
+                replay_threads(),
                 &mut counts,
             )?;
         }
@@ -194,16 +198,33 @@ fn destinations(db: &Arc<Db>, name: &str, seg: &LogSegment) -> Result<Vec<Dest>>
 
 /// Whether a keyed entry's key lies in `target` (`Err` for a key without a prefix).
 fn in_target(key: &[u8], name: &str, target: KeyGroupRange, max_parallelism: u32) -> Result<bool> {
-    let group =
-        keygroup::read_prefix(key, max_parallelism).map_err(|_| Error::CheckpointCorrupt {
-            file: name.to_string(),
-            detail: "a keyed log entry without a key-group prefix".into(),
-        })?;
-    Ok(target.contains(group))
+    Ok(target.contains(group_of(key, name, max_parallelism)?))
 }
 
+/// At most this many threads sort and write a replay's SSTs; fewer on fewer cores (the work
+/// is CPU-bound).
+const REPLAY_THREADS: usize = 4;
+
+/// The threads a replay sorts and writes on: one per core, at most [`REPLAY_THREADS`].
+fn replay_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, REPLAY_THREADS)
+}
+
+/// One keyed change of the sorted path: the key's group, the key, the value (`None`: delete).
+type Change<'a> = (u16, &'a [u8], Option<&'a [u8]>);
+
 /// The sorted path of [`apply`]: metadata entries through the memtable (few), keyed entries
-/// as one ingested SST per column family.
+/// as sorted SSTs, ingested per column family in one call.
+///
+/// Per column family the changes are first laid out by key group (a stable counting sort, so
+/// each group's changes keep log order), then cut into up to `threads` runs of whole groups
+/// with about equal counts. Each run is sorted group by group (small sorts over keys that sit
+/// near each other) and written into its own SST on its own thread; the runs' files cover
+/// disjoint key ranges, so RocksDB takes them together.
+#[allow(clippy::too_many_arguments)]
 fn ingest_sorted(
     db: &Arc<Db>,
     dir: &Path,
@@ -211,11 +232,10 @@ fn ingest_sorted(
     segments: &[LogSegment],
     target: KeyGroupRange,
     max_parallelism: u32,
+    threads: usize,
     counts: &mut ReplayCounts,
 ) -> Result<()> {
-    // Per column family name: (key, value or `None` for a delete), in log order.
-    type Changes<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
-    let mut keyed: Vec<(Cf, Changes<'_>)> = Vec::new();
+    let mut keyed: Vec<(Cf, Vec<Change<'_>>)> = Vec::new();
     for seg in segments {
         let dests = destinations(db, name, seg)?;
         let mut slot: Vec<Option<usize>> = vec![None; dests.len()];
@@ -241,7 +261,8 @@ fn ingest_sorted(
                     None => cf.delete(key)?,
                 },
                 Some(Dest::Keyed(cf)) => {
-                    if !in_target(key, name, target, max_parallelism)? {
+                    let group = group_of(key, name, max_parallelism)?;
+                    if !target.contains(group) {
                         counts.skipped += 1;
                         continue;
                     }
@@ -259,7 +280,7 @@ fn ingest_sorted(
                             at
                         }
                     };
-                    keyed[at].1.push((key, value));
+                    keyed[at].1.push((group, key, value));
                 }
                 None => {
                     return Err(Error::CheckpointCorrupt {
@@ -276,27 +297,111 @@ fn ingest_sorted(
         .prefix(".rockstate-replay-")
         .tempdir_in(parent)
         .map_err(|e| Error::io(parent, e))?;
-    for (i, (cf, mut changes)) in keyed.into_iter().enumerate() {
-        // Stable: a key's entries stay in log order, and the last one wins.
-        changes.sort_by(|a, b| a.0.cmp(b.0));
-        let file = scratch.path().join(format!("replay-{i}.sst"));
-        let written = db.write_sst(&file, |sink| {
-            for (j, (key, value)) in changes.iter().enumerate() {
-                if changes.get(j + 1).is_some_and(|next| next.0 == *key) {
-                    continue; // a later entry of the same key follows
-                }
-                match value {
-                    Some(v) => sink.put(key, v)?,
-                    None => sink.delete(key)?,
-                }
-            }
-            Ok(())
-        })?;
-        if written.is_some() {
-            cf.ingest(&[file])?;
+    for (i, (cf, changes)) in keyed.into_iter().enumerate() {
+        let (mut laid, bounds) = by_group(changes, target);
+        let runs = cut_runs(&bounds, threads);
+        // Disjoint mutable runs, one per job; each lock is taken once, by its job.
+        let mut jobs = Vec::with_capacity(runs.len());
+        let mut rest = laid.as_mut_slice();
+        let mut taken = 0;
+        for (j, &(from, to)) in runs.iter().enumerate() {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(bounds[from] - taken);
+            let (run, tail) = tail.split_at_mut(bounds[to] - bounds[from]);
+            rest = tail;
+            taken = bounds[to];
+            let file = scratch.path().join(format!("replay-{i}-{j}.sst"));
+            jobs.push((Mutex::new(run), &bounds[from..=to], file));
         }
+        let written = run_parallel(&jobs, threads, |(run, bounds, file)| {
+            let mut run = run.lock();
+            let base = bounds[0];
+            for w in bounds.windows(2) {
+                // Stable: a key's changes stay in log order, and the last one wins.
+                run[w[0] - base..w[1] - base].sort_by(|a, b| a.1.cmp(b.1));
+            }
+            db.write_sst(file, |sink| {
+                for (j, (_, key, value)) in run.iter().enumerate() {
+                    if run.get(j + 1).is_some_and(|next| next.1 == *key) {
+                        continue; // a later change of the same key follows
+                    }
+                    match value {
+                        Some(v) => sink.put(key, v)?,
+                        None => sink.delete(key)?,
+                    }
+                }
+                Ok(())
+            })
+        })?;
+        let files: Vec<_> = jobs
+            .into_iter()
+            .zip(written)
+            .filter_map(|((_, _, file), w)| w.map(|_| file))
+            .collect();
+        cf.ingest(&files)?;
     }
     Ok(())
+}
+
+/// A keyed entry's key group (`Err` for a key without a prefix).
+fn group_of(key: &[u8], name: &str, max_parallelism: u32) -> Result<u16> {
+    keygroup::read_prefix(key, max_parallelism).map_err(|_| Error::CheckpointCorrupt {
+        file: name.to_string(),
+        detail: "a keyed log entry without a key-group prefix".into(),
+    })
+}
+
+/// `changes` (all in `target`) laid out by key group, each group's in their old order, and
+/// where each group starts: group `target.start + g` holds `laid[bounds[g]..bounds[g + 1]]`.
+fn by_group(changes: Vec<Change<'_>>, target: KeyGroupRange) -> (Vec<Change<'_>>, Vec<usize>) {
+    let groups = target.len() as usize;
+    let mut bounds = vec![0usize; groups + 1];
+    for c in &changes {
+        bounds[usize::from(c.0 - target.start) + 1] += 1;
+    }
+    for g in 0..groups {
+        bounds[g + 1] += bounds[g];
+    }
+    let mut next = bounds.clone();
+    let mut laid: Vec<Change<'_>> = vec![(0, &[], None); changes.len()];
+    for c in changes {
+        let at = &mut next[usize::from(c.0 - target.start)];
+        laid[*at] = c;
+        *at += 1;
+    }
+    (laid, bounds)
+}
+
+/// Cuts the groups `bounds` describes (see [`by_group`]) into up to `threads` runs of whole
+/// groups, `(first group, end group)`, with about equal numbers of changes; runs without
+/// changes are left out.
+fn cut_runs(bounds: &[usize], threads: usize) -> Vec<(usize, usize)> {
+    let groups = bounds.len() - 1;
+    let total = bounds[groups];
+    let threads = threads.max(1);
+    let mut runs = Vec::with_capacity(threads);
+    let mut from = 0;
+    for t in 1..=threads {
+        // The group boundary nearest to this run's share of the changes (past `from`).
+        let share = total * t / threads;
+        let mut to = from;
+        while to < groups && (bounds[to] < share || to == from) {
+            to += 1;
+        }
+        if to - 1 > from && share - bounds[to - 1] < bounds[to].saturating_sub(share) {
+            to -= 1;
+        }
+        if t == threads {
+            to = groups;
+        }
+        if bounds[to] > bounds[from] {
+            runs.push((from, to));
+        }
+        from = to;
+        if from == groups {
+            break;
+        }
+    }
+    runs
 }
 
 fn apply_segment(
@@ -341,4 +446,70 @@ fn apply_segment(
         counts.applied += 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn change(group: u16, key: &'static [u8]) -> Change<'static> {
+        (group, key, None)
+    }
+
+    #[test]
+    fn laying_out_by_group_keeps_each_groups_log_order() {
+        let target = KeyGroupRange::new(10, 13).unwrap();
+        let changes = vec![
+            change(12, b"c1"),
+            change(10, b"a1"),
+            change(12, b"c2"),
+            change(13, b"d1"),
+            change(10, b"a2"),
+        ];
+        let (laid, bounds) = by_group(changes, target);
+        let keys: Vec<&[u8]> = laid.iter().map(|c| c.1).collect();
+        assert_eq!(
+            keys,
+            [&b"a1"[..], b"a2", b"c1", b"c2", b"d1"],
+            "groups ascending, log order within"
+        );
+        assert_eq!(bounds, [0, 2, 2, 4, 5]);
+    }
+
+    #[test]
+    fn runs_cover_every_change_once_in_group_order() {
+        // Four groups of 3, 0, 3, 2 changes.
+        let bounds = [0, 3, 3, 6, 8];
+        assert_eq!(cut_runs(&bounds, 1), [(0, 4)]);
+        assert_eq!(cut_runs(&bounds, 2), [(0, 2), (2, 4)]);
+        // More threads than groups with changes: one run per such group at most.
+        assert_eq!(cut_runs(&bounds, 8), [(0, 1), (2, 3), (3, 4)]);
+        assert_eq!(cut_runs(&[0, 0, 0], 4), Vec::<(usize, usize)>::new());
+    }
+
+    proptest! {
+        #[test]
+        fn runs_partition_the_changes(
+            counts in prop::collection::vec(0usize..20, 1..40),
+            threads in 1usize..9,
+        ) {
+            let mut bounds = vec![0];
+            for c in &counts {
+                bounds.push(bounds.last().unwrap() + c);
+            }
+            let runs = cut_runs(&bounds, threads);
+            prop_assert!(runs.len() <= threads);
+            let mut covered = 0;
+            let mut end = 0;
+            for &(from, to) in &runs {
+                prop_assert!(from >= end && from < to, "{runs:?}");
+                // Whatever lies between two runs holds no change.
+                prop_assert_eq!(bounds[from], bounds[end]);
+                covered += bounds[to] - bounds[from];
+                end = to;
+            }
+            prop_assert_eq!(covered, *bounds.last().unwrap());
+        }
+    }
 }
