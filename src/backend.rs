@@ -800,6 +800,7 @@ impl BackendBuilder {
             compact_clipped: self.compact_clipped,
             staging_dir: self.checkpoint_options.staging_dir.clone(),
             local_recovery: self.checkpoint_options.local_recovery,
+            replay_batch_bytes: self.checkpoint_options.changelog.replay_batch_bytes,
             clock: match &self.ownership {
                 crate::checkpoint::Ownership::Job(Some(owner)) => Arc::clone(owner.clock()),
                 _ => Arc::clone(&self.checkpoint_clock),

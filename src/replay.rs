@@ -8,14 +8,16 @@
 //!
 //! A keyed state's entry is applied only when its key group is in the restore's target; the
 //! backend's own metadata (column family `default`: state registrations, the list-sequence
-//! high-water mark) is applied whole.
+//! high-water mark) is applied whole. A long log goes in batches of segments
+//! (`ChangelogOptions::replay_batch_bytes`), each downloaded and applied before the next, so
+//! a restore's memory does not grow with the log.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use sst_format::{CheckpointManifest, LogEntry, LogSegment};
+use sst_format::{Changelog, CheckpointManifest, LogEntry, LogSegment, LogSegmentFile};
 
 use crate::db::{Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
 use crate::error::{Error, Result};
@@ -34,23 +36,66 @@ pub(crate) struct ReplayCounts {
     pub(crate) applied: u64,
     /// Keyed entries of key groups outside the target, not applied.
     pub(crate) skipped: u64,
+    /// Batches the segments were downloaded and applied in.
+    pub(crate) batches: usize,
 }
 
-/// Downloads and checks every log segment `m` (the manifest object `name`) names, in log
-/// order; empty for a manifest without a changelog.
-pub(crate) fn fetch(
+/// Replays the log segments `m` (the manifest object `name`) names onto the database in
+/// `dir`, the materialization of a backend owning `source` key groups; keyed entries only of
+/// the groups in `target`. The segments go in batches of consecutive segments holding at most
+/// `batch_bytes` stored bytes (at least one segment each): a batch is downloaded, checked and
+/// applied before the next one is downloaded, so the log in memory stays near one batch
+/// however long the log is. Each batch is applied above the ones before. The database is
+/// closed before this returns; nothing happens for a manifest without log segments.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn replay(
     storage: &dyn CheckpointStorage,
     name: &str,
     m: &CheckpointManifest,
+    dir: &Path,
+    target: KeyGroupRange,
+    options: &DbOptions,
+    budget: &MemoryBudget,
     threads: usize,
-) -> Result<Vec<LogSegment>> {
-    let Some(log) = &m.changelog else {
-        return Ok(Vec::new());
+    batch_bytes: u64,
+) -> Result<ReplayCounts> {
+    let mut counts = ReplayCounts::default();
+    let Some(log) = m.changelog.as_ref().filter(|l| !l.segments.is_empty()) else {
+        return Ok(counts);
     };
-    let corrupt = |file: &str, detail: String| Error::CheckpointCorrupt {
-        file: file.to_string(),
-        detail,
-    };
+    check_sequence(name, log)?;
+    let source = KeyGroupRange::new(m.key_group_start, m.key_group_end)?;
+    let db = Db::open(
+        dir,
+        options,
+        budget,
+        Some(KeyLayout::new(m.max_parallelism, source)),
+    )?;
+    let result = (|| {
+        for batch in batches(&log.segments, batch_bytes) {
+            let segments = fetch(storage, batch, threads)?;
+            apply(
+                &db,
+                dir,
+                name,
+                &segments,
+                target,
+                m.max_parallelism,
+                &mut counts,
+            )?;
+            counts.batches += 1;
+        }
+        Ok(())
+    })();
+    let closed = db.close();
+    result?;
+    closed?;
+    Ok(counts)
+}
+
+/// Checks the sequence numbers of `log`'s segments (the manifest object `name`): the first
+/// starts at the materialization's, each next one where the one before ended.
+fn check_sequence(name: &str, log: &Changelog) -> Result<()> {
     let mut at = log.materialized_seq;
     for s in &log.segments {
         if s.first_seq != at {
@@ -66,7 +111,43 @@ pub(crate) fn fetch(
             .checked_add(s.entries)
             .ok_or_else(|| corrupt(name, "log sequence numbers overflow".into()))?;
     }
-    run_parallel(&log.segments, threads, |s| {
+    Ok(())
+}
+
+/// `CheckpointCorrupt` for `file`.
+fn corrupt(file: &str, detail: String) -> Error {
+    Error::CheckpointCorrupt {
+        file: file.to_string(),
+        detail,
+    }
+}
+
+/// `segments` cut into runs of consecutive segments holding at most `batch_bytes` stored
+/// bytes, at least one segment each.
+fn batches(segments: &[LogSegmentFile], batch_bytes: u64) -> Vec<&[LogSegmentFile]> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while from < segments.len() {
+        let mut to = from + 1;
+        let mut bytes = segments[from].size;
+        while to < segments.len() && bytes.saturating_add(segments[to].size) <= batch_bytes {
+            bytes += segments[to].size;
+            to += 1;
+        }
+        out.push(&segments[from..to]);
+        from = to;
+    }
+    out
+}
+
+/// Downloads `files` (log segments, in log order) and checks each against its manifest entry
+/// (size, CRC-32, the segment's own checks, its first sequence number and entry count).
+fn fetch(
+    storage: &dyn CheckpointStorage,
+    files: &[LogSegmentFile],
+    threads: usize,
+) -> Result<Vec<LogSegment>> {
+    run_parallel(files, threads, |s| {
         let bytes = match storage.get_bytes(&s.remote_name) {
             Ok(b) => b,
             Err(Error::ObjectNotFound { .. }) => {
@@ -105,64 +186,45 @@ pub(crate) fn fetch(
     })
 }
 
-/// Applies `segments` (one source's, in log order) to the database in `dir`, the
-/// materialization of a backend owning `source` key groups; keyed entries only of the groups
-/// in `target`. The database is closed before this returns.
+/// Applies `segments` (one batch of a source's log, in log order) to the open database `db`
+/// in `dir`; keyed entries only of the groups in `target`.
 ///
 /// Keyed entries are not written through the memtable: per column family, the last entry of
 /// each key (the log's order decides) goes into sorted SSTs over disjoint key-group runs,
-/// written in parallel and ingested together above everything the materialization holds, so
-/// nothing is flushed. A log holding a range deletion (which the
-/// recorder never writes today, but the format allows) is applied entry by entry instead.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn apply(
+/// written in parallel and ingested together above everything the database holds, so
+/// nothing is flushed. A batch holding a range deletion (which the recorder never writes
+/// today, but the format allows) is applied entry by entry instead.
+fn apply(
+    db: &Arc<Db>,
     dir: &Path,
     name: &str,
     segments: &[LogSegment],
-    source: KeyGroupRange,
     target: KeyGroupRange,
     max_parallelism: u32,
-    options: &DbOptions,
-    budget: &MemoryBudget,
-) -> Result<ReplayCounts> {
-    let mut counts = ReplayCounts::default();
-    if segments.is_empty() {
-        return Ok(counts);
-    }
-    let db = Db::open(
-        dir,
-        options,
-        budget,
-        Some(KeyLayout::new(max_parallelism, source)),
-    )?;
-    let result = (|| {
-        let ranged = segments.iter().any(|seg| {
-            seg.entries()
-                .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
-        });
-        if ranged {
-            for seg in segments {
-                apply_segment(&db, name, seg, target, max_parallelism, &mut counts)?;
-            }
-        } else {
-            ingest_sorted(
-                &db,
-                dir,
-                name,
-                segments,
-                target,
-                max_parallelism,
-                replay_threads(),
-                &mut counts,
-            )?;
+    counts: &mut ReplayCounts,
+) -> Result<()> {
+    let ranged = segments.iter().any(|seg| {
+        seg.entries()
+            .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
+    });
+    if ranged {
+        for seg in segments {
+            apply_segment(db, name, seg, target, max_parallelism, counts)?;
         }
-        counts.segments = segments.len();
-        Ok(())
-    })();
-    let closed = db.close();
-    result?;
-    closed?;
-    Ok(counts)
+    } else {
+        ingest_sorted(
+            db,
+            dir,
+            name,
+            segments,
+            target,
+            max_parallelism,
+            replay_threads(),
+            counts,
+        )?;
+    }
+    counts.segments += segments.len();
+    Ok(())
 }
 
 /// Where the entries naming one column family of a segment go.
@@ -475,6 +537,29 @@ mod tests {
             "groups ascending, log order within"
         );
         assert_eq!(bounds, [0, 2, 2, 4, 5]);
+    }
+
+    #[test]
+    fn batches_hold_consecutive_segments_up_to_the_limit_and_at_least_one() {
+        let seg = |size| LogSegmentFile {
+            remote_name: String::new(),
+            size,
+            crc32: 0,
+            first_seq: 0,
+            entries: 0,
+            key_groups: None,
+        };
+        let segments = [seg(4), seg(4), seg(9), seg(1), seg(2)];
+        let sizes = |limit| -> Vec<Vec<u64>> {
+            batches(&segments, limit)
+                .iter()
+                .map(|b| b.iter().map(|s| s.size).collect())
+                .collect()
+        };
+        assert_eq!(sizes(8), [vec![4, 4], vec![9], vec![1, 2]]);
+        assert_eq!(sizes(0), [[4], [4], [9], [1], [2]]);
+        assert_eq!(sizes(u64::MAX), [vec![4, 4, 9, 1, 2]]);
+        assert!(batches(&[], 8).is_empty());
     }
 
     #[test]

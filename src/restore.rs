@@ -173,6 +173,8 @@ pub(crate) struct RestoreParams {
     pub(crate) compact_clipped: bool,
     pub(crate) staging_dir: Option<PathBuf>,
     pub(crate) local_recovery: bool,
+    /// Changelog mode: the stored log bytes a replay holds at once.
+    pub(crate) replay_batch_bytes: u64,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -327,22 +329,23 @@ fn restore_pinned<T>(
                 if !replays(m) {
                     continue;
                 }
-                let segments = crate::replay::fetch(storage, name, m, p.transfer_threads)?;
                 report.log_bytes += m
                     .changelog
                     .iter()
                     .flat_map(|c| c.segments.iter().map(|s| s.size))
                     .sum::<u64>();
-                let counts = crate::replay::apply(
-                    dir,
+                let counts = crate::replay::replay(
+                    storage,
                     name,
-                    &segments,
-                    KeyGroupRange::new(m.key_group_start, m.key_group_end)?,
+                    m,
+                    dir,
                     key_groups,
-                    p.max_parallelism,
                     &p.options,
                     &budget,
+                    p.transfer_threads,
+                    p.replay_batch_bytes,
                 )?;
+                report.log_batches += counts.batches;
                 report.log_segments += counts.segments;
                 report.log_entries_replayed += counts.applied;
                 report.log_entries_skipped += counts.skipped;

@@ -10,13 +10,14 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use rockstate::{KeyedBackend, RestoreFrom};
+use rockstate::{CheckpointOptions, KeyedBackend, RestoreFrom};
 
 on_every_storage!(
     log_checkpoints_upload_the_change_and_restore_exactly,
     the_log_materializes_when_it_outgrows_its_share,
     a_restored_backend_continues_the_restored_log,
     a_backend_restored_from_another_job_materializes_reusing_nothing_of_it,
+    a_log_longer_than_a_replay_batch_replays_batch_by_batch,
 );
 
 fn shared(m: &sst_format::CheckpointManifest) -> HashSet<String> {
@@ -170,6 +171,46 @@ fn a_restored_backend_continues_the_restored_log(fx: Fixture) {
     let again = fx.restore("r2", RestoreFrom::Latest).unwrap();
     assert_eq!(read_all(&again), model);
     assert!(assert_verified(fx.storage.as_ref()).is_empty());
+}
+
+/// A restore holds at most `replay_batch_bytes` of log at once: a longer log is fetched,
+/// sorted and ingested one batch of segments after another, later batches above earlier
+/// ones, so a key written and cleared across batches ends as its last change says.
+fn a_log_longer_than_a_replay_batch_replays_batch_by_batch(fx: Fixture) {
+    let b = fx.open("a", changelog_options(100_000));
+    let mut model = Model::new();
+    let mut r = rng(17);
+    random_writes(&b, &mut model, &mut r, 3000);
+    assert!(b.checkpoint(1).unwrap().materialized);
+    b.notify_checkpoint_complete(1).unwrap();
+    // Few keys, many writes: each key changes in several segments.
+    for cp in 2..=7u64 {
+        random_writes(&b, &mut model, &mut r, 400);
+        assert!(!b.checkpoint(cp).unwrap().materialized);
+        b.notify_checkpoint_complete(cp).unwrap();
+    }
+    let restore = |name: &str, batch: u64| {
+        let mut opts = CheckpointOptions::default();
+        opts.changelog.replay_batch_bytes = batch;
+        KeyedBackend::builder(fx.path(name))
+            .options(small_options())
+            .checkpoint_storage(fx.storage_dyn())
+            .checkpoint_options(opts)
+            .restore_with_report(RestoreFrom::Latest)
+            .unwrap()
+    };
+    let (whole, report) = restore("whole", u64::MAX);
+    assert_eq!(report.log_segments, 6);
+    assert_eq!(report.log_batches, 1);
+    assert_eq!(read_all(&whole), model);
+    // One segment per batch (a batch holds at least one).
+    let (batched, report) = restore("batched", 1);
+    assert_eq!(report.log_batches, 6);
+    assert_eq!(report.log_entries_replayed, {
+        let (_, whole_report) = restore("whole-again", u64::MAX);
+        whole_report.log_entries_replayed
+    });
+    assert_eq!(read_all(&batched), model);
 }
 
 fn a_backend_restored_from_another_job_materializes_reusing_nothing_of_it(fx: Fixture) {

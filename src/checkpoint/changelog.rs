@@ -53,6 +53,13 @@ pub struct ChangelogOptions {
     pub max_log_buffer_bytes: usize,
     /// zstd-compress log segments. Default true.
     pub compress: bool,
+    /// A restore replays the log in batches of consecutive segments holding at most this
+    /// many stored bytes (at least one segment each, so 0 means one segment per batch): each
+    /// batch is downloaded, sorted,
+    /// written and ingested before the next is downloaded, so the memory a restore holds for
+    /// the log stays near twice this (segments and their sorted order) however long the log
+    /// is. Read by the restoring backend. Default 256 MiB.
+    pub replay_batch_bytes: u64,
 }
 
 impl Default for ChangelogOptions {
@@ -64,6 +71,7 @@ impl Default for ChangelogOptions {
             materialize_min_log_bytes: 4 << 20,
             max_log_buffer_bytes: 64 << 20,
             compress: true,
+            replay_batch_bytes: 256 << 20,
         }
     }
 }

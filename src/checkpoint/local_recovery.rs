@@ -58,6 +58,9 @@ pub struct RestoreReport {
     pub log_segments: usize,
     /// Bytes of those segments.
     pub log_bytes: u64,
+    /// Batches those segments were downloaded and replayed in (see
+    /// `ChangelogOptions::replay_batch_bytes`), summed over the replayed sources.
+    pub log_batches: usize,
     /// Log entries applied.
     pub log_entries_replayed: u64,
     /// Log entries of keyed states in key groups outside the restored range, not applied.
