@@ -410,9 +410,18 @@ fn compare_changelog_restore(
     root: &Path,
     budget: &MemoryBudget,
 ) -> rockstate::Result<()> {
+    // The restoring side reads `--changelog` too (`replay_batch_bytes`); its own
+    // checkpoints (the SST-only copy) keep changelog mode off.
     let options = CheckpointOptions {
         transfer_threads: run.args.threads,
         local_recovery: false,
+        changelog: ChangelogOptions {
+            enabled: false,
+            ..crate::bench_ops::parse_override::<ChangelogOptions>(
+                "--changelog",
+                run.args.changelog.as_deref(),
+            )?
+        },
         ..CheckpointOptions::default()
     };
     let restore = |storage: &Arc<dyn CheckpointStorage>, target: &Path| {
@@ -460,6 +469,7 @@ fn compare_changelog_restore(
         .num("sst_only_ms", ms(s), 1)
         .num("ratio", c.as_secs_f64() / s.as_secs_f64(), 3)
         .int("log_segments", report.log_segments as u64)
+        .int("log_batches", report.log_batches as u64)
         .int("log_bytes", report.log_bytes)
         .int("entries_replayed", report.log_entries_replayed)
         .note("median of 3, alternating; target ratio <= 1.5")
