@@ -55,10 +55,9 @@ pub struct ChangelogOptions {
     pub compress: bool,
     /// A restore replays the log in batches of consecutive segments holding at most this
     /// many stored bytes (at least one segment each, so 0 means one segment per batch): each
-    /// batch is downloaded, sorted,
-    /// written and ingested before the next is downloaded, so the memory a restore holds for
-    /// the log stays near twice this (segments and their sorted order) however long the log
-    /// is. Smaller batches cost restore time: each is one more set of files ingested into
+    /// batch is downloaded, sorted, written and ingested before the next is downloaded, so
+    /// the memory a restore holds for the log stays near twice this (segments and their
+    /// sorted order) however long the log is. Smaller batches cost restore time: each is one more set of files ingested into
     /// level 0, and compactions start while later batches replay (a 54 MB log in 7 batches of
     /// 8 MiB restored in 763–989 ms against 252–321 ms in one batch: `rockstate-bench
     /// checkpoint --keys 1000000 --value-bytes 100 --rounds 50 --mode changelog --changelog
