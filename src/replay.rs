@@ -6,20 +6,22 @@
 //! backend. A source so replayed is its checkpoint's state exactly, as if the checkpoint had
 //! uploaded its files; everything after (rescale, open, the checks) is the same for both.
 //!
-//! A keyed state's entry is applied only when its key group is in the restore's target; the
-//! backend's own metadata (column family `default`: state registrations, the list-sequence
-//! high-water mark) is applied whole. A long log goes in batches of segments
-//! (`ChangelogOptions::replay_batch_bytes`), each downloaded and applied before the next, so
-//! a restore's memory does not grow with the log.
-
-use std::path::Path;
+//! Two steps: [`prepare`] needs no database (download, check, sort, and write the keyed
+//! entries into SST files), so `crate::restore` runs it while the materialization
+//! downloads; [`apply`] opens the database and ingests those files. A keyed state's entry is
+//! applied only when its key group is in the restore's target; the backend's own metadata
+//! (column family `default`: state registrations, the list-sequence high-water mark) is
+//! applied whole. A long log goes in batches of segments
+//! (`ChangelogOptions::replay_batch_bytes`), each downloaded and written to disk before the
+//! next, so a restore's memory does not grow with the log.
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use sst_format::{Changelog, CheckpointManifest, LogEntry, LogSegment, LogSegmentFile};
 
-use crate::db::{Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
+use crate::db::{write_ssts, Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::meta::STATE_CF_PREFIX;
@@ -40,54 +42,155 @@ pub(crate) struct ReplayCounts {
     pub(crate) batches: usize,
 }
 
-/// Replays the log segments `m` (the manifest object `name`) names onto the database in
-/// `dir`, the materialization of a backend owning `source` key groups; keyed entries only of
+/// A source's log made ready to apply (see [`prepare`]): per batch, in log order, what goes
+/// into its database.
+pub(crate) struct Prepared {
+    /// Holds the batches' SST files until they are ingested (moved into the database).
+    scratch: tempfile::TempDir,
+    batches: Vec<Batch>,
+    /// Segments, batches and the sorted batches' entries; the entry-by-entry batches' entries
+    /// are counted as they are applied.
+    counts: ReplayCounts,
+    target: KeyGroupRange,
+    source: KeyGroupRange,
+    max_parallelism: u32,
+}
+
+/// One batch of a [`Prepared`] log.
+enum Batch {
+    /// The metadata entries (value `None`: a delete), in log order, and per keyed state (by
+    /// column-family name) its SST files over disjoint key ranges.
+    Sorted {
+        meta: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        states: Vec<(String, Vec<PathBuf>)>,
+    },
+    /// A batch holding a range deletion (the format allows it; the recorder never writes
+    /// one), kept as it is and applied entry by entry.
+    Entries(Vec<LogSegment>),
+}
+
+/// Prepares the log segments `m` (the manifest object `name`) names for [`apply`], without
+/// the database, so it can run while the materialization downloads: keyed entries only of
 /// the groups in `target`. The segments go in batches of consecutive segments holding at most
-/// `batch_bytes` stored bytes (at least one segment each): a batch is downloaded, checked and
-/// applied before the next one is downloaded, so the log in memory stays near one batch
-/// however long the log is. Each batch is applied above the ones before. The database is
-/// closed before this returns; nothing happens for a manifest without log segments.
+/// `batch_bytes` stored bytes (at least one segment each): a batch is downloaded, checked,
+/// sorted and written into SST files under a scratch directory in `scratch_in` (on the
+/// database's file system, so ingestion moves them) before the next one is downloaded, so
+/// the log in memory stays near one batch however long the log is. `None` for a manifest
+/// without log segments.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn replay(
+pub(crate) fn prepare(
     storage: &dyn CheckpointStorage,
     name: &str,
     m: &CheckpointManifest,
-    dir: &Path,
+    scratch_in: &Path,
     target: KeyGroupRange,
     options: &DbOptions,
     budget: &MemoryBudget,
     threads: usize,
     batch_bytes: u64,
-) -> Result<ReplayCounts> {
-    let mut counts = ReplayCounts::default();
+) -> Result<Option<Prepared>> {
     let Some(log) = m.changelog.as_ref().filter(|l| !l.segments.is_empty()) else {
-        return Ok(counts);
+        return Ok(None);
     };
     check_sequence(name, log)?;
-    let source = KeyGroupRange::new(m.key_group_start, m.key_group_end)?;
-    let db = Db::open(
-        dir,
-        options,
-        budget,
-        Some(KeyLayout::new(m.max_parallelism, source)),
-    )?;
-    let result = (|| {
-        for batch in batches(&log.segments, batch_bytes) {
-            let segments = fetch(storage, batch, threads)?;
-            apply(
-                &db,
-                dir,
+    let scratch = tempfile::Builder::new()
+        .prefix(".rockstate-replay-")
+        .tempdir_in(scratch_in)
+        .map_err(|e| Error::io(scratch_in, e))?;
+    let mut counts = ReplayCounts::default();
+    let mut prepared = Vec::new();
+    for (i, batch) in batches(&log.segments, batch_bytes).into_iter().enumerate() {
+        let segments = fetch(storage, batch, threads)?;
+        let ranged = segments.iter().any(|seg| {
+            seg.entries()
+                .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
+        });
+        counts.segments += segments.len();
+        counts.batches += 1;
+        prepared.push(if ranged {
+            Batch::Entries(segments)
+        } else {
+            let files = scratch.path().join(format!("batch-{i}"));
+            std::fs::create_dir(&files).map_err(|e| Error::io(&files, e))?;
+            sort_batch(
                 name,
                 &segments,
                 target,
                 m.max_parallelism,
+                options,
+                budget,
+                &files,
                 &mut counts,
-            )?;
-            counts.batches += 1;
+            )?
+        });
+    }
+    Ok(Some(Prepared {
+        scratch,
+        batches: prepared,
+        counts,
+        target,
+        source: KeyGroupRange::new(m.key_group_start, m.key_group_end)?,
+        max_parallelism: m.max_parallelism,
+    }))
+}
+
+/// Applies a [`prepare`]d log (of the manifest object `name`) onto the downloaded
+/// materialization in `dir`, batch after batch, each above everything before it: metadata
+/// entries through the memtable, the SST files ingested per state in one call. The database
+/// is closed before this returns.
+pub(crate) fn apply(
+    prepared: Prepared,
+    dir: &Path,
+    name: &str,
+    options: &DbOptions,
+    budget: &MemoryBudget,
+) -> Result<ReplayCounts> {
+    let mut counts = prepared.counts;
+    let db = Db::open(
+        dir,
+        options,
+        budget,
+        Some(KeyLayout::new(prepared.max_parallelism, prepared.source)),
+    )?;
+    let result = (|| {
+        for batch in &prepared.batches {
+            match batch {
+                Batch::Sorted { meta, states } => {
+                    if !meta.is_empty() {
+                        let cf = db.default_cf()?;
+                        for (key, value) in meta {
+                            match value {
+                                Some(v) => cf.put(key, v)?,
+                                None => cf.delete(key)?,
+                            }
+                        }
+                    }
+                    for (state, files) in states {
+                        let cf = match db.cf(state)? {
+                            Some(c) => c,
+                            None => db.create_cf(state)?,
+                        };
+                        cf.ingest(files)?;
+                    }
+                }
+                Batch::Entries(segments) => {
+                    for seg in segments {
+                        apply_segment(
+                            &db,
+                            name,
+                            seg,
+                            prepared.target,
+                            prepared.max_parallelism,
+                            &mut counts,
+                        )?;
+                    }
+                }
+            }
         }
         Ok(())
     })();
     let closed = db.close();
+    drop(prepared.scratch);
     result?;
     closed?;
     Ok(counts)
@@ -186,47 +289,6 @@ fn fetch(
     })
 }
 
-/// Applies `segments` (one batch of a source's log, in log order) to the open database `db`
-/// in `dir`; keyed entries only of the groups in `target`.
-///
-/// Keyed entries are not written through the memtable: per column family, the last entry of
-/// each key (the log's order decides) goes into sorted SSTs over disjoint key-group runs,
-/// written in parallel and ingested together above everything the database holds, so
-/// nothing is flushed. A batch holding a range deletion (which the recorder never writes
-/// today, but the format allows) is applied entry by entry instead.
-fn apply(
-    db: &Arc<Db>,
-    dir: &Path,
-    name: &str,
-    segments: &[LogSegment],
-    target: KeyGroupRange,
-    max_parallelism: u32,
-    counts: &mut ReplayCounts,
-) -> Result<()> {
-    let ranged = segments.iter().any(|seg| {
-        seg.entries()
-            .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
-    });
-    if ranged {
-        for seg in segments {
-            apply_segment(db, name, seg, target, max_parallelism, counts)?;
-        }
-    } else {
-        ingest_sorted(
-            db,
-            dir,
-            name,
-            segments,
-            target,
-            max_parallelism,
-            replay_threads(),
-            counts,
-        )?;
-    }
-    counts.segments += segments.len();
-    Ok(())
-}
-
 /// Where the entries naming one column family of a segment go.
 enum Dest {
     /// The backend's metadata: applied whole.
@@ -247,12 +309,7 @@ fn destinations(db: &Arc<Db>, name: &str, seg: &LogSegment) -> Result<Vec<Dest>>
                 None => db.create_cf(cf)?,
             })
         } else {
-            return Err(Error::CheckpointCorrupt {
-                file: name.to_string(),
-                detail: format!(
-                    "log segment names column family `{cf}`, neither a state's nor the metadata's"
-                ),
-            });
+            return Err(unknown_cf(name, cf));
         });
     }
     Ok(dests)
@@ -278,88 +335,88 @@ fn replay_threads() -> usize {
 /// One keyed change of the sorted path: the key's group, the key, the value (`None`: delete).
 type Change<'a> = (u16, &'a [u8], Option<&'a [u8]>);
 
-/// The sorted path of [`apply`]: metadata entries through the memtable (few), keyed entries
-/// as sorted SSTs, ingested per column family in one call.
+/// Where the entries of one column family of a segment go on the sorted path.
+enum Route {
+    /// The backend's metadata: applied whole.
+    Meta,
+    /// The keyed state at this index of the batch's states.
+    State(usize),
+}
+
+/// The sorted path of a batch: the metadata entries kept (few), the keyed entries of the
+/// target written into sorted SSTs under `files`, the last entry of each key (the log's
+/// order decides) only.
 ///
-/// Per column family the changes are first laid out by key group (a stable counting sort, so
-/// each group's changes keep log order), then cut into up to `threads` runs of whole groups
-/// with about equal counts. Each run is sorted group by group (small sorts over keys that sit
-/// near each other) and written into its own SST on its own thread; the runs' files cover
-/// disjoint key ranges, so RocksDB takes them together.
+/// Per state the changes are first laid out by key group (a stable counting sort, so each
+/// group's changes keep log order), then cut into runs of whole groups with about equal
+/// counts, one per thread ([`replay_threads`]). Each run is sorted group by group (small
+/// sorts over keys that sit near each other) and written into its own SST on its own thread;
+/// a state's files cover disjoint key ranges, so RocksDB takes them in one ingestion.
 #[allow(clippy::too_many_arguments)]
-fn ingest_sorted(
-    db: &Arc<Db>,
-    dir: &Path,
+fn sort_batch(
     name: &str,
     segments: &[LogSegment],
     target: KeyGroupRange,
     max_parallelism: u32,
-    threads: usize,
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    files: &Path,
     counts: &mut ReplayCounts,
-) -> Result<()> {
-    let mut keyed: Vec<(Cf, Vec<Change<'_>>)> = Vec::new();
+) -> Result<Batch> {
+    let threads = replay_threads();
+    let mut meta = Vec::new();
+    let mut keyed: Vec<(String, Vec<Change<'_>>)> = Vec::new();
     for seg in segments {
-        let dests = destinations(db, name, seg)?;
-        let mut slot: Vec<Option<usize>> = vec![None; dests.len()];
+        let mut routes = Vec::with_capacity(seg.column_families().len());
+        for cf in seg.column_families() {
+            routes.push(if cf == DEFAULT_CF_NAME {
+                Route::Meta
+            } else if cf.starts_with(STATE_CF_PREFIX) {
+                Route::State(match keyed.iter().position(|(n, _)| n == cf) {
+                    Some(at) => at,
+                    None => {
+                        keyed.push((cf.clone(), Vec::new()));
+                        keyed.len() - 1
+                    }
+                })
+            } else {
+                return Err(unknown_cf(name, cf));
+            });
+        }
         for entry in seg.entries() {
-            let entry = entry.map_err(|e| Error::CheckpointCorrupt {
-                file: name.to_string(),
-                detail: format!("log segment: {e}"),
-            })?;
+            let entry = entry.map_err(|e| corrupt(name, format!("log segment: {e}")))?;
             let (key, value) = match entry {
                 LogEntry::Put { key, value, .. } => (key, Some(value)),
                 LogEntry::Delete { key, .. } => (key, None),
-                // `apply` sends logs with range deletions the other way.
+                // `prepare` sends batches with range deletions the other way.
                 LogEntry::DeleteRange { .. } => {
                     return Err(Error::Internal(
                         "range deletion on the sorted replay".into(),
                     ))
                 }
             };
-            let i = entry.cf() as usize;
-            match dests.get(i) {
-                Some(Dest::Meta(cf)) => match value {
-                    Some(v) => cf.put(key, v)?,
-                    None => cf.delete(key)?,
-                },
-                Some(Dest::Keyed(cf)) => {
+            match routes.get(entry.cf() as usize) {
+                Some(Route::Meta) => meta.push((key.to_vec(), value.map(<[u8]>::to_vec))),
+                Some(Route::State(at)) => {
                     let group = group_of(key, name, max_parallelism)?;
                     if !target.contains(group) {
                         counts.skipped += 1;
                         continue;
                     }
-                    let at = match slot[i] {
-                        Some(at) => at,
-                        None => {
-                            let at = match keyed.iter().position(|(c, _)| c.name() == cf.name()) {
-                                Some(at) => at,
-                                None => {
-                                    keyed.push((cf.clone(), Vec::new()));
-                                    keyed.len() - 1
-                                }
-                            };
-                            slot[i] = Some(at);
-                            at
-                        }
-                    };
-                    keyed[at].1.push((group, key, value));
+                    keyed[*at].1.push((group, key, value));
                 }
                 None => {
-                    return Err(Error::CheckpointCorrupt {
-                        file: name.to_string(),
-                        detail: "log entry names an unknown column family".into(),
-                    })
+                    return Err(corrupt(
+                        name,
+                        "log entry names an unknown column family".into(),
+                    ))
                 }
             }
             counts.applied += 1;
         }
     }
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    let scratch = tempfile::Builder::new()
-        .prefix(".rockstate-replay-")
-        .tempdir_in(parent)
-        .map_err(|e| Error::io(parent, e))?;
-    for (i, (cf, changes)) in keyed.into_iter().enumerate() {
+    let mut states = Vec::with_capacity(keyed.len());
+    for (i, (state, changes)) in keyed.into_iter().enumerate() {
         let (mut laid, bounds) = by_group(changes, target);
         let runs = cut_runs(&bounds, threads);
         // Disjoint mutable runs, one per job; each lock is taken once, by its job.
@@ -371,7 +428,7 @@ fn ingest_sorted(
             let (run, tail) = tail.split_at_mut(bounds[to] - bounds[from]);
             rest = tail;
             taken = bounds[to];
-            let file = scratch.path().join(format!("replay-{i}-{j}.sst"));
+            let file = files.join(format!("state-{i}-run-{j}.sst"));
             jobs.push((Mutex::new(run), &bounds[from..=to], file));
         }
         let written = run_parallel(&jobs, threads, |(run, bounds, file)| {
@@ -381,7 +438,10 @@ fn ingest_sorted(
                 // Stable: a key's changes stay in log order, and the last one wins.
                 run[w[0] - base..w[1] - base].sort_by(|a, b| a.1.cmp(b.1));
             }
-            db.write_sst(file, |sink| {
+            let written = write_ssts(options, budget, &[file.as_path()], |sinks| {
+                let Some(sink) = sinks.first_mut() else {
+                    return Ok(());
+                };
                 for (j, (_, key, value)) in run.iter().enumerate() {
                     if run.get(j + 1).is_some_and(|next| next.1 == *key) {
                         continue; // a later change of the same key follows
@@ -392,16 +452,26 @@ fn ingest_sorted(
                     }
                 }
                 Ok(())
-            })
+            })?;
+            Ok(written.into_iter().next().flatten())
         })?;
-        let files: Vec<_> = jobs
+        let state_files: Vec<PathBuf> = jobs
             .into_iter()
             .zip(written)
             .filter_map(|((_, _, file), w)| w.map(|_| file))
             .collect();
-        cf.ingest(&files)?;
+        states.push((state, state_files));
     }
-    Ok(())
+    Ok(Batch::Sorted { meta, states })
+}
+
+/// `CheckpointCorrupt` for a segment of `name` naming column family `cf`, neither a state's
+/// nor the metadata's.
+fn unknown_cf(name: &str, cf: &str) -> Error {
+    corrupt(
+        name,
+        format!("log segment names column family `{cf}`, neither a state's nor the metadata's"),
+    )
 }
 
 /// A keyed entry's key group (`Err` for a key without a prefix).

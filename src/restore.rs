@@ -292,7 +292,37 @@ fn restore_pinned<T>(
                 dirs.push((m, dir, locals[i + 1].as_ref(), &[]));
             }
         }
-        let counts = download_all(storage, &dirs, p.transfer_threads)?;
+        let budget = match &p.budget {
+            Some(b) => b.clone(),
+            None => MemoryBudget::process_default()?,
+        };
+        // Changelog mode: each source's log after its materialization is fetched, sorted and
+        // written into SST files while the materializations download (`crate::replay`).
+        let scratch_in = target.parent().unwrap_or(Path::new("."));
+        let (counts, prepared) = std::thread::scope(|scope| {
+            let download = scope.spawn(|| download_all(storage, &dirs, p.transfer_threads));
+            let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
+            let prepared: Result<Vec<Option<crate::replay::Prepared>>> = names
+                .zip(&dirs)
+                .map(|(name, (m, _, _, _))| {
+                    crate::replay::prepare(
+                        storage,
+                        name,
+                        m,
+                        scratch_in,
+                        key_groups,
+                        &p.options,
+                        &budget,
+                        p.transfer_threads,
+                        p.replay_batch_bytes,
+                    )
+                })
+                .collect();
+            let downloaded = download
+                .join()
+                .map_err(|_| Error::Internal("the download thread panicked".into()))?;
+            Ok::<_, Error>((downloaded?, prepared?))
+        })?;
         let mut log_private = None;
         (report.files_skipped, report.bytes_skipped) = counts.skipped;
         // If a manifest left storage while it was read (an owner that did not see the pin
@@ -306,10 +336,6 @@ fn restore_pinned<T>(
         (report.files_local, report.bytes_local) = counts.local;
         (report.files_downloaded, report.bytes_downloaded) = counts.downloaded;
         {
-            let budget = match &p.budget {
-                Some(b) => b.clone(),
-                None => MemoryBudget::process_default()?,
-            };
             // A plain restore of a changelog-mode checkpoint keeps its private files, read
             // before anything opens the database, so the restored backend's log checkpoints
             // continue on its materialization.
@@ -322,29 +348,19 @@ fn restore_pinned<T>(
                 }
                 log_private = Some(private);
             }
-            // Changelog mode: each source's log after its materialization is replayed onto
-            // it, so every source holds its checkpoint's state before the surgery.
+            // Changelog mode: each source's prepared log is applied onto it, so every source
+            // holds its checkpoint's state before the surgery.
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
-            for (name, (m, dir, _, _)) in names.zip(&dirs) {
-                if !replays(m) {
+            for ((name, (m, dir, _, _)), prepared) in names.zip(&dirs).zip(prepared) {
+                let Some(prepared) = prepared else {
                     continue;
-                }
+                };
                 report.log_bytes += m
                     .changelog
                     .iter()
                     .flat_map(|c| c.segments.iter().map(|s| s.size))
                     .sum::<u64>();
-                let counts = crate::replay::replay(
-                    storage,
-                    name,
-                    m,
-                    dir,
-                    key_groups,
-                    &p.options,
-                    &budget,
-                    p.transfer_threads,
-                    p.replay_batch_bytes,
-                )?;
+                let counts = crate::replay::apply(prepared, dir, name, &p.options, &budget)?;
                 report.log_batches += counts.batches;
                 report.log_segments += counts.segments;
                 report.log_entries_replayed += counts.applied;

@@ -113,6 +113,15 @@ fn a_damaged_segment_is_refused_at_restore_and_by_verify() {
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("a damaged segment was restored"),
     }
+    // The failed restore left neither a backend directory nor scratch space behind (the
+    // log was being prepared beside it while the files downloaded).
+    assert!(!fx.path("r").exists());
+    let left: Vec<_> = std::fs::read_dir(fx.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".rockstate-replay-") || n.starts_with(".rockstate-rescale-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     let report = rockstate::verify_checkpoints(fx.storage.as_ref()).unwrap();
     assert!(
         report.problems.iter().any(|(f, _)| *f == name),

@@ -55,7 +55,8 @@ pub struct ChangelogOptions {
     pub compress: bool,
     /// A restore replays the log in batches of consecutive segments holding at most this
     /// many stored bytes (at least one segment each, so 0 means one segment per batch): each
-    /// batch is downloaded, sorted, written and ingested before the next is downloaded, so
+    /// batch is downloaded, sorted and written into SST files on disk before the next is
+    /// downloaded (all batches are ingested in order once the materialization is there), so
     /// the memory a restore holds for the log stays near twice this (segments and their
     /// sorted order) however long the log is. Smaller batches cost restore time: each is one more set of files ingested into
     /// level 0, and compactions start while later batches replay (a 54 MB log in 7 batches of

@@ -21,6 +21,7 @@ mod front;
 mod maintenance;
 mod options;
 mod sst_writer;
+pub(crate) use sst_writer::write_ssts;
 mod ttl_filter;
 
 #[cfg(test)]
@@ -338,11 +339,6 @@ impl Cf {
     /// Deletes `key`.
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
         self.db.opened()?.delete(self.slot, key)
-    }
-
-    /// The column family's name.
-    pub(crate) fn name(&self) -> &str {
-        &self.name
     }
 
     /// The database this column family belongs to.

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use super::rocks_error;
-use super::{options, Db};
+use super::{options, Db, MemoryBudget};
 use crate::error::Result;
+use crate::options::DbOptions;
 
 /// Receives the sorted entries of one SST file being written by [`Db::write_sst`].
 pub(crate) struct SstSink<'a, 'w> {
@@ -67,37 +68,46 @@ impl Db {
         paths: &[&Path],
         fill: impl FnOnce(&mut [SstSink<'_, '_>]) -> Result<()>,
     ) -> Result<Vec<Option<u64>>> {
-        let opts = options::cf_options(&self.options, &self.budget)?;
-        let mut writers = Vec::with_capacity(paths.len());
-        for path in paths {
-            let writer = rocksdb::SstFileWriter::create(&opts);
-            writer.open(path).map_err(rocks_error)?;
-            writers.push(writer);
-        }
-        let mut sinks: Vec<SstSink<'_, '_>> = writers
-            .iter_mut()
-            .map(|writer| SstSink {
-                writer,
-                entries: 0,
-                tombstones: 0,
-            })
-            .collect();
-        fill(&mut sinks)?;
-        let counts: Vec<(u64, u64)> = sinks.iter().map(|s| (s.entries, s.tombstones)).collect();
-        drop(sinks);
-        let mut out = Vec::with_capacity(paths.len());
-        for ((mut writer, path), (entries, tombstones)) in
-            writers.into_iter().zip(paths).zip(counts)
-        {
-            if entries == 0 && tombstones == 0 {
-                drop(writer);
-                let _ = std::fs::remove_file(path);
-                out.push(None);
-            } else {
-                writer.finish().map_err(rocks_error)?;
-                out.push(Some(entries));
-            }
-        }
-        Ok(out)
+        write_ssts(&self.options, &self.budget, paths, fill)
     }
+}
+
+/// [`Db::write_ssts`] without a database: SST files with the table options of `options` on
+/// `budget`, written before the database they go into is open.
+pub(crate) fn write_ssts(
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    paths: &[&Path],
+    fill: impl FnOnce(&mut [SstSink<'_, '_>]) -> Result<()>,
+) -> Result<Vec<Option<u64>>> {
+    let opts = options::cf_options(options, budget)?;
+    let mut writers = Vec::with_capacity(paths.len());
+    for path in paths {
+        let writer = rocksdb::SstFileWriter::create(&opts);
+        writer.open(path).map_err(rocks_error)?;
+        writers.push(writer);
+    }
+    let mut sinks: Vec<SstSink<'_, '_>> = writers
+        .iter_mut()
+        .map(|writer| SstSink {
+            writer,
+            entries: 0,
+            tombstones: 0,
+        })
+        .collect();
+    fill(&mut sinks)?;
+    let counts: Vec<(u64, u64)> = sinks.iter().map(|s| (s.entries, s.tombstones)).collect();
+    drop(sinks);
+    let mut out = Vec::with_capacity(paths.len());
+    for ((mut writer, path), (entries, tombstones)) in writers.into_iter().zip(paths).zip(counts) {
+        if entries == 0 && tombstones == 0 {
+            drop(writer);
+            let _ = std::fs::remove_file(path);
+            out.push(None);
+        } else {
+            writer.finish().map_err(rocks_error)?;
+            out.push(Some(entries));
+        }
+    }
+    Ok(out)
 }

@@ -138,19 +138,29 @@ impl Run<'_> {
     }
 }
 
+/// The checkpoint storage `name` of this run: `<--storage>/<name>`, or a LocalStorage
+/// directory `storage-<name>` under `root`.
+fn storage_named(
+    args: &CheckpointArgs,
+    root: &Path,
+    name: &str,
+) -> rockstate::Result<Arc<dyn CheckpointStorage>> {
+    Ok(match &args.storage {
+        Some(url) => rockstate::open_storage(
+            &format!("{}/{name}", url.trim_end_matches('/')),
+            &rockstate::ObjectStorageOptions::default(),
+        )?,
+        None => Arc::new(LocalStorage::new(root.join(format!("storage-{name}")))?),
+    })
+}
+
 fn open_run<'a>(
     args: &'a CheckpointArgs,
     root: &Path,
     mode: &'static str,
     budget: &MemoryBudget,
 ) -> rockstate::Result<(Run<'a>, Arc<dyn CheckpointStorage>)> {
-    let storage: Arc<dyn CheckpointStorage> = match &args.storage {
-        Some(url) => rockstate::open_storage(
-            &format!("{}/{mode}", url.trim_end_matches('/')),
-            &rockstate::ObjectStorageOptions::default(),
-        )?,
-        None => Arc::new(LocalStorage::new(root.join(format!("storage-{mode}")))?),
-    };
+    let storage = storage_named(args, root, mode)?;
     let backend = KeyedBackend::builder(root.join(format!("db-{mode}")))
         .options(crate::bench_ops::parse_override::<DbOptions>(
             "--options",
@@ -433,8 +443,8 @@ fn compare_changelog_restore(
             .restore_with_report(RestoreFrom::Latest)?;
         Ok::<_, Error>((b, report, t.elapsed()))
     };
-    let sst_storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(root.join("storage-sst-of-changelog"))?);
+    // The same kind of storage as the log checkpoints', so both restores download alike.
+    let sst_storage = storage_named(run.args, root, "sst-of-changelog")?;
     let (mut changelog, mut sst) = (Vec::new(), Vec::new());
     let mut last = None;
     for i in 0..3 {
