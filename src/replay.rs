@@ -94,7 +94,7 @@ pub(crate) fn prepare(
     };
     check_sequence(name, log)?;
     let scratch = tempfile::Builder::new()
-        .prefix(".rockstate-replay-")
+        .prefix("replay-")
         .tempdir_in(scratch_in)
         .map_err(|e| Error::io(scratch_in, e))?;
     let mut counts = ReplayCounts::default();

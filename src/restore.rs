@@ -50,6 +50,10 @@ type Chosen = (String, CheckpointManifest);
 /// Name of the marker file an unfinished restore leaves in its target directory.
 const RESTORE_MARKER: &str = ".rockstate-restore-incomplete";
 
+/// Name of the directory inside the target that holds a restore's scratch space while it
+/// runs (removed before the backend opens).
+const RESTORE_SCRATCH: &str = ".rockstate-restore-scratch";
+
 /// The marker of an unfinished restore into `dir`.
 pub(crate) fn restore_marker(dir: &Path) -> PathBuf {
     dir.join(RESTORE_MARKER)
@@ -256,15 +260,18 @@ fn restore_pinned<T>(
         ..RestoreReport::default()
     };
     let result = (|| {
-        // The scratch directory (sources other than the base, ingest files) sits next to the
-        // target so ingestion moves files by hard link.
+        // Scratch space (sources other than the base, the rescale's and the log's SST files)
+        // lies inside the target, so ingestion moves files by hard link, and whatever a
+        // restore killed midway leaves there is part of its unfinished target, which the
+        // next restore into it clears (`prepare_target`).
+        let scratch_root = target.join(RESTORE_SCRATCH);
+        std::fs::create_dir(&scratch_root).map_err(|e| Error::io(&scratch_root, e))?;
         let scratch = if rescaling {
-            let parent = target.parent().unwrap_or(Path::new("."));
             Some(
                 tempfile::Builder::new()
-                    .prefix(".rockstate-rescale-")
-                    .tempdir_in(parent)
-                    .map_err(|e| Error::io(parent, e))?,
+                    .prefix("rescale-")
+                    .tempdir_in(&scratch_root)
+                    .map_err(|e| Error::io(&scratch_root, e))?,
             )
         } else {
             None
@@ -298,7 +305,6 @@ fn restore_pinned<T>(
         };
         // Changelog mode: each source's log after its materialization is fetched, sorted and
         // written into SST files while the materializations download (`crate::replay`).
-        let scratch_in = target.parent().unwrap_or(Path::new("."));
         let (counts, prepared) = std::thread::scope(|scope| {
             let download = scope.spawn(|| download_all(storage, &dirs, p.transfer_threads));
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
@@ -309,7 +315,7 @@ fn restore_pinned<T>(
                         storage,
                         name,
                         m,
-                        scratch_in,
+                        &scratch_root,
                         key_groups,
                         &p.options,
                         &budget,
@@ -425,6 +431,7 @@ fn restore_pinned<T>(
             report.sst_ingestions_refused = stats.refused;
         }
         drop(scratch);
+        std::fs::remove_dir_all(&scratch_root).map_err(|e| Error::io(&scratch_root, e))?;
         let (backend, states) = open(RestoredBase {
             manifest: Arc::clone(&manifest),
             others: others.iter().map(|(_, m)| Arc::clone(m)).collect(),

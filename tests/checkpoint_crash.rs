@@ -258,6 +258,14 @@ fn crash_at_random_moments(
         drop(restored);
         let _ = fs::remove_dir_all(&target);
         let _ = fs::remove_dir_all(work.join(format!("gen-{trial}")));
+        // A restore killed midway leaves its scratch space (other sources, the log's SSTs)
+        // inside its target, which the next restore into it clears: nothing beside it.
+        let beside: Vec<String> = fs::read_dir(work)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".rockstate-replay-") || n.starts_with(".rockstate-rescale-"))
+            .collect();
+        assert!(beside.is_empty(), "trial {trial}: {beside:?}");
     }
     assert!(
         restores * 2 >= trials,
