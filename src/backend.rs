@@ -167,6 +167,7 @@ impl BackendBuilder {
                     &budget,
                     Some(KeyLayout::new(self.max_parallelism, key_groups)),
                 )?;
+                crate::savepoint::sweep_staging(&self.path)?;
                 let meta = Table::Rocks(db.default_cf()?);
                 (Engine::Rocks(db), meta)
             }

@@ -165,8 +165,10 @@ pub(crate) fn restore_savepoints(
 /// every file has passed are the states registered and the SSTs ingested, so a corrupt file
 /// leaves the backend without states, and the entries never pass through the memtable. (An
 /// I/O error while creating a column family or ingesting after that point can still leave
-/// some states registered: discard such a backend.) The SSTs are staged next to the database
-/// (same file system: ingestion moves them) in a directory removed on drop, success or not.
+/// some states registered: discard such a backend.) The SSTs are staged inside the database's
+/// directory (same file system: ingestion moves them; RocksDB ignores names it did not
+/// write) in a directory removed on drop, success or not; one a killed process left behind
+/// is removed when the backend next opens ([`sweep_staging`]).
 ///
 /// Each file's blocks are cut into up to [`RESTORE_THREADS`] runs of consecutive key groups
 /// of about equal bytes, read on as many threads, each with its own file handle and one SST
@@ -174,6 +176,24 @@ pub(crate) fn restore_savepoints(
 /// parallel. The runs cover disjoint, ascending key ranges, so one state's SSTs never overlap
 /// and go in one ingestion. A list's elements all lie in one key group, so one run gives
 /// them their fresh sequence numbers, in order.
+/// Name prefix of the directory a savepoint restore stages its SSTs in, inside the
+/// backend's directory.
+const STAGING_PREFIX: &str = ".rockstate-savepoint-restore-";
+
+/// Removes the staging directories a savepoint restore killed midway left in the backend
+/// directory `dir`. Called while opening the backend, with RocksDB's lock on `dir` held, so
+/// no restore into it is running.
+pub(crate) fn sweep_staging(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        if e.file_name().to_string_lossy().starts_with(STAGING_PREFIX) {
+            let path = e.path();
+            std::fs::remove_dir_all(&path).map_err(|err| Error::io(&path, err))?;
+        }
+    }
+    Ok(())
+}
+
 fn restore_into_rocksdb(
     t: &SavepointTarget<'_>,
     db: &Db,
@@ -182,11 +202,10 @@ fn restore_into_rocksdb(
     range: KeyGroupRange,
     stats: &mut SavepointStats,
 ) -> Result<()> {
-    let parent = t.path.parent().unwrap_or(t.path);
     let staging = tempfile::Builder::new()
-        .prefix(".savepoint-restore-")
-        .tempdir_in(parent)
-        .map_err(|e| Error::io(parent, e))?;
+        .prefix(STAGING_PREFIX)
+        .tempdir_in(t.path)
+        .map_err(|e| Error::io(t.path, e))?;
     let max_parallelism = t.max_parallelism;
     let list_seq = t.list_seq;
     let threads = std::thread::available_parallelism()

@@ -174,7 +174,7 @@ fn restore_refuses_non_empty_backend_and_other_max_parallelism() {
 #[test]
 fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
     let dir = tempfile::tempdir().unwrap();
-    let (_src, sp) = filled_source(dir.path(), "sp");
+    let (src, sp) = filled_source(dir.path(), "sp");
     let bytes = std::fs::read(&sp).unwrap();
     // A spread of single-byte flips across the whole file, plus truncations.
     let step = (bytes.len() / 97).max(1);
@@ -415,4 +415,32 @@ fn many_key_groups_with_mixed_compressibility_round_trip() {
     for (key, value) in &expected {
         assert_eq!(s.get(key, b"").unwrap().as_ref(), Some(value));
     }
+}
+
+/// A savepoint restore stages its SSTs inside the backend's directory; staging that a killed
+/// process left there is removed when the backend next opens (nothing else uses the
+/// directory while RocksDB holds its lock), and nothing is ever staged beside it.
+#[test]
+fn staging_left_by_a_killed_savepoint_restore_goes_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, sp) = filled_source(dir.path(), "sp");
+    let target = dir.path().join("t");
+    let b = KeyedBackend::builder(&target).open().unwrap();
+    b.restore_savepoint(&sp).unwrap();
+    drop(b);
+    let beside: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !beside.iter().any(|n| n.contains("savepoint-restore")),
+        "{beside:?}"
+    );
+    // What a restore killed while writing its SSTs leaves.
+    let left = target.join(".rockstate-savepoint-restore-x1y2z3");
+    std::fs::create_dir(&left).unwrap();
+    std::fs::write(left.join("0-0.sst"), b"partly written").unwrap();
+    let b = KeyedBackend::builder(&target).open().unwrap();
+    assert!(!left.exists());
+    assert_eq!(check(&b, &data()), check(&src, &data()));
 }
