@@ -174,7 +174,7 @@ fn restore_refuses_non_empty_backend_and_other_max_parallelism() {
 #[test]
 fn corruption_is_a_typed_error_and_leaves_the_backend_empty() {
     let dir = tempfile::tempdir().unwrap();
-    let (src, sp) = filled_source(dir.path(), "sp");
+    let (_src, sp) = filled_source(dir.path(), "sp");
     let bytes = std::fs::read(&sp).unwrap();
     // A spread of single-byte flips across the whole file, plus truncations.
     let step = (bytes.len() / 97).max(1);
