@@ -414,6 +414,25 @@ pub(crate) fn skippable(base: &CheckpointManifest, target: KeyGroupRange) -> Res
         .collect())
 }
 
+/// Drops the base's `skipped` SSTs (and every other file wholly outside the target) before
+/// anything else opens it: what [`rescale`] does first, for a base that the changelog replay
+/// opens whole before the rescale. Returns the skipped files RocksDB kept, downloaded after
+/// all; the rescale then takes the base with nothing skipped.
+pub(crate) fn drop_skipped(base: &Source<'_>, target: &Target<'_>) -> Result<Vec<String>> {
+    let m = target.max_parallelism;
+    let clips = clip_ranges(claimed_range(base)?, target.key_groups, m);
+    let mut stats = RescaleStats::default();
+    let db = open_without_skipped(
+        base,
+        target,
+        Some(KeyLayout::new(m, target.key_groups)),
+        &clips,
+        &mut stats,
+    )?;
+    db.close()?;
+    Ok(stats.fetched_late)
+}
+
 /// Opens the base, whose `skipped` SSTs were not downloaded, and drops the files wholly
 /// inside `clips` from every state column family before anything reads it; skipped files
 /// RocksDB kept (being compacted, or not a clean cut) are fetched then, and the database is

@@ -277,11 +277,9 @@ fn restore_pinned<T>(
             None
         };
         // The base's SSTs wholly outside the target are not downloaded (manifest version 2
-        // records their key ranges); the rescale drops them unread.
-        // A base whose log is replayed is opened whole first (see below).
-        let replays =
-            |m: &CheckpointManifest| m.changelog.as_ref().is_some_and(|c| !c.segments.is_empty());
-        let skipped = if rescaling && !replays(&manifest) {
+        // records their key ranges); the rescale drops them unread (before the base's log,
+        // if any, is replayed onto it).
+        let skipped = if rescaling {
             rescale::skippable(&manifest, key_groups)?
         } else {
             Vec::new()
@@ -354,25 +352,7 @@ fn restore_pinned<T>(
                 }
                 log_private = Some(private);
             }
-            // Changelog mode: each source's prepared log is applied onto it, so every source
-            // holds its checkpoint's state before the surgery.
-            let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
-            for ((name, (m, dir, _, _)), prepared) in names.zip(&dirs).zip(prepared) {
-                let Some(prepared) = prepared else {
-                    continue;
-                };
-                report.log_bytes += m
-                    .changelog
-                    .iter()
-                    .flat_map(|c| c.segments.iter().map(|s| s.size))
-                    .sum::<u64>();
-                let counts = crate::replay::apply(prepared, dir, name, &p.options, &budget)?;
-                report.log_batches += counts.batches;
-                report.log_segments += counts.segments;
-                report.log_entries_replayed += counts.applied;
-                report.log_entries_skipped += counts.skipped;
-            }
-            let base = rescale::Source {
+            let mut base = rescale::Source {
                 name: &metadata_name,
                 manifest: &manifest,
                 dir: &target,
@@ -400,20 +380,45 @@ fn restore_pinned<T>(
                 )
                 .map(|_| ())
             };
-            let stats = rescale::rescale(
-                &base,
-                &other_sources,
-                &rescale::Target {
-                    key_groups,
-                    max_parallelism: p.max_parallelism,
-                    options: &p.options,
-                    budget: &budget,
-                    compact_clipped: p.compact_clipped,
-                    scratch: scratch.as_ref().map_or(target.as_path(), |s| s.path()),
-                    threads: p.transfer_threads,
-                    fetch_late: &fetch_late,
-                },
-            )?;
+            let rescale_target = rescale::Target {
+                key_groups,
+                max_parallelism: p.max_parallelism,
+                options: &p.options,
+                budget: &budget,
+                compact_clipped: p.compact_clipped,
+                scratch: scratch.as_ref().map_or(target.as_path(), |s| s.path()),
+                threads: p.transfer_threads,
+                fetch_late: &fetch_late,
+            };
+            let mut fetched_late = Vec::new();
+            // Changelog mode: each source's prepared log is applied onto it, so every source
+            // holds its checkpoint's state before the surgery.
+            let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
+            for (i, ((name, (m, dir, _, _)), prepared)) in
+                names.zip(&dirs).zip(prepared).enumerate()
+            {
+                let Some(prepared) = prepared else {
+                    continue;
+                };
+                // The replay opens the base (the first source) whole: its skipped files go
+                // first.
+                if i == 0 && !base.skipped.is_empty() {
+                    fetched_late = rescale::drop_skipped(&base, &rescale_target)?;
+                    base.skipped = &[];
+                }
+                report.log_bytes += m
+                    .changelog
+                    .iter()
+                    .flat_map(|c| c.segments.iter().map(|s| s.size))
+                    .sum::<u64>();
+                let counts = crate::replay::apply(prepared, dir, name, &p.options, &budget)?;
+                report.log_batches += counts.batches;
+                report.log_segments += counts.segments;
+                report.log_entries_replayed += counts.applied;
+                report.log_entries_skipped += counts.skipped;
+            }
+            let mut stats = rescale::rescale(&base, &other_sources, &rescale_target)?;
+            stats.fetched_late.extend(fetched_late);
             for name in &stats.fetched_late {
                 let size = manifest
                     .shared_files

@@ -244,3 +244,52 @@ fn halves_of_a_split_merge_back_by_linking() {
     assert!(report.sst_files_linked >= 64, "{report:?}");
     check(&merged, all);
 }
+
+/// A changelog-mode checkpoint skips the same files: the base's skipped SSTs are dropped
+/// before its log is replayed onto it, and the replay adds only the target's key groups.
+#[test]
+fn a_log_checkpoint_rescale_skips_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    let mut opts = CheckpointOptions {
+        local_recovery: false,
+        ..CheckpointOptions::default()
+    };
+    opts.changelog.enabled = true;
+    opts.changelog.materialize_interval_ms = u64::MAX;
+    opts.changelog.materialize_log_percent = 100_000;
+    opts.changelog.materialize_min_log_bytes = 0;
+    let builder = |name: &str, range: KeyGroupRange| {
+        one_group_files(dir.path(), &storage, name, range).checkpoint_options(opts.clone())
+    };
+    let all = KeyGroupRange::all(M).unwrap();
+    let src = builder("src", all).open().unwrap();
+    let s = src.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+    for k in 0..KEYS {
+        s.put(&k.to_be_bytes(), &[], &value(k, 0)).unwrap();
+    }
+    src.flush().unwrap();
+    src.compact_state("s").unwrap();
+    assert!(src.checkpoint(1).unwrap().materialized);
+    src.notify_checkpoint_complete(1).unwrap();
+    // The update goes into the log only.
+    for k in 0..100u64 {
+        s.put(&k.to_be_bytes(), &[], &value(k, 1)).unwrap();
+    }
+    drop(s);
+    assert!(!src.checkpoint(2).unwrap().materialized);
+    src.notify_checkpoint_complete(2).unwrap();
+    drop(src);
+
+    for i in 0..2 {
+        let half = KeyGroupRange::for_operator(M, 2, i).unwrap();
+        let (b, report) = builder(&format!("half-{i}"), half)
+            .restore_with_report(RestoreFrom::Checkpoint(2))
+            .unwrap();
+        assert_eq!(report.log_segments, 1, "half {i}");
+        assert_eq!(report.files_skipped, 64, "half {i}");
+        assert!(report.log_entries_skipped > 0, "half {i}");
+        check(&b, half);
+    }
+}
