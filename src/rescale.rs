@@ -11,7 +11,9 @@
 //!    outside the manifest's claimed key groups. The last check is two bounded seeks per
 //!    column family (below the first claimed group's prefix, at or above the prefix after the
 //!    last one): keys are ordered by their key-group prefix, so a live key outside the range
-//!    is found by one of them. Any failure is a typed error
+//!    is found by one of them. A seek is left out where no file's key range and no memtable
+//!    reaches that side (a seek opens the first file it lands on, which a source opened
+//!    without its skipped files may lack). Any failure is a typed error
 //!    ([`Error::DataOutsideKeyGroups`], [`Error::CheckpointCorrupt`]).
 //! 2. **Drop the base's files outside the target**: per state column family, the SST files
 //!    entirely inside its clipped ranges go (no tombstone yet: it would overlap what step 3
@@ -88,8 +90,10 @@ pub(crate) struct Source<'a> {
     pub(crate) manifest: &'a CheckpointManifest,
     /// The directory holding its downloaded files.
     pub(crate) dir: &'a Path,
-    /// Local names of its SSTs that were not downloaded ([`skippable`]; the base only): the
-    /// database is opened without them and they are dropped before anything reads it.
+    /// Local names of its SSTs that were not downloaded ([`skippable`]). The base is opened
+    /// without them and they are dropped before anything reads it; another source is opened
+    /// read-only without them, and nothing reads it outside its `copy` range, which they lie
+    /// wholly outside of.
     pub(crate) skipped: &'a [String],
 }
 
@@ -185,7 +189,12 @@ pub(crate) fn rescale(
     let mut opened: Vec<Arc<Db>> = Vec::with_capacity(others.len());
     let mut plans: Vec<Plan> = Vec::new();
     for (i, other) in others.iter().enumerate() {
-        let odb = Db::open_read_only(other.dir, target.options, target.budget)?;
+        let odb = Db::open_read_only(
+            other.dir,
+            target.options,
+            target.budget,
+            !other.skipped.is_empty(),
+        )?;
         let other_states = check_source(&odb, other, m)?;
         list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
         for (name, st) in &other_states {
@@ -389,13 +398,16 @@ fn clip_ranges(claimed: KeyGroupRange, target: KeyGroupRange, m: u32) -> Vec<(Ve
     .collect()
 }
 
-/// The SSTs of `base` (a manifest chosen as a rescale's base for `target`) that need not be
-/// downloaded: keyed-state files (manifest version 2 records their key range) at L1 or
-/// deeper whose keys lie wholly inside one clipped range ([`clip_ranges`], the end inclusive
-/// as RocksDB's `DeleteFilesInRange` takes it). Step 2 drops exactly such files unless
-/// RocksDB is compacting one or its range's edge is not a clean cut; those are downloaded
-/// late ([`Target::fetch_late`]). Empty for a plain restore (no clipped range) and for
-/// version-1 manifests (no ranges).
+/// The SSTs of `base` (a manifest chosen as a rescale's source for `target`, the base or
+/// another) that need not be downloaded: keyed-state files (manifest version 2 records their
+/// key range) at L1 or deeper whose keys lie wholly inside one clipped range
+/// ([`clip_ranges`], the end inclusive as RocksDB's `DeleteFilesInRange` takes it), so
+/// wholly outside the target. For the base, step 2 drops exactly such files unless RocksDB
+/// is compacting one or its range's edge is not a clean cut; those are downloaded late
+/// ([`Target::fetch_late`]). Another source is only ever read inside the target (L1 and
+/// deeper files are opened only where a read reaches them, L0 files all at once: those are
+/// never skipped). Empty for a plain restore (no clipped range) and for version-1 manifests
+/// (no ranges).
 pub(crate) fn skippable(base: &CheckpointManifest, target: KeyGroupRange) -> Result<Vec<String>> {
     let claimed = KeyGroupRange::new(base.key_group_start, base.key_group_end)?;
     let clips = clip_ranges(claimed, target, base.max_parallelism);
@@ -685,9 +697,21 @@ fn check_source(
             continue;
         };
         let cf = state_cf(db, src, name)?;
-        let outside = match first_key(&cf, &[], Some(&below))? {
+        // Where no file (and no memtable) reaches outside the claimed range, no key lies
+        // there, and no seek is needed: a seek opens the first file it lands on, which a
+        // source opened without its skipped files may not have.
+        let files = cf.live_files()?;
+        let memtables_empty = cf.memtables_empty()?;
+        let reaches_below = !memtables_empty || files.iter().any(|f| f.smallest < below);
+        let reaches_above = !memtables_empty || files.iter().any(|f| f.largest >= above);
+        let outside = match reaches_below {
+            true => first_key(&cf, &[], Some(&below))?,
+            false => None,
+        };
+        let outside = match outside {
             Some(k) => Some(k),
-            None => first_key(&cf, &above, None)?,
+            None if reaches_above => first_key(&cf, &above, None)?,
+            None => None,
         };
         if let Some(key) = outside {
             let key_group = keygroup::read_prefix(&key, max_parallelism)

@@ -290,11 +290,24 @@ fn restore_pinned<T>(
             locals[0].as_ref(),
             skipped.as_slice(),
         )];
+        // So are the other sources' (those without a log to replay, which opens a database
+        // whole): they are only ever read inside the target.
+        let others_skipped: Vec<Vec<String>> = others
+            .iter()
+            .map(|(_, m)| {
+                let log = m.changelog.as_ref().is_some_and(|c| !c.segments.is_empty());
+                if log {
+                    Ok(Vec::new())
+                } else {
+                    rescale::skippable(m, key_groups)
+                }
+            })
+            .collect::<Result<_>>()?;
         if let Some(s) = &scratch {
             for (i, (_, m)) in others.iter().enumerate() {
                 let dir = s.path().join(format!("source-{i}"));
                 std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
-                dirs.push((m, dir, locals[i + 1].as_ref(), &[]));
+                dirs.push((m, dir, locals[i + 1].as_ref(), others_skipped[i].as_slice()));
             }
         }
         let budget = match &p.budget {
@@ -361,11 +374,11 @@ fn restore_pinned<T>(
             let other_sources: Vec<rescale::Source<'_>> = others
                 .iter()
                 .zip(&dirs[1..])
-                .map(|((name, m), (_, dir, _, _))| rescale::Source {
+                .map(|((name, m), (_, dir, _, skipped))| rescale::Source {
                     name,
                     manifest: m,
                     dir,
-                    skipped: &[],
+                    skipped,
                 })
                 .collect();
             // Skipped files RocksDB kept after all: fetched and verified like the rest.

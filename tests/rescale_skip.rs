@@ -175,13 +175,11 @@ fn rescale_skips_ssts_wholly_outside_the_target() {
 /// 1 -> 2 -> 1 with one key group per file: each half drops the other's files (and, with
 /// nothing of the base left in the range it gives away, writes no clip tombstone there), so
 /// merging the halves right away links every file instead of rewriting half the state.
-#[test]
-fn halves_of_a_split_merge_back_by_linking() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
-    let builder =
-        |name: &str, range: KeyGroupRange| one_group_files(dir.path(), &storage, name, range);
+/// Checkpoint 1 of one backend owning every key group (one-group files below L0), split into
+/// two halves (each skipping the other's 64 files) that take checkpoint 2 as one job. Returns
+/// the halves' backend ids.
+fn split_in_halves(dir: &std::path::Path, storage: &Arc<dyn CheckpointStorage>) -> Vec<String> {
+    let builder = |name: &str, range: KeyGroupRange| one_group_files(dir, storage, name, range);
     let all = KeyGroupRange::all(M).unwrap();
     let src = builder("src", all).open().unwrap();
     let s = src.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
@@ -197,7 +195,7 @@ fn halves_of_a_split_merge_back_by_linking() {
     drop(src);
 
     // The halves, one job: its owner commits the record naming both manifests.
-    let owner = Arc::new(JobOwner::open(Arc::clone(&storage), 1, Arc::new(SystemClock)).unwrap());
+    let owner = Arc::new(JobOwner::open(Arc::clone(storage), 1, Arc::new(SystemClock)).unwrap());
     let halves: Vec<KeyedBackend> = (0..2)
         .map(|i| {
             let half = KeyGroupRange::for_operator(M, 2, i).unwrap();
@@ -229,11 +227,17 @@ fn halves_of_a_split_merge_back_by_linking() {
     for b in &halves {
         b.notify_checkpoint_complete(2).unwrap();
     }
-    let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
-    drop(halves);
-    drop(owner);
+    halves.iter().map(|b| b.backend_id().to_string()).collect()
+}
 
-    let (merged, report) = builder("merged", all)
+#[test]
+fn halves_of_a_split_merge_back_by_linking() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    let ids = split_in_halves(dir.path(), &storage);
+    let all = KeyGroupRange::all(M).unwrap();
+    let (merged, report) = one_group_files(dir.path(), &storage, "merged", all)
         .restore_with_report(RestoreFrom::Handles {
             checkpoint_id: 2,
             backend_ids: ids,
@@ -243,6 +247,36 @@ fn halves_of_a_split_merge_back_by_linking() {
     assert_eq!(report.entries_rewritten, 0);
     assert!(report.sst_files_linked >= 64, "{report:?}");
     check(&merged, all);
+}
+
+/// A merge skips the other sources' files wholly outside the target too: 2 → 3, where the
+/// middle instance takes a part of each half and neither half's files beyond its part.
+#[test]
+fn a_merge_skips_the_other_sources_files_outside_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    split_in_halves(dir.path(), &storage);
+    for i in 0..3 {
+        let third = KeyGroupRange::for_operator(M, 3, i).unwrap();
+        let (b, report) = one_group_files(dir.path(), &storage, &format!("third-{i}"), third)
+            .checkpoint_options(CheckpointOptions {
+                local_recovery: false,
+                ..CheckpointOptions::default()
+            })
+            .restore_with_report(RestoreFrom::Checkpoint(2))
+            .unwrap();
+        // Every one-group file of the halves it merges that lies outside the third is
+        // skipped, the base's and the other half's alike: the middle third takes both halves.
+        let halves = if i == 1 { 2 } else { 1 };
+        let own = third.len() as usize;
+        assert_eq!(
+            report.files_skipped,
+            64 * halves - own,
+            "third {i} ({third}): {report:?}"
+        );
+        check(&b, third);
+    }
 }
 
 /// A changelog-mode checkpoint skips the same files: the base's skipped SSTs are dropped

@@ -157,13 +157,16 @@ impl Db {
     }
 
     /// Opens the existing database at `path` read-only: nothing is written, no compaction
-    /// runs, so its live files stay as they are while it is open (rescale sources).
+    /// runs, so its live files stay as they are while it is open (rescale sources). With
+    /// `missing_files`, RocksDB's `paranoid_checks` are off, so opening tolerates table files
+    /// deliberately not downloaded; the caller must never read a key range one of them covers.
     pub(crate) fn open_read_only(
         path: &Path,
         options: &DbOptions,
         budget: &MemoryBudget,
+        missing_files: bool,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, None, true, true)
+        Self::open_with(path, options, budget, None, true, !missing_files)
     }
 
     fn open_with(
