@@ -25,6 +25,23 @@ fn group(k: u64) -> u16 {
     rockstate::keygroup::key_group_of(&k.to_be_bytes(), M)
 }
 
+/// A temporary directory and a local checkpoint storage inside it.
+fn local_store() -> (tempfile::TempDir, Arc<dyn CheckpointStorage>) {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    (dir, storage)
+}
+
+/// Checkpoint options that take every file from storage (no local copies), so a restore's
+/// counts are downloads.
+fn from_storage() -> CheckpointOptions {
+    CheckpointOptions {
+        local_recovery: false,
+        ..CheckpointOptions::default()
+    }
+}
+
 /// A backend at `root/name` owning `range`, its compacted files cut at every key group.
 fn one_group_files(
     root: &std::path::Path,
@@ -69,16 +86,9 @@ fn check(b: &KeyedBackend, range: KeyGroupRange) {
 
 #[test]
 fn rescale_skips_ssts_wholly_outside_the_target() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    let (dir, storage) = local_store();
     let builder = |name: &str, range: KeyGroupRange| {
-        one_group_files(dir.path(), &storage, name, range)
-            // Every file from storage (no local copies), so the counts are downloads.
-            .checkpoint_options(CheckpointOptions {
-                local_recovery: false,
-                ..CheckpointOptions::default()
-            })
+        one_group_files(dir.path(), &storage, name, range).checkpoint_options(from_storage())
     };
     let all = KeyGroupRange::all(M).unwrap();
     let src = builder("src", all).open().unwrap();
@@ -232,9 +242,7 @@ fn split_in_halves(dir: &std::path::Path, storage: &Arc<dyn CheckpointStorage>) 
 
 #[test]
 fn halves_of_a_split_merge_back_by_linking() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    let (dir, storage) = local_store();
     let ids = split_in_halves(dir.path(), &storage);
     let all = KeyGroupRange::all(M).unwrap();
     let (merged, report) = one_group_files(dir.path(), &storage, "merged", all)
@@ -253,17 +261,12 @@ fn halves_of_a_split_merge_back_by_linking() {
 /// middle instance takes a part of each half and neither half's files beyond its part.
 #[test]
 fn a_merge_skips_the_other_sources_files_outside_the_target() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
+    let (dir, storage) = local_store();
     split_in_halves(dir.path(), &storage);
     for i in 0..3 {
         let third = KeyGroupRange::for_operator(M, 3, i).unwrap();
         let (b, report) = one_group_files(dir.path(), &storage, &format!("third-{i}"), third)
-            .checkpoint_options(CheckpointOptions {
-                local_recovery: false,
-                ..CheckpointOptions::default()
-            })
+            .checkpoint_options(from_storage())
             .restore_with_report(RestoreFrom::Checkpoint(2))
             .unwrap();
         // Every one-group file of the halves it merges that lies outside the third is
@@ -283,13 +286,8 @@ fn a_merge_skips_the_other_sources_files_outside_the_target() {
 /// before its log is replayed onto it, and the replay adds only the target's key groups.
 #[test]
 fn a_log_checkpoint_rescale_skips_too() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
-    let mut opts = CheckpointOptions {
-        local_recovery: false,
-        ..CheckpointOptions::default()
-    };
+    let (dir, storage) = local_store();
+    let mut opts = from_storage();
     opts.changelog.enabled = true;
     opts.changelog.materialize_interval_ms = u64::MAX;
     opts.changelog.materialize_log_percent = 100_000;
