@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rockstate::coordinator::task_checkpoint;
 use rockstate::{
     BackendBuilder, CheckpointOptions, CheckpointStorage, CodecId, DbOptions, JobOwner,
-    KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom, SystemClock,
+    KeyGroupRange, KeyedBackend, LocalStorage, RawValueState, RestoreFrom, SystemClock,
 };
 
 const M: u32 = 128;
@@ -59,6 +59,25 @@ fn one_group_files(
         .checkpoint_storage(Arc::clone(storage))
 }
 
+/// Writes every key (round 0) into state `s` of `b`, flushed and compacted into one file per
+/// key group below L0; returns the state.
+fn fill_compacted(b: &KeyedBackend) -> RawValueState {
+    let s = b.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+    for k in 0..KEYS {
+        s.put(&k.to_be_bytes(), &[], &value(k, 0)).unwrap();
+    }
+    b.flush().unwrap();
+    b.compact_state("s").unwrap();
+    s
+}
+
+/// Overwrites the first 100 keys (round 1).
+fn update_first_keys(s: &RawValueState) {
+    for k in 0..100u64 {
+        s.put(&k.to_be_bytes(), &[], &value(k, 1)).unwrap();
+    }
+}
+
 /// Every key of `range` reads as written (the first 100 keys were overwritten in round 1),
 /// and the state holds nothing else.
 fn check(b: &KeyedBackend, range: KeyGroupRange) {
@@ -92,17 +111,10 @@ fn rescale_skips_ssts_wholly_outside_the_target() {
     };
     let all = KeyGroupRange::all(M).unwrap();
     let src = builder("src", all).open().unwrap();
-    let s = src.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
-    for k in 0..KEYS {
-        s.put(&k.to_be_bytes(), &[], &value(k, 0)).unwrap();
-    }
-    src.flush().unwrap();
     // One file per key group below L0; then an update the checkpoint flushes into an L0
     // file spanning both halves, which no half may skip.
-    src.compact_state("s").unwrap();
-    for k in 0..100u64 {
-        s.put(&k.to_be_bytes(), &[], &value(k, 1)).unwrap();
-    }
+    let s = fill_compacted(&src);
+    update_first_keys(&s);
     drop(s);
     src.checkpoint(1).unwrap();
     src.notify_checkpoint_complete(1).unwrap();
@@ -297,18 +309,11 @@ fn a_log_checkpoint_rescale_skips_too() {
     };
     let all = KeyGroupRange::all(M).unwrap();
     let src = builder("src", all).open().unwrap();
-    let s = src.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
-    for k in 0..KEYS {
-        s.put(&k.to_be_bytes(), &[], &value(k, 0)).unwrap();
-    }
-    src.flush().unwrap();
-    src.compact_state("s").unwrap();
+    let s = fill_compacted(&src);
     assert!(src.checkpoint(1).unwrap().materialized);
     src.notify_checkpoint_complete(1).unwrap();
     // The update goes into the log only.
-    for k in 0..100u64 {
-        s.put(&k.to_be_bytes(), &[], &value(k, 1)).unwrap();
-    }
+    update_first_keys(&s);
     drop(s);
     assert!(!src.checkpoint(2).unwrap().materialized);
     src.notify_checkpoint_complete(2).unwrap();
