@@ -97,6 +97,10 @@ pub(crate) struct Source<'a> {
     pub(crate) skipped: &'a [String],
 }
 
+/// Downloads (and verifies) the named SSTs of the source with this manifest into its
+/// directory.
+pub(crate) type FetchLate<'a> = dyn Fn(&CheckpointManifest, &Path, &[String]) -> Result<()> + 'a;
+
 /// The target of a rescale and how to open databases.
 pub(crate) struct Target<'a> {
     /// The key groups the restored backend owns.
@@ -113,9 +117,9 @@ pub(crate) struct Target<'a> {
     pub(crate) scratch: &'a Path,
     /// Threads scanning the other sources into ingest files.
     pub(crate) threads: usize,
-    /// Downloads (and verifies) the named SSTs of the base into its directory after all: the
-    /// skipped files RocksDB did not drop.
-    pub(crate) fetch_late: &'a dyn Fn(&[String]) -> Result<()>,
+    /// Downloads (and verifies) the named SSTs of a source (its manifest and directory) after
+    /// all: the skipped files RocksDB did not drop.
+    pub(crate) fetch_late: &'a FetchLate<'a>,
 }
 
 /// What a rescale did.
@@ -129,8 +133,9 @@ pub(crate) struct RescaleStats {
     pub(crate) entries_rewritten: u64,
     /// Ingestions of DB-generated files RocksDB refused (their states took the fallback).
     pub(crate) refused: usize,
-    /// Skipped SSTs of the base that RocksDB did not drop, so they were downloaded after all.
-    pub(crate) fetched_late: Vec<String>,
+    /// Skipped SSTs (local name, size) that RocksDB did not drop, so they were downloaded
+    /// after all.
+    pub(crate) fetched_late: Vec<(String, u64)>,
     /// Clipped ranges (per state) that needed no range tombstone: nothing of the base was
     /// left there.
     pub(crate) clips_without_tombstone: usize,
@@ -426,11 +431,12 @@ pub(crate) fn skippable(base: &CheckpointManifest, target: KeyGroupRange) -> Res
         .collect())
 }
 
-/// Drops the base's `skipped` SSTs (and every other file wholly outside the target) before
-/// anything else opens it: what [`rescale`] does first, for a base that the changelog replay
-/// opens whole before the rescale. Returns the skipped files RocksDB kept, downloaded after
-/// all; the rescale then takes the base with nothing skipped.
-pub(crate) fn drop_skipped(base: &Source<'_>, target: &Target<'_>) -> Result<Vec<String>> {
+/// Drops a source's `skipped` SSTs (and every other file wholly outside the target) before
+/// anything else opens it: what [`rescale`] does first for the base, for a source that the
+/// changelog replay opens whole before the rescale. Returns the skipped files RocksDB kept,
+/// downloaded after all (local name, size); the rescale then takes the source with nothing
+/// skipped.
+pub(crate) fn drop_skipped(base: &Source<'_>, target: &Target<'_>) -> Result<Vec<(String, u64)>> {
     let m = target.max_parallelism;
     let clips = clip_ranges(claimed_range(base)?, target.key_groups, m);
     let mut stats = RescaleStats::default();
@@ -445,7 +451,8 @@ pub(crate) fn drop_skipped(base: &Source<'_>, target: &Target<'_>) -> Result<Vec
     Ok(stats.fetched_late)
 }
 
-/// Opens the base, whose `skipped` SSTs were not downloaded, and drops the files wholly
+/// Opens a source (the base, or one about to have its log replayed), whose `skipped` SSTs
+/// were not downloaded, and drops the files wholly
 /// inside `clips` from every state column family before anything reads it; skipped files
 /// RocksDB kept (being compacted, or not a clean cut) are fetched then, and the database is
 /// reopened with every check on.
@@ -487,8 +494,19 @@ fn open_without_skipped(
         checkpoint = base.name,
         "RocksDB kept SST files outside the target that were not downloaded; fetching them"
     );
-    (target.fetch_late)(&late)?;
-    stats.fetched_late = late;
+    (target.fetch_late)(base.manifest, base.dir, &late)?;
+    stats.fetched_late = late
+        .into_iter()
+        .map(|name| {
+            let size = base
+                .manifest
+                .shared_files
+                .iter()
+                .find(|f| f.local_name == name)
+                .map_or(0, |f| f.size);
+            (name, size)
+        })
+        .collect();
     db.close()?;
     drop(db);
     Db::open(base.dir, target.options, target.budget, layout)

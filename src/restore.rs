@@ -290,18 +290,11 @@ fn restore_pinned<T>(
             locals[0].as_ref(),
             skipped.as_slice(),
         )];
-        // So are the other sources' (those without a log to replay, which opens a database
-        // whole): they are only ever read inside the target.
+        // So are the other sources': they are only ever read inside the target (or, with a
+        // log to replay, lose those files first, as the base does).
         let others_skipped: Vec<Vec<String>> = others
             .iter()
-            .map(|(_, m)| {
-                let log = m.changelog.as_ref().is_some_and(|c| !c.segments.is_empty());
-                if log {
-                    Ok(Vec::new())
-                } else {
-                    rescale::skippable(m, key_groups)
-                }
-            })
+            .map(|(_, m)| rescale::skippable(m, key_groups))
             .collect::<Result<_>>()?;
         if let Some(s) = &scratch {
             for (i, (_, m)) in others.iter().enumerate() {
@@ -371,7 +364,7 @@ fn restore_pinned<T>(
                 dir: &target,
                 skipped: &skipped,
             };
-            let other_sources: Vec<rescale::Source<'_>> = others
+            let mut other_sources: Vec<rescale::Source<'_>> = others
                 .iter()
                 .zip(&dirs[1..])
                 .map(|((name, m), (_, dir, _, skipped))| rescale::Source {
@@ -382,13 +375,13 @@ fn restore_pinned<T>(
                 })
                 .collect();
             // Skipped files RocksDB kept after all: fetched and verified like the rest.
-            let fetch_late = |late: &[String]| -> Result<()> {
-                let mut only = (*manifest).clone();
+            let fetch_late = |m: &CheckpointManifest, dir: &Path, late: &[String]| -> Result<()> {
+                let mut only = m.clone();
                 only.shared_files.retain(|f| late.contains(&f.local_name));
                 only.private_files.clear();
                 download_all(
                     storage,
-                    &[(&only, target.clone(), None, &[])],
+                    &[(&only, dir.to_path_buf(), None, &[])],
                     p.transfer_threads,
                 )
                 .map(|_| ())
@@ -413,11 +406,14 @@ fn restore_pinned<T>(
                 let Some(prepared) = prepared else {
                     continue;
                 };
-                // The replay opens the base (the first source) whole: its skipped files go
-                // first.
-                if i == 0 && !base.skipped.is_empty() {
-                    fetched_late = rescale::drop_skipped(&base, &rescale_target)?;
-                    base.skipped = &[];
+                // The replay opens its source whole: the source's skipped files go first.
+                let source = match i {
+                    0 => &mut base,
+                    _ => &mut other_sources[i - 1],
+                };
+                if !source.skipped.is_empty() {
+                    fetched_late.extend(rescale::drop_skipped(source, &rescale_target)?);
+                    source.skipped = &[];
                 }
                 report.log_bytes += m
                     .changelog
@@ -432,12 +428,8 @@ fn restore_pinned<T>(
             }
             let mut stats = rescale::rescale(&base, &other_sources, &rescale_target)?;
             stats.fetched_late.extend(fetched_late);
-            for name in &stats.fetched_late {
-                let size = manifest
-                    .shared_files
-                    .iter()
-                    .find(|f| f.local_name == *name)
-                    .map_or(0, |f| f.size);
+            for (_, size) in &stats.fetched_late {
+                let size = *size;
                 report.files_skipped -= 1;
                 report.bytes_skipped -= size;
                 report.files_downloaded += 1;

@@ -197,11 +197,60 @@ fn rescale_skips_ssts_wholly_outside_the_target() {
 /// 1 -> 2 -> 1 with one key group per file: each half drops the other's files (and, with
 /// nothing of the base left in the range it gives away, writes no clip tombstone there), so
 /// merging the halves right away links every file instead of rewriting half the state.
-/// Checkpoint 1 of one backend owning every key group (one-group files below L0), split into
-/// two halves (each skipping the other's 64 files) that take checkpoint 2 as one job. Returns
-/// the halves' backend ids.
-fn split_in_halves(dir: &std::path::Path, storage: &Arc<dyn CheckpointStorage>) -> Vec<String> {
-    let builder = |name: &str, range: KeyGroupRange| one_group_files(dir, storage, name, range);
+/// The halves of a split, one job, and its owner.
+struct Halves {
+    owner: Arc<JobOwner>,
+    backends: Vec<KeyedBackend>,
+}
+
+impl Halves {
+    /// Takes checkpoint `id` of both halves and completes it as one job.
+    fn checkpoint(&self, id: u64) {
+        let stats: Vec<_> = self
+            .backends
+            .iter()
+            .map(|b| b.checkpoint(id).unwrap())
+            .collect();
+        self.owner
+            .commit(&sst_format::JobCheckpoint {
+                checkpoint_id: id,
+                job_name: "skip".into(),
+                max_parallelism: M,
+                triggered_at_ms: 0,
+                completed_at_ms: 0,
+                tasks: self
+                    .backends
+                    .iter()
+                    .zip(&stats)
+                    .enumerate()
+                    .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
+                    .collect(),
+            })
+            .unwrap();
+        for b in &self.backends {
+            b.notify_checkpoint_complete(id).unwrap();
+        }
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.backends
+            .iter()
+            .map(|b| b.backend_id().to_string())
+            .collect()
+    }
+}
+
+/// Checkpoint 1 of one backend owning every key group (one-group files below L0; the first
+/// 100 keys at round 1), split into two halves (each skipping the other's 64 files) that
+/// take checkpoint 2 as one job; every backend with checkpoint options `opts`.
+fn split_in_halves(
+    dir: &std::path::Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    opts: &CheckpointOptions,
+) -> Halves {
+    let builder = |name: &str, range: KeyGroupRange| {
+        one_group_files(dir, storage, name, range).checkpoint_options(opts.clone())
+    };
     let all = KeyGroupRange::all(M).unwrap();
     let src = builder("src", all).open().unwrap();
     let s = src.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
@@ -218,7 +267,7 @@ fn split_in_halves(dir: &std::path::Path, storage: &Arc<dyn CheckpointStorage>) 
 
     // The halves, one job: its owner commits the record naming both manifests.
     let owner = Arc::new(JobOwner::open(Arc::clone(storage), 1, Arc::new(SystemClock)).unwrap());
-    let halves: Vec<KeyedBackend> = (0..2)
+    let backends: Vec<KeyedBackend> = (0..2)
         .map(|i| {
             let half = KeyGroupRange::for_operator(M, 2, i).unwrap();
             let (b, report) = builder(&format!("half-{i}"), half)
@@ -230,32 +279,54 @@ fn split_in_halves(dir: &std::path::Path, storage: &Arc<dyn CheckpointStorage>) 
             b
         })
         .collect();
-    let stats: Vec<_> = halves.iter().map(|b| b.checkpoint(2).unwrap()).collect();
-    owner
-        .commit(&sst_format::JobCheckpoint {
-            checkpoint_id: 2,
-            job_name: "skip".into(),
-            max_parallelism: M,
-            triggered_at_ms: 0,
-            completed_at_ms: 0,
-            tasks: halves
-                .iter()
-                .zip(&stats)
-                .enumerate()
-                .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
-                .collect(),
+    let halves = Halves { owner, backends };
+    halves.checkpoint(2);
+    halves
+}
+
+/// Checkpoint options of a changelog-mode job that materializes only when it must.
+fn changelog_from_storage() -> CheckpointOptions {
+    let mut opts = from_storage();
+    opts.changelog.enabled = true;
+    opts.changelog.materialize_interval_ms = u64::MAX;
+    opts.changelog.materialize_log_percent = 100_000;
+    opts.changelog.materialize_min_log_bytes = 0;
+    opts
+}
+
+/// Restores the three instances of parallelism 3 from checkpoint `id`: each skips every
+/// one-group file outside its third of the halves it merges, the base's and the other
+/// half's alike (the middle third takes both halves), and holds its keys as written.
+fn restore_thirds(
+    dir: &std::path::Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    opts: &CheckpointOptions,
+    id: u64,
+) -> Vec<rockstate::RestoreReport> {
+    (0..3)
+        .map(|i| {
+            let third = KeyGroupRange::for_operator(M, 3, i).unwrap();
+            let (b, report) = one_group_files(dir, storage, &format!("third-{id}-{i}"), third)
+                .checkpoint_options(opts.clone())
+                .restore_with_report(RestoreFrom::Checkpoint(id))
+                .unwrap();
+            let halves = if i == 1 { 2 } else { 1 };
+            let own = third.len() as usize;
+            assert_eq!(
+                report.files_skipped,
+                64 * halves - own,
+                "third {i} ({third}): {report:?}"
+            );
+            check(&b, third);
+            report
         })
-        .unwrap();
-    for b in &halves {
-        b.notify_checkpoint_complete(2).unwrap();
-    }
-    halves.iter().map(|b| b.backend_id().to_string()).collect()
+        .collect()
 }
 
 #[test]
 fn halves_of_a_split_merge_back_by_linking() {
     let (dir, storage) = local_store();
-    let ids = split_in_halves(dir.path(), &storage);
+    let ids = split_in_halves(dir.path(), &storage, &CheckpointOptions::default()).ids();
     let all = KeyGroupRange::all(M).unwrap();
     let (merged, report) = one_group_files(dir.path(), &storage, "merged", all)
         .restore_with_report(RestoreFrom::Handles {
@@ -274,24 +345,29 @@ fn halves_of_a_split_merge_back_by_linking() {
 #[test]
 fn a_merge_skips_the_other_sources_files_outside_the_target() {
     let (dir, storage) = local_store();
-    split_in_halves(dir.path(), &storage);
-    for i in 0..3 {
-        let third = KeyGroupRange::for_operator(M, 3, i).unwrap();
-        let (b, report) = one_group_files(dir.path(), &storage, &format!("third-{i}"), third)
-            .checkpoint_options(from_storage())
-            .restore_with_report(RestoreFrom::Checkpoint(2))
-            .unwrap();
-        // Every one-group file of the halves it merges that lies outside the third is
-        // skipped, the base's and the other half's alike: the middle third takes both halves.
-        let halves = if i == 1 { 2 } else { 1 };
-        let own = third.len() as usize;
-        assert_eq!(
-            report.files_skipped,
-            64 * halves - own,
-            "third {i} ({third}): {report:?}"
-        );
-        check(&b, third);
+    drop(split_in_halves(dir.path(), &storage, &from_storage()));
+    restore_thirds(dir.path(), &storage, &from_storage(), 2);
+}
+
+/// So does a merge of log checkpoints: each source's skipped files are dropped before its
+/// log is replayed onto it.
+#[test]
+fn a_merge_of_log_checkpoints_skips_every_sources_files_outside_the_target() {
+    let (dir, storage) = local_store();
+    let opts = changelog_from_storage();
+    let halves = split_in_halves(dir.path(), &storage, &opts);
+    // Checkpoint 2 (the first after the split) materialized; the first 100 keys, written
+    // again as they are, go into each half's log.
+    for b in &halves.backends {
+        let s = b.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+        for k in (0..100u64).filter(|k| b.key_groups().contains(group(*k))) {
+            s.put(&k.to_be_bytes(), &[], &value(k, 1)).unwrap();
+        }
     }
+    halves.checkpoint(3);
+    drop(halves);
+    let reports = restore_thirds(dir.path(), &storage, &opts, 3);
+    assert_eq!(reports[1].log_segments, 2, "{:?}", reports[1]);
 }
 
 /// A changelog-mode checkpoint skips the same files: the base's skipped SSTs are dropped
@@ -299,11 +375,7 @@ fn a_merge_skips_the_other_sources_files_outside_the_target() {
 #[test]
 fn a_log_checkpoint_rescale_skips_too() {
     let (dir, storage) = local_store();
-    let mut opts = from_storage();
-    opts.changelog.enabled = true;
-    opts.changelog.materialize_interval_ms = u64::MAX;
-    opts.changelog.materialize_log_percent = 100_000;
-    opts.changelog.materialize_min_log_bytes = 0;
+    let opts = changelog_from_storage();
     let builder = |name: &str, range: KeyGroupRange| {
         one_group_files(dir.path(), &storage, name, range).checkpoint_options(opts.clone())
     };
