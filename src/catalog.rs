@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use sst_format::{CheckpointManifest, JobCheckpoint};
+use sst_format::{CheckpointManifest, JobCheckpoint, LogSegmentFile, SstUniqueId};
 
 use crate::clock::millis_since_epoch;
 use crate::error::{Error, Result};
@@ -39,17 +39,7 @@ pub struct CommittedCheckpoint {
 impl CommittedCheckpoint {
     /// Bytes of every file the checkpoint references (shared and private).
     pub fn state_bytes(&self) -> u64 {
-        self.manifest
-            .shared_files
-            .iter()
-            .map(|f| f.size)
-            .sum::<u64>()
-            + self
-                .manifest
-                .changelog
-                .iter()
-                .flat_map(|c| c.segments.iter().map(|s| s.size))
-                .sum::<u64>()
+        shared_objects_bytes(&self.manifest)
             + self
                 .manifest
                 .private_files
@@ -392,25 +382,19 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
             .manifest
             .shared_files
             .iter()
-            .map(|f| (&f.remote_name, f.size, f.crc32, Some(&f.sst_id)))
+            .map(|f| (&f.remote_name, f.size, f.crc32, Contents::Sst(&f.sst_id)))
             .chain(
                 c.manifest
                     .private_files
                     .iter()
-                    .map(|f| (&f.remote_name, f.size, f.crc32, None)),
-            );
-        let segments = c.manifest.changelog.iter().flat_map(|l| {
-            l.segments
-                .iter()
-                .map(|s| (&s.remote_name, s.size, s.crc32, None))
-        });
-        let segment_names: HashSet<&str> = c
-            .manifest
-            .changelog
-            .iter()
-            .flat_map(|l| l.segments.iter().map(|s| s.remote_name.as_str()))
-            .collect();
-        for (remote, size, crc32, sst_id) in files.chain(segments) {
+                    .map(|f| (&f.remote_name, f.size, f.crc32, Contents::Private)),
+            )
+            .chain(c.manifest.changelog.iter().flat_map(|l| {
+                l.segments
+                    .iter()
+                    .map(|s| (&s.remote_name, s.size, s.crc32, Contents::Segment(s)))
+            }));
+        for (remote, size, crc32, contents) in files {
             if !seen.insert(remote.as_str()) {
                 continue;
             }
@@ -428,18 +412,31 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
                                 d.size, d.crc32, c.name
                             ),
                         ));
-                    } else if segment_names.contains(remote.as_str()) {
-                        let checked =
-                            std::fs::read(&local)
-                                .map_err(|e| e.to_string())
-                                .and_then(|b| {
-                                    sst_format::decode_log_segment(&b).map_err(|e| e.to_string())
-                                });
+                    } else if let Contents::Segment(s) = contents {
+                        let checked = std::fs::read(&local)
+                            .map_err(|e| e.to_string())
+                            .and_then(|b| {
+                                sst_format::decode_log_segment(&b).map_err(|e| e.to_string())
+                            })
+                            .and_then(|seg| {
+                                if (seg.first_seq(), seg.count()) == (s.first_seq, s.entries) {
+                                    Ok(())
+                                } else {
+                                    Err(format!(
+                                        "holds entries {}.. ({}), {} says {}.. ({})",
+                                        seg.first_seq(),
+                                        seg.count(),
+                                        c.name,
+                                        s.first_seq,
+                                        s.entries
+                                    ))
+                                }
+                            });
                         if let Err(e) = checked {
                             v.problems
                                 .push(problem(remote, format!("log segment: {e}")));
                         }
-                    } else if let Some(expected) = sst_id {
+                    } else if let Contents::Sst(expected) = contents {
                         match sst_format::read_sst_meta(&local) {
                             Err(e) => v.problems.push(problem(remote, format!("SST: {e}"))),
                             Ok(meta) if &meta.unique_id != expected => v.problems.push(problem(
@@ -459,6 +456,16 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
         }
     }
     Ok(v)
+}
+
+/// What [`verify`] checks inside a file beyond its size and CRC-32.
+enum Contents<'a> {
+    /// An SST: its footer, properties and unique id.
+    Sst(&'a SstUniqueId),
+    /// A private file: nothing more.
+    Private,
+    /// A changelog segment: its own checks, first sequence number and entry count.
+    Segment(&'a LogSegmentFile),
 }
 
 /// Why [`classify`] deletes an object.
@@ -737,7 +744,6 @@ pub fn gc_apply(storage: &dyn CheckpointStorage, plan: &GcPlan) -> Result<Vec<Ob
     Ok(deleted)
 }
 
-/// Decodes manifest bytes, naming the object on failure.
 /// Every shared object `m` references: its SSTs, then its changelog segments.
 pub fn shared_objects(m: &CheckpointManifest) -> impl Iterator<Item = &str> {
     m.shared_files.iter().map(|f| f.remote_name.as_str()).chain(
@@ -756,6 +762,7 @@ pub fn shared_objects_bytes(m: &CheckpointManifest) -> u64 {
             .sum::<u64>()
 }
 
+/// Decodes manifest bytes, naming the object on failure.
 pub(crate) fn decode_manifest_named(name: &str, bytes: &[u8]) -> Result<CheckpointManifest> {
     sst_format::decode_manifest(bytes).map_err(|e| Error::CheckpointCorrupt {
         file: name.to_string(),

@@ -5,13 +5,15 @@
 //! was recorded since the last cut ([`ChangeLog::cut`]) into one changelog segment
 //! (`sst_format::LogSegmentBuilder`, docs/changelog-format.md).
 //!
-//! A leaf: the database front calls it under its lock, so the log's order is RocksDB's.
-//! Changes the log cannot express (dropped files, range deletions and ingestion, all made
+//! Depends on `keygroup` only (for the key prefix); the database front calls it under its
+//! lock, so the log's order is RocksDB's. Changes the log cannot express (dropped files, range deletions and ingestion, all made
 //! through `Open::changing`) and more recorded bytes than its limit make the log *lost* until
 //! the next cut ([`LogCut::complete`] is false): that checkpoint must be a materialization,
 //! which holds them.
 
 use sst_format::LogSegmentBuilder;
+
+use crate::keygroup;
 
 /// What one database records between two checkpoints.
 #[derive(Debug)]
@@ -23,8 +25,9 @@ pub(crate) struct ChangeLog {
     cut_start: u64,
     /// The slot of the column family whose keys carry no key-group prefix (`default`).
     unkeyed_slot: Option<usize>,
-    /// Bytes of the key-group prefix of every other column family's keys.
-    prefix_len: usize,
+    /// The max parallelism, which sets the key-group prefix of every other column family's
+    /// keys.
+    max_parallelism: u32,
     /// Smallest and largest key group recorded since the last cut.
     key_groups: Option<(u16, u16)>,
     /// Most bytes of encoded entries held; past it the log is lost until the next cut.
@@ -50,11 +53,11 @@ pub(crate) struct LogCut {
 
 impl ChangeLog {
     /// A log whose first entry gets sequence number `first_seq`; keys of every column family
-    /// but `unkeyed_slot` start with a `prefix_len`-byte key group.
+    /// but `unkeyed_slot` start with the key-group prefix of `max_parallelism`.
     pub(crate) fn new(
         first_seq: u64,
         unkeyed_slot: Option<usize>,
-        prefix_len: usize,
+        max_parallelism: u32,
         max_bytes: usize,
     ) -> Self {
         ChangeLog {
@@ -62,7 +65,7 @@ impl ChangeLog {
             first_seq,
             cut_start: first_seq,
             unkeyed_slot,
-            prefix_len,
+            max_parallelism,
             key_groups: None,
             max_bytes,
             lost: false,
@@ -92,12 +95,10 @@ impl ChangeLog {
     }
 
     fn note_group(&mut self, key: &[u8]) {
-        let group = match (self.prefix_len, key) {
-            (1, [g, ..]) => u16::from(*g),
-            (2, [a, b, ..]) => u16::from_be_bytes([*a, *b]),
-            // A key shorter than its prefix is refused by the state layer; recorded as is, it
-            // widens nothing.
-            _ => return,
+        // A key shorter than its prefix is refused by the state layer; recorded as is, it
+        // widens nothing.
+        let Ok(group) = keygroup::read_prefix(key, self.max_parallelism) else {
+            return;
         };
         self.key_groups = Some(match self.key_groups {
             None => (group, group),
@@ -140,7 +141,7 @@ mod tests {
 
     #[test]
     fn cuts_number_entries_contiguously_and_track_key_groups() {
-        let mut log = ChangeLog::new(10, Some(0), 1, 1 << 20);
+        let mut log = ChangeLog::new(10, Some(0), 128, 1 << 20);
         log.record(1, &[5, b'a'], Some(b"v"));
         log.record(0, b"list-seq", Some(b"x"));
         log.record(2, &[9, b'b'], None);
@@ -157,7 +158,7 @@ mod tests {
 
     #[test]
     fn overflow_loses_until_the_next_cut() {
-        let mut log = ChangeLog::new(0, Some(0), 2, 64);
+        let mut log = ChangeLog::new(0, Some(0), 32768, 64);
         log.record(1, &[0, 1, b'k'], Some(&[0; 100]));
         log.record(1, &[0, 1, b'k'], Some(b"small"));
         let c = log.cut();

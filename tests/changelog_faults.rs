@@ -162,6 +162,38 @@ fn a_segment_damaged_behind_a_matching_checksum_is_refused() {
 }
 
 #[test]
+fn a_segment_holding_other_entries_than_its_manifest_says_is_refused() {
+    // An intact segment the manifest counts one entry more in: restore and verify compare
+    // the segment's own numbering with the manifest's.
+    let fx = Fixture::new();
+    let (backend, name) = log_checkpoint(&fx);
+    let manifest_name = rockstate::checkpoint::layout::metadata_name(2, &backend);
+    let mut m =
+        sst_format::decode_manifest(&fx.storage.get_bytes(&manifest_name).unwrap()).unwrap();
+    m.changelog.as_mut().unwrap().segments[0].entries += 1;
+    fx.storage.delete(&manifest_name).unwrap();
+    fx.storage
+        .put_bytes(&manifest_name, &sst_format::encode_manifest(&m).unwrap())
+        .unwrap();
+    match fx.restore("r", RestoreFrom::Latest) {
+        Err(Error::CheckpointCorrupt { file, detail }) => {
+            assert_eq!(file, name);
+            assert!(detail.contains("holds entries"), "{detail}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a miscounted segment was restored"),
+    }
+    let report = rockstate::verify_checkpoints(fx.storage.as_ref()).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|(f, why)| *f == name && why.contains("holds entries")),
+        "{report:?}"
+    );
+}
+
+#[test]
 fn a_missing_segment_is_refused() {
     let fx = Fixture::new();
     let (_, name) = log_checkpoint(&fx);

@@ -115,8 +115,6 @@ pub(crate) struct Materialized {
 /// A backend's changelog bookkeeping (inside its [`Checkpointer`]).
 #[derive(Debug, Default)]
 pub(crate) struct LogBook {
-    /// Whether the database records its changes (started by the first sync phase).
-    pub(crate) started: bool,
     /// Segments cut and not yet covered by a completed materialization, by first sequence
     /// number. A gap between two (changes the log lost) means only a materialization after
     /// it can be built on.
@@ -169,9 +167,12 @@ pub(crate) enum Planned {
 pub(crate) struct LogPlan {
     /// The materialization's private files.
     pub(crate) materialized: Arc<Materialized>,
-    /// The log part of the manifest, segments not yet uploaded included as local files.
+    /// The checkpoint id of the materialization the log rests on.
     pub(crate) materialization_id: u64,
+    /// The sequence number the materialization holds every change below.
     pub(crate) materialized_seq: u64,
+    /// Every segment from `materialized_seq` on, in log order (those not yet uploaded as
+    /// local files).
     pub(crate) segments: Vec<Planned>,
 }
 

@@ -393,29 +393,25 @@ pub(crate) fn begin_snapshot(
         changelog: None,
         log_plan: None,
     };
-    let log = if pending.cp.options.changelog.enabled {
-        Some(cut_log(&src, &pending.cp, pending.base.as_deref())?)
-    } else {
-        None
-    };
-    match log {
-        None => {}
-        Some(Cut::Log(plan)) => {
-            pending.log_plan = Some(plan);
-            pending.sync_duration = src.started.elapsed();
-            return Ok(pending);
-        }
-        Some(Cut::Materialize(end_seq)) => {
-            pending.changelog = Some(sst_format::Changelog {
-                materialization_id: checkpoint_id,
-                materialized_seq: end_seq,
-                segments: Vec::new(),
-            });
-            changelog::materialization_started(
-                &pending.cp,
-                checkpoint_id,
-                pending.cp.clock.now_ms(),
-            );
+    if pending.cp.options.changelog.enabled {
+        match cut_log(&src, &pending.cp, pending.base.as_deref())? {
+            Cut::Log(plan) => {
+                pending.log_plan = Some(plan);
+                pending.sync_duration = src.started.elapsed();
+                return Ok(pending);
+            }
+            Cut::Materialize(end_seq) => {
+                pending.changelog = Some(sst_format::Changelog {
+                    materialization_id: checkpoint_id,
+                    materialized_seq: end_seq,
+                    segments: Vec::new(),
+                });
+                changelog::materialization_started(
+                    &pending.cp,
+                    checkpoint_id,
+                    pending.cp.clock.now_ms(),
+                );
+            }
         }
     }
     prepare_staging(&pending.dir)?;
@@ -436,8 +432,8 @@ enum Cut {
     Materialize(u64),
 }
 
-/// Changelog mode's part of the sync phase: starts the database's log on the first
-/// checkpoint, cuts it into a local segment, and decides the checkpoint's kind. A
+/// Changelog mode's part of the sync phase: cuts the database's log (started when the
+/// backend opened, [`attach`]) into a local segment, and decides the checkpoint's kind. A
 /// materialization's RocksDB checkpoint is taken after the cut: a write slipping in between
 /// is in both the files and the log after the cut, and replaying a put or delete onto a
 /// state that already holds it changes nothing.
@@ -446,7 +442,6 @@ fn cut_log(
     cp: &Arc<Checkpointer>,
     base: Option<&sst_format::CheckpointManifest>,
 ) -> Result<Cut> {
-    start_log(cp, src.db, src.max_parallelism)?;
     let cut = src
         .db
         .cut_changelog()?
@@ -460,18 +455,14 @@ fn cut_log(
     )
 }
 
-/// Starts the database's changelog unless it runs already.
+/// Starts the database's changelog, numbered where the checkpointer's log book says.
 fn start_log(cp: &Checkpointer, db: &Arc<Db>, max_parallelism: u32) -> Result<()> {
-    let mut book = cp.log.lock();
-    if !book.started {
-        db.start_changelog(
-            book.first_seq,
-            crate::keygroup::prefix_len(max_parallelism),
-            cp.options.changelog.max_log_buffer_bytes,
-        )?;
-        book.started = true;
-    }
-    Ok(())
+    let book = cp.log.lock();
+    db.start_changelog(
+        book.first_seq,
+        max_parallelism,
+        cp.options.changelog.max_log_buffer_bytes,
+    )
 }
 
 /// The key range and level of every SST of the keyed states' column families, by local file

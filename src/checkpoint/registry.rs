@@ -274,15 +274,14 @@ impl Checkpointer {
             Some(r) if !r.claimed => {
                 // Another job's checkpoint: nothing of it is this job's base or id.
             }
-            Some(r) => {
+            Some(mut r) => {
                 let restored_id = r.manifest.checkpoint_id;
-                if let (true, true, Some(private), Some(c)) = (
-                    r.reusable,
-                    r.others.is_empty(),
-                    &r.log_private,
-                    &r.manifest.changelog,
-                ) {
-                    super::changelog::resume(&mut log, c, private.clone(), clock.now_ms());
+                // A plain restore of a changelog-mode checkpoint continues its log.
+                if r.reusable && r.others.is_empty() {
+                    if let (Some(private), Some(c)) = (r.log_private.take(), &r.manifest.changelog)
+                    {
+                        super::changelog::resume(&mut log, c, private, clock.now_ms());
+                    }
                 }
                 // The reuse base: every merged manifest's shared files, since a rescale
                 // ingests the other sources' SSTs as they are (snapshot matches them by unique

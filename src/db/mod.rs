@@ -21,7 +21,6 @@ mod front;
 mod maintenance;
 mod options;
 mod sst_writer;
-pub(crate) use sst_writer::write_ssts;
 mod ttl_filter;
 
 #[cfg(test)]
@@ -39,6 +38,7 @@ pub use budget::MemoryBudget;
 pub(crate) const DEFAULT_CF_NAME: &str = rocksdb::DEFAULT_COLUMN_FAMILY_NAME;
 pub(crate) use files::{ingest_db_generated, ForeignFiles, LiveSst};
 pub use options::lower_compaction_priority;
+pub(crate) use sst_writer::write_ssts;
 pub(crate) use ttl_filter::TtlFilter;
 
 use front::{FrontSettings, Open, Rocks};
@@ -305,17 +305,22 @@ impl Db {
 
     /// Changelog mode: records every change RocksDB takes from now on (see
     /// [`crate::change_log`]), numbered from `first_seq`; keys of every column family but
-    /// `default` start with a `prefix_len`-byte key group; at most `max_bytes` are held
-    /// between two cuts.
+    /// `default` start with the key-group prefix of `max_parallelism`; at most `max_bytes`
+    /// are held between two cuts.
     pub(crate) fn start_changelog(
         &self,
         first_seq: u64,
-        prefix_len: usize,
+        max_parallelism: u32,
         max_bytes: usize,
     ) -> Result<()> {
         let open = self.opened()?;
-        let unkeyed = open.slot(rocksdb::DEFAULT_COLUMN_FAMILY_NAME);
-        open.start_log(ChangeLog::new(first_seq, unkeyed, prefix_len, max_bytes))
+        let unkeyed = open.slot(DEFAULT_CF_NAME);
+        open.start_log(ChangeLog::new(
+            first_seq,
+            unkeyed,
+            max_parallelism,
+            max_bytes,
+        ))
     }
 
     /// Cuts the changelog (see [`ChangeLog::cut`]) after draining the write cache into
