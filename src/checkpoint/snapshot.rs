@@ -89,9 +89,13 @@ impl PendingSnapshot {
         let _span = tracing::info_span!("checkpoint.upload", id = self.id).entered();
         let start = Instant::now();
         let uploaded = Mutex::new(Vec::<String>::new());
-        let result = match &self.log_plan {
-            Some(plan) => self.upload_log(plan, &uploaded, start),
-            None => self.upload_inner(&uploaded, start),
+        let result = if self.cp.is_aborted(self.id) {
+            Err(Error::CheckpointAborted { id: self.id })
+        } else {
+            match &self.log_plan {
+                Some(plan) => self.upload_log(plan, &uploaded, start),
+                None => self.upload_inner(&uploaded, start),
+            }
         };
         self.finished = true;
         if self.changelog.is_some() {
@@ -131,9 +135,6 @@ impl PendingSnapshot {
     ) -> Result<CheckpointStats> {
         let cp = &self.cp;
         let id = self.id;
-        if cp.is_aborted(id) {
-            return Err(Error::CheckpointAborted { id });
-        }
         let base = self
             .base
             .as_deref()
@@ -181,20 +182,30 @@ impl PendingSnapshot {
             log_bytes_uploaded: log_bytes,
             ..CheckpointStats::default()
         };
-        let manifest = CheckpointManifest {
-            checkpoint_id: id,
-            backend_id: cp.backend_id.clone(),
+        let manifest = self.manifest(base.shared_files.clone(), private_files, Some(log));
+        self.commit(manifest, uploaded, new_shared, stats, start)
+    }
+
+    /// This checkpoint's manifest, naming `shared_files`, `private_files` and `changelog`.
+    fn manifest(
+        &self,
+        shared_files: Vec<SharedFile>,
+        private_files: Vec<PrivateFile>,
+        changelog: Option<sst_format::Changelog>,
+    ) -> CheckpointManifest {
+        CheckpointManifest {
+            checkpoint_id: self.id,
+            backend_id: self.cp.backend_id.clone(),
             key_group_start: self.key_groups.start,
             key_group_end: self.key_groups.end,
             max_parallelism: self.max_parallelism,
             states: self.states.clone(),
-            shared_files: base.shared_files.clone(),
+            shared_files,
             private_files,
             operator_state: self.operator_state.clone(),
-            created_at_ms: cp.clock.now_ms(),
-            changelog: Some(log),
-        };
-        self.commit(manifest, uploaded, new_shared, stats, start)
+            created_at_ms: self.cp.clock.now_ms(),
+            changelog,
+        }
     }
 
     fn upload_inner(
@@ -204,9 +215,6 @@ impl PendingSnapshot {
     ) -> Result<CheckpointStats> {
         let cp = &self.cp;
         let id = self.id;
-        if cp.is_aborted(id) {
-            return Err(Error::CheckpointAborted { id });
-        }
         // By SST unique id, not local name: a rescale ingests other sources' files under new
         // file numbers (`crate::rescale`); the id survives, and two different files never
         // share it.
@@ -338,19 +346,7 @@ impl PendingSnapshot {
         }
         shared_files.sort_by(|a, b| a.local_name.cmp(&b.local_name));
         private_files.sort_by(|a, b| a.local_name.cmp(&b.local_name));
-        let manifest = CheckpointManifest {
-            checkpoint_id: id,
-            backend_id: cp.backend_id.clone(),
-            key_group_start: self.key_groups.start,
-            key_group_end: self.key_groups.end,
-            max_parallelism: self.max_parallelism,
-            states: self.states.clone(),
-            shared_files,
-            private_files,
-            operator_state: self.operator_state.clone(),
-            created_at_ms: cp.clock.now_ms(),
-            changelog: self.changelog.clone(),
-        };
+        let manifest = self.manifest(shared_files, private_files, self.changelog.clone());
         stats.materialized = self.changelog.is_some();
         self.commit(manifest, uploaded, new_shared, stats, start)
     }
