@@ -13,6 +13,7 @@ use rockstate::{
     CheckpointOptions, CheckpointStorage, Error, Fault, FaultyStorage, KeyedBackend, OpKind,
     RestoreFrom,
 };
+use sst_format::CheckpointManifest;
 
 fn changelog() -> CheckpointOptions {
     changelog_options(100_000)
@@ -36,11 +37,7 @@ fn a_failed_log_upload_loses_no_change() {
     let fx = Fixture::new();
     let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
     let b = open(&fx, faulty.clone(), changelog());
-    let mut model = Model::new();
-    let mut r = rng(21);
-    random_writes(&b, &mut model, &mut r, 4000);
-    b.checkpoint(1).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
+    let (mut model, mut r) = materialize_then_log(&b, 21, 4000, 0, 0);
 
     // Checkpoint 2's segment upload fails; its changes must reach checkpoint 3.
     random_writes(&b, &mut model, &mut r, 300);
@@ -64,11 +61,7 @@ fn a_failed_log_upload_loses_no_change() {
 fn an_aborted_log_checkpoint_loses_no_change() {
     let fx = Fixture::new();
     let b = fx.open("a", changelog());
-    let mut model = Model::new();
-    let mut r = rng(22);
-    random_writes(&b, &mut model, &mut r, 4000);
-    b.checkpoint(1).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
+    let (mut model, mut r) = materialize_then_log(&b, 22, 4000, 0, 0);
     random_writes(&b, &mut model, &mut r, 300);
     b.checkpoint(2).unwrap();
     b.notify_checkpoint_aborted(2).unwrap();
@@ -84,18 +77,22 @@ fn an_aborted_log_checkpoint_loses_no_change() {
 /// segment.
 fn log_checkpoint(fx: &Fixture) -> (String, String) {
     let b = fx.open("a", changelog());
-    let mut model = Model::new();
-    let mut r = rng(23);
-    random_writes(&b, &mut model, &mut r, 4000);
-    b.checkpoint(1).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
-    random_writes(&b, &mut model, &mut r, 300);
-    assert!(!b.checkpoint(2).unwrap().materialized);
-    b.notify_checkpoint_complete(2).unwrap();
+    materialize_then_log(&b, 23, 4000, 1, 300);
     let m = fx.manifest(2, b.backend_id());
     let segments = &m.changelog.as_ref().unwrap().segments;
     assert_eq!(segments.len(), 1);
     (b.backend_id().to_string(), segments[0].remote_name.clone())
+}
+
+/// Rewrites the manifest of checkpoint 2 of `backend` in storage, changed by `edit`.
+fn edit_manifest(fx: &Fixture, backend: &str, edit: impl FnOnce(&mut CheckpointManifest)) {
+    let name = rockstate::checkpoint::layout::metadata_name(2, backend);
+    let mut m = sst_format::decode_manifest(&fx.storage.get_bytes(&name).unwrap()).unwrap();
+    edit(&mut m);
+    fx.storage.delete(&name).unwrap();
+    fx.storage
+        .put_bytes(&name, &sst_format::encode_manifest(&m).unwrap())
+        .unwrap();
 }
 
 #[test]
@@ -114,7 +111,7 @@ fn a_damaged_segment_is_refused_at_restore_and_by_verify() {
         Ok(_) => panic!("a damaged segment was restored"),
     }
     // The failed restore left neither a backend directory nor scratch space behind (the
-    // log was being prepared beside it while the files downloaded).
+    // log is prepared inside the target while the files download).
     assert!(!fx.path("r").exists());
     let left: Vec<_> = std::fs::read_dir(fx.dir.path())
         .unwrap()
@@ -138,19 +135,11 @@ fn a_segment_damaged_behind_a_matching_checksum_is_refused() {
     let path = fx.local_root().join(&name);
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[40] ^= 0x01;
-    let (manifest_name, mut m) = {
-        let p = rockstate::checkpoint::layout::metadata_name(2, &backend);
-        let m = sst_format::decode_manifest(&fx.storage.get_bytes(&p).unwrap()).unwrap();
-        (p, m)
-    };
-    let seg = &mut m.changelog.as_mut().unwrap().segments[0];
-    seg.crc32 = crc32fast::hash(&bytes);
     std::fs::remove_file(&path).unwrap();
     std::fs::write(&path, &bytes).unwrap();
-    fx.storage.delete(&manifest_name).unwrap();
-    fx.storage
-        .put_bytes(&manifest_name, &sst_format::encode_manifest(&m).unwrap())
-        .unwrap();
+    edit_manifest(&fx, &backend, |m| {
+        m.changelog.as_mut().unwrap().segments[0].crc32 = crc32fast::hash(&bytes);
+    });
     match fx.restore("r", RestoreFrom::Latest) {
         Err(Error::CheckpointCorrupt { file, detail }) => {
             assert_eq!(file, name);
@@ -167,14 +156,9 @@ fn a_segment_holding_other_entries_than_its_manifest_says_is_refused() {
     // the segment's own numbering with the manifest's.
     let fx = Fixture::new();
     let (backend, name) = log_checkpoint(&fx);
-    let manifest_name = rockstate::checkpoint::layout::metadata_name(2, &backend);
-    let mut m =
-        sst_format::decode_manifest(&fx.storage.get_bytes(&manifest_name).unwrap()).unwrap();
-    m.changelog.as_mut().unwrap().segments[0].entries += 1;
-    fx.storage.delete(&manifest_name).unwrap();
-    fx.storage
-        .put_bytes(&manifest_name, &sst_format::encode_manifest(&m).unwrap())
-        .unwrap();
+    edit_manifest(&fx, &backend, |m| {
+        m.changelog.as_mut().unwrap().segments[0].entries += 1;
+    });
     match fx.restore("r", RestoreFrom::Latest) {
         Err(Error::CheckpointCorrupt { file, detail }) => {
             assert_eq!(file, name);
@@ -211,14 +195,8 @@ fn more_changes_than_the_buffer_holds_materialize() {
     let mut opts = changelog();
     opts.changelog.max_log_buffer_bytes = 8 << 10;
     let b = fx.open("a", opts);
-    let mut model = Model::new();
-    let mut r = rng(24);
-    random_writes(&b, &mut model, &mut r, 4000);
-    b.checkpoint(1).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
-    random_writes(&b, &mut model, &mut r, 100);
-    assert!(!b.checkpoint(2).unwrap().materialized, "100 writes fit");
-    b.notify_checkpoint_complete(2).unwrap();
+    // 100 writes fit in the buffer.
+    let (mut model, mut r) = materialize_then_log(&b, 24, 4000, 1, 100);
     random_writes(&b, &mut model, &mut r, 3000);
     assert!(b.checkpoint(3).unwrap().materialized, "3000 writes do not");
     b.notify_checkpoint_complete(3).unwrap();
@@ -235,23 +213,14 @@ fn a_range_deletion_in_the_log_is_replayed_in_order() {
     // has them: a segment ending in one clears its range on restore.
     let fx = Fixture::new();
     let b = fx.open("a", changelog());
-    let mut model = Model::new();
-    let mut r = rng(25);
-    random_writes(&b, &mut model, &mut r, 4000);
-    b.checkpoint(1).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
-    random_writes(&b, &mut model, &mut r, 300);
-    b.checkpoint(2).unwrap();
-    b.notify_checkpoint_complete(2).unwrap();
+    let (mut model, _) = materialize_then_log(&b, 25, 4000, 1, 300);
     let backend = b.backend_id().to_string();
     drop(b);
 
-    let manifest_name = rockstate::checkpoint::layout::metadata_name(2, &backend);
-    let mut m =
-        sst_format::decode_manifest(&fx.storage.get_bytes(&manifest_name).unwrap()).unwrap();
-    let seg_file = m.changelog.as_mut().unwrap().segments.last_mut().unwrap();
-    let old = sst_format::decode_log_segment(&fx.storage.get_bytes(&seg_file.remote_name).unwrap())
-        .unwrap();
+    let old_name = fx.manifest(2, &backend).changelog.unwrap().segments[0]
+        .remote_name
+        .clone();
+    let old = sst_format::decode_log_segment(&fx.storage.get_bytes(&old_name).unwrap()).unwrap();
     let mut builder = sst_format::LogSegmentBuilder::new();
     for e in old.entries() {
         match e.unwrap() {
@@ -273,19 +242,15 @@ fn a_range_deletion_in_the_log_is_replayed_in_order() {
         .finish(old.first_seq(), old.column_families(), true)
         .unwrap();
     let replayed = old.count() + 1;
-    let new_name = format!(
-        "{}.log",
-        seg_file.remote_name.trim_end_matches(".log").to_string() + "0"
-    );
+    let new_name = format!("{}0.log", old_name.trim_end_matches(".log"));
     fx.storage.put_bytes(&new_name, &bytes).unwrap();
-    seg_file.remote_name = new_name;
-    seg_file.size = bytes.len() as u64;
-    seg_file.crc32 = crc32fast::hash(&bytes);
-    seg_file.entries += 1;
-    fx.storage.delete(&manifest_name).unwrap();
-    fx.storage
-        .put_bytes(&manifest_name, &sst_format::encode_manifest(&m).unwrap())
-        .unwrap();
+    edit_manifest(&fx, &backend, |m| {
+        let seg = &mut m.changelog.as_mut().unwrap().segments[0];
+        seg.remote_name = new_name;
+        seg.size = bytes.len() as u64;
+        seg.crc32 = crc32fast::hash(&bytes);
+        seg.entries += 1;
+    });
 
     model.retain(|k, _| {
         let key = rockstate::codec::encode(k, "key").unwrap();

@@ -127,14 +127,7 @@ fn the_log_materializes_when_it_outgrows_its_share(fx: Fixture) {
 
 fn a_restored_backend_continues_the_restored_log(fx: Fixture) {
     let b = fx.open("a", changelog_options(100_000));
-    let mut model = Model::new();
-    let mut r = rng(13);
-    random_writes(&b, &mut model, &mut r, 6000);
-    b.checkpoint(1).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
-    random_writes(&b, &mut model, &mut r, 200);
-    b.checkpoint(2).unwrap();
-    b.notify_checkpoint_complete(2).unwrap();
+    let (mut model, mut r) = materialize_then_log(&b, 13, 6000, 1, 200);
     let m2 = fx.manifest(2, b.backend_id());
     drop(b);
 
@@ -177,18 +170,10 @@ fn a_restored_backend_continues_the_restored_log(fx: Fixture) {
 /// sorted and ingested one batch of segments after another, later batches above earlier
 /// ones, so a key written and cleared across batches ends as its last change says.
 fn a_log_longer_than_a_replay_batch_replays_batch_by_batch(fx: Fixture) {
-    let b = fx.open("a", changelog_options(100_000));
-    let mut model = Model::new();
-    let mut r = rng(17);
-    random_writes(&b, &mut model, &mut r, 3000);
-    assert!(b.checkpoint(1).unwrap().materialized);
-    b.notify_checkpoint_complete(1).unwrap();
     // Few keys, many writes: each key changes in several segments.
-    for cp in 2..=7u64 {
-        random_writes(&b, &mut model, &mut r, 400);
-        assert!(!b.checkpoint(cp).unwrap().materialized);
-        b.notify_checkpoint_complete(cp).unwrap();
-    }
+    let b = fx.open("a", changelog_options(100_000));
+    let (model, _) = materialize_then_log(&b, 17, 3000, 6, 400);
+    drop(b);
     let restore = |name: &str, batch: u64| {
         let mut opts = CheckpointOptions::default();
         opts.changelog.replay_batch_bytes = batch;
@@ -199,30 +184,23 @@ fn a_log_longer_than_a_replay_batch_replays_batch_by_batch(fx: Fixture) {
             .restore_with_report(RestoreFrom::Latest)
             .unwrap()
     };
-    let (whole, report) = restore("whole", u64::MAX);
-    assert_eq!(report.log_segments, 6);
-    assert_eq!(report.log_batches, 1);
+    let (whole, whole_report) = restore("whole", u64::MAX);
+    assert_eq!(whole_report.log_segments, 6);
+    assert_eq!(whole_report.log_batches, 1);
     assert_eq!(read_all(&whole), model);
     // One segment per batch (a batch holds at least one).
     let (batched, report) = restore("batched", 1);
     assert_eq!(report.log_batches, 6);
-    assert_eq!(report.log_entries_replayed, {
-        let (_, whole_report) = restore("whole-again", u64::MAX);
+    assert_eq!(
+        report.log_entries_replayed,
         whole_report.log_entries_replayed
-    });
+    );
     assert_eq!(read_all(&batched), model);
 }
 
 fn a_backend_restored_from_another_job_materializes_reusing_nothing_of_it(fx: Fixture) {
     let b = fx.open("a", changelog_options(100_000));
-    let mut model = Model::new();
-    let mut r = rng(15);
-    random_writes(&b, &mut model, &mut r, 6000);
-    b.checkpoint(1).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
-    random_writes(&b, &mut model, &mut r, 200);
-    b.checkpoint(2).unwrap();
-    b.notify_checkpoint_complete(2).unwrap();
+    let (mut model, mut r) = materialize_then_log(&b, 15, 6000, 1, 200);
     drop(b);
 
     let other = rockstate::LocalStorage::new(fx.path("other-job")).unwrap();
@@ -248,17 +226,9 @@ fn a_backend_restored_from_another_job_materializes_reusing_nothing_of_it(fx: Fi
 #[test]
 fn a_log_checkpoint_restores_its_files_from_the_local_copy() {
     let fx = Fixture::new();
-    let b = fx.open("a", changelog_options(100_000));
-    let mut model = Model::new();
-    let mut r = rng(14);
-    random_writes(&b, &mut model, &mut r, 6000);
-    b.checkpoint(1).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
-    for cp in 2..=4 {
-        random_writes(&b, &mut model, &mut r, 200);
-        assert!(!b.checkpoint(cp).unwrap().materialized);
-        b.notify_checkpoint_complete(cp).unwrap();
-    }
+    // The writer stays open while the restore runs beside it.
+    let writer = fx.open("a", changelog_options(100_000));
+    let (model, _) = materialize_then_log(&writer, 14, 6000, 3, 200);
     let (restored, report) = KeyedBackend::builder(fx.path("r"))
         .options(small_options())
         .checkpoint_storage(fx.storage_dyn())

@@ -256,3 +256,26 @@ macro_rules! on_every_storage {
         $crate::on_local_and_s3!(common::Fixture, new, s3; $($name),*);
     };
 }
+
+/// Changelog mode: `writes` random writes into `b`, materialized by checkpoint 1, then
+/// `logged` log checkpoints (2, 3, ...) of `each` random writes; the model of `b`'s state and
+/// the random source, to write on.
+pub fn materialize_then_log(
+    b: &KeyedBackend,
+    seed: u64,
+    writes: usize,
+    logged: u64,
+    each: usize,
+) -> (Model, SmallRng) {
+    let mut model = Model::new();
+    let mut r = rng(seed);
+    random_writes(b, &mut model, &mut r, writes);
+    assert!(b.checkpoint(1).unwrap().materialized);
+    b.notify_checkpoint_complete(1).unwrap();
+    for cp in 2..2 + logged {
+        random_writes(b, &mut model, &mut r, each);
+        assert!(!b.checkpoint(cp).unwrap().materialized, "checkpoint {cp}");
+        b.notify_checkpoint_complete(cp).unwrap();
+    }
+    (model, r)
+}
