@@ -79,6 +79,16 @@ impl Table {
         }
     }
 
+    /// Stores the value `head` followed by `tail` under `key` (a TTL state's timestamp and
+    /// payload), joining them only where the storage needs one buffer.
+    #[inline]
+    pub(crate) fn put_parts(&self, key: &[u8], head: &[u8], tail: &[u8]) -> Result<()> {
+        match self {
+            Table::Rocks(cf) => cf.put_parts(key, head, tail),
+            Table::Heap(t) => t.put(key, &[head, tail].concat()),
+        }
+    }
+
     /// Deletes `key`.
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
         match self {

@@ -118,8 +118,21 @@ impl WriteCache {
     /// the cache is cleared). The caller drains a full cache before writing to it, so the
     /// cache holds at most its limit plus one write (or one batch).
     pub(crate) fn write(&mut self, slot: usize, key: &[u8], value: Option<&[u8]>) {
+        self.write_parts(slot, key, value.map(|v| (&[][..], v)));
+    }
+
+    /// [`WriteCache::write`] of a value given as two parts, `head` then `tail` (a TTL
+    /// state's timestamp and payload), copied straight into the arena, so a caller holding
+    /// them apart never joins them first.
+    #[inline]
+    pub(crate) fn write_parts(&mut self, slot: usize, key: &[u8], value: Option<(&[u8], &[u8])>) {
         let hash = self.hasher.hash_one((slot, key));
-        let value = value.map(|v| self.append(v));
+        let value = value.map(|(head, tail)| {
+            let start = self.arena.len();
+            self.arena.extend_from_slice(head);
+            self.arena.extend_from_slice(tail);
+            start..self.arena.len()
+        });
         match self.find(hash, slot, key) {
             Some(i) => self.entries[i].value = value,
             None => {
@@ -222,6 +235,26 @@ mod tests {
             "overwritten bytes stay counted"
         );
         assert!(!c.is_empty());
+    }
+
+    #[test]
+    fn a_value_in_two_parts_is_stored_joined() {
+        let mut c = WriteCache::new(1 << 20, RandomState::new());
+        c.write_parts(1, b"k", Some((b"head-", b"tail")));
+        assert_eq!(get(&c, 1, b"k"), Some(Some(&b"head-tail"[..])));
+        assert_eq!(c.bytes(), 1 + 9 + ENTRY_OVERHEAD);
+        c.write_parts(1, b"k", Some((b"", b"whole")));
+        c.write_parts(1, b"j", Some((b"only head", b"")));
+        let all: Vec<_> = c.sorted().collect();
+        assert_eq!(
+            all,
+            [
+                (1, &b"j"[..], Some(&b"only head"[..])),
+                (1, &b"k"[..], Some(&b"whole"[..]))
+            ]
+        );
+        c.write_parts(1, b"k", None);
+        assert_eq!(get(&c, 1, b"k"), Some(None));
     }
 
     #[test]

@@ -496,3 +496,52 @@ fn an_expired_value_read_before_compaction_drops_it_is_not_returned_after() {
     assert_eq!(entries(), before + 1, "written, so cached");
     assert_eq!(plain.get(&1, &()).unwrap(), Some(1));
 }
+
+#[test]
+fn a_ttl_value_written_around_the_write_cache_or_through_it_expires_alike() {
+    // A TTL value's timestamp and payload reach RocksDB joined whether the write cache takes
+    // them apart (on) or the put goes straight to RocksDB (off), and through a flush.
+    for write_cache_bytes in [0, DbOptions::default().write_cache_bytes] {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000_000);
+        let b = KeyedBackend::builder(dir.path())
+            .clock(Arc::new(clock.clone()))
+            .options(DbOptions {
+                write_cache_bytes,
+                ..DbOptions::default()
+            })
+            .open()
+            .unwrap();
+        let value = b
+            .value_state::<u32, (), Vec<u8>>(desc(
+                "v",
+                UpdateType::OnCreateAndWrite,
+                Visibility::NeverReturnExpired,
+            ))
+            .unwrap();
+        let payload = |i: u32| vec![i as u8; 1 + (i as usize * 37) % 2000];
+        for i in 0..100u32 {
+            value.put(&i, &(), &payload(i)).unwrap();
+        }
+        clock.advance(TTL / 2);
+        value.put(&7, &(), &payload(70)).unwrap();
+        b.flush().unwrap();
+        for i in 0..100u32 {
+            let want = payload(if i == 7 { 70 } else { i });
+            assert_eq!(
+                value.get(&i, &()).unwrap(),
+                Some(want),
+                "{write_cache_bytes}: {i}"
+            );
+        }
+        clock.advance(TTL / 2 + Duration::from_millis(1));
+        for i in 0..100u32 {
+            let want = (i == 7).then(|| payload(70));
+            assert_eq!(
+                value.get(&i, &()).unwrap(),
+                want,
+                "{write_cache_bytes}: {i}"
+            );
+        }
+    }
+}

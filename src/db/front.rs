@@ -451,21 +451,42 @@ impl Open {
     /// Caches a put or a delete (only with the cache on). A full cache is drained first, so
     /// an error of that drain leaves this write undone.
     #[inline]
-    fn write_one(&self, slot: usize, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+    fn write_one(&self, slot: usize, key: &[u8], value: Option<(&[u8], &[u8])>) -> Result<()> {
         let mut front = self.front.write();
         if front.cache.is_full() {
             self.write_cached(&mut front)?;
         }
-        front.cache.write(slot, key, value);
+        front.cache.write_parts(slot, key, value);
         Ok(())
     }
 
     /// Stores `value` under `key` in the column family in `slot`.
     #[inline]
     pub(super) fn put(&self, slot: usize, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put_parts(slot, key, &[], value)
+    }
+
+    /// Stores the value `head` then `tail` under `key` in the column family in `slot`. With
+    /// the write cache on, the two parts are copied into it as they are (a TTL state's
+    /// timestamp and payload are never joined in a buffer of their own first).
+    #[inline]
+    pub(super) fn put_parts(
+        &self,
+        slot: usize,
+        key: &[u8],
+        head: &[u8],
+        tail: &[u8],
+    ) -> Result<()> {
         if self.cache_on() {
-            return self.write_one(slot, key, Some(value));
+            return self.write_one(slot, key, Some((head, tail)));
         }
+        let joined: Vec<u8>;
+        let value = if head.is_empty() {
+            tail
+        } else {
+            joined = [head, tail].concat();
+            &joined
+        };
         let handle = self.handle(slot)?;
         let mut front = self.tracking_front();
         if let Some(front) = &mut front {

@@ -344,6 +344,13 @@ impl Cf {
         self.db.opened()?.put(self.slot, key, value)
     }
 
+    /// Stores the value `head` followed by `tail` under `key`, without joining them first
+    /// when the write cache is on.
+    #[inline]
+    pub(crate) fn put_parts(&self, key: &[u8], head: &[u8], tail: &[u8]) -> Result<()> {
+        self.db.opened()?.put_parts(self.slot, key, head, tail)
+    }
+
     /// Deletes `key`.
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
         self.db.opened()?.delete(self.slot, key)
