@@ -47,11 +47,11 @@
 //! empty the cache).
 //! Its bytes come out of the memory budget, as the write cache's do.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::options::ValueCacheAdmission;
-use crate::write_cache::HashedWrite;
+use crate::write_cache::{HashedWrite, KeyHasher};
 
 /// Bytes of an entry's header: slot (4), key length (4), value length (4).
 const HEADER: usize = 12;
@@ -185,7 +185,7 @@ pub(crate) struct ValueCache {
     max_slots: usize,
     /// Non-empty index slots, stale ones included.
     occupied: usize,
-    hasher: RandomState,
+    hasher: KeyHasher,
     limit: usize,
     epoch: u64,
     /// Slots whose values are never cached ([`ValueCache::keep_out`]).
@@ -199,7 +199,7 @@ impl ValueCache {
     /// An empty cache holding at most `limit` bytes (0, or too little for a useful ring: the
     /// cache is off and holds nothing). `hasher` is the write cache's, so one hash of a key
     /// serves both.
-    pub(crate) fn new(limit: usize, hasher: RandomState, admission: ValueCacheAdmission) -> Self {
+    pub(crate) fn new(limit: usize, hasher: KeyHasher, admission: ValueCacheAdmission) -> Self {
         // The index takes at most a quarter, in a power of two of slots.
         let quarter_slots = limit / 4 / std::mem::size_of::<u64>();
         let max_slots = if quarter_slots < MIN_SLOTS {
@@ -636,7 +636,11 @@ mod tests {
 
     #[test]
     fn second_read_admission_admits_a_key_on_its_second_read() {
-        let c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::SecondRead);
+        let c = ValueCache::new(
+            1 << 20,
+            KeyHasher::default(),
+            ValueCacheAdmission::SecondRead,
+        );
         let h = c.hash(0, b"k");
         assert!(!c.admits_read(h));
         assert!(c.admits_read(h));
@@ -644,9 +648,13 @@ mod tests {
         let hot = c.hash(0, b"hot");
         c.note_hit(hot);
         assert!(c.admits_read(hot));
-        let every = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
+        let every = ValueCache::new(
+            1 << 20,
+            KeyHasher::default(),
+            ValueCacheAdmission::EveryRead,
+        );
         assert!(every.admits_read(every.hash(0, b"k")));
-        let off = ValueCache::new(0, RandomState::new(), ValueCacheAdmission::EveryRead);
+        let off = ValueCache::new(0, KeyHasher::default(), ValueCacheAdmission::EveryRead);
         assert!(!off.admits_read(off.hash(0, b"k")));
     }
 
@@ -654,7 +662,7 @@ mod tests {
     fn the_doorkeeper_forgets_every_key_when_an_eighth_of_its_bits_are_set() {
         let c = ValueCache::new(
             64 * 1024,
-            RandomState::new(),
+            KeyHasher::default(),
             ValueCacheAdmission::SecondRead,
         );
         let h = c.hash(0, b"k");
@@ -673,7 +681,11 @@ mod tests {
 
     #[test]
     fn writes_and_reads_add_and_later_ones_replace() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
+        let mut c = ValueCache::new(
+            1 << 20,
+            KeyHasher::default(),
+            ValueCacheAdmission::EveryRead,
+        );
         assert_eq!(get(&c, 0, b"k"), None);
         c.record_write(0, b"k", Some(b"v0"));
         assert_eq!(get(&c, 0, b"k"), Some(&b"v0"[..]), "a write adds its key");
@@ -693,7 +705,11 @@ mod tests {
 
     #[test]
     fn a_read_that_raced_a_write_is_not_recorded() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
+        let mut c = ValueCache::new(
+            1 << 20,
+            KeyHasher::default(),
+            ValueCacheAdmission::EveryRead,
+        );
         read(&mut c, b"k", b"old");
         let before = c.epoch();
         c.record_write(0, b"k", None);
@@ -714,7 +730,11 @@ mod tests {
 
     #[test]
     fn the_oldest_entries_leave_first() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
+        let mut c = ValueCache::new(
+            1 << 20,
+            KeyHasher::default(),
+            ValueCacheAdmission::EveryRead,
+        );
         let fit = c.ring_len / entry_size(4 + 100);
         let n = 2 * fit as u32 + 7;
         for i in 0..n {
@@ -741,7 +761,7 @@ mod tests {
     fn an_oversized_value_is_not_cached_and_drops_the_older_one() {
         let mut c = ValueCache::new(
             64 * 1024,
-            RandomState::new(),
+            KeyHasher::default(),
             ValueCacheAdmission::EveryRead,
         );
         read(&mut c, b"k", b"small");
@@ -754,7 +774,11 @@ mod tests {
 
     #[test]
     fn a_kept_out_slot_is_never_cached() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
+        let mut c = ValueCache::new(
+            1 << 20,
+            KeyHasher::default(),
+            ValueCacheAdmission::EveryRead,
+        );
         read(&mut c, b"k", b"v");
         c.keep_out(3);
         assert_eq!(
@@ -772,7 +796,11 @@ mod tests {
 
     #[test]
     fn a_resize_empties_the_cache_and_moves_the_epoch() {
-        let mut c = ValueCache::new(1 << 20, RandomState::new(), ValueCacheAdmission::EveryRead);
+        let mut c = ValueCache::new(
+            1 << 20,
+            KeyHasher::default(),
+            ValueCacheAdmission::EveryRead,
+        );
         c.keep_out(2);
         read(&mut c, b"k", b"v");
         let before = c.epoch();
@@ -792,7 +820,8 @@ mod tests {
     #[test]
     fn an_off_cache_holds_nothing() {
         for limit in [0, 1000] {
-            let mut c = ValueCache::new(limit, RandomState::new(), ValueCacheAdmission::EveryRead);
+            let mut c =
+                ValueCache::new(limit, KeyHasher::default(), ValueCacheAdmission::EveryRead);
             assert!(!c.is_on(), "{limit}");
             read(&mut c, b"k", b"v");
             c.record_write(0, b"k", Some(b"v"));
@@ -806,7 +835,7 @@ mod tests {
         // Tiny entries: the index, not the ring, bounds the count.
         let mut c = ValueCache::new(
             64 * 1024,
-            RandomState::new(),
+            KeyHasher::default(),
             ValueCacheAdmission::EveryRead,
         );
         assert_eq!(c.max_slots, 2048);
@@ -882,7 +911,7 @@ mod tests {
         churn(
             &mut ValueCache::new(
                 16 * 1024,
-                RandomState::new(),
+                KeyHasher::default(),
                 ValueCacheAdmission::EveryRead,
             ),
             40_000,
@@ -895,7 +924,7 @@ mod tests {
         // written: start just below the first wrap.
         let mut c = ValueCache::new(
             16 * 1024,
-            RandomState::new(),
+            KeyHasher::default(),
             ValueCacheAdmission::EveryRead,
         );
         c.head = (1 << 35) - 64 * 1024;

@@ -25,10 +25,15 @@
 //! (the default, as in Flink), neither survives a crash and both are written out on close
 //! and by every checkpoint; with the WAL on, `db` writes through and the cache stays empty.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::ops::Range;
 
 use hashbrown::HashTable;
+
+/// The hasher of both caches' keys: foldhash, seeded at random per backend (so crafted keys
+/// cannot aim at its buckets across processes). std's SipHash took 9 % of a put through the
+/// write cache (`perf` over `rockstate-bench matrix --only beyond/uniform/100B/plain`).
+pub(crate) type KeyHasher = foldhash::fast::RandomState;
 
 /// Bytes counted per cached entry on top of its key and value bytes: the entry record and its
 /// index slot, so the bound holds for small entries too.
@@ -62,7 +67,7 @@ pub(crate) struct WriteCache {
     entries: Vec<Entry>,
     /// Indexes into `entries`.
     index: HashTable<usize>,
-    hasher: RandomState,
+    hasher: KeyHasher,
     /// The cache counts as full from this many bytes on.
     limit: usize,
 }
@@ -70,7 +75,7 @@ pub(crate) struct WriteCache {
 impl WriteCache {
     /// An empty cache that counts as full from `limit` bytes on, hashing keys with `hasher`
     /// (the value cache's too, so one hash serves both).
-    pub(crate) fn new(limit: usize, hasher: RandomState) -> Self {
+    pub(crate) fn new(limit: usize, hasher: KeyHasher) -> Self {
         WriteCache {
             arena: Vec::new(),
             entries: Vec::new(),
@@ -243,7 +248,7 @@ mod tests {
 
     #[test]
     fn latest_write_wins_and_bytes_follow_it() {
-        let mut c = WriteCache::new(1 << 20, RandomState::new());
+        let mut c = WriteCache::new(1 << 20, KeyHasher::default());
         assert_eq!(get(&c, 0, b"k"), None);
         c.write(2, b"k", Some(b"v1"));
         assert_eq!(get(&c, 2, b"k"), Some(Some(&b"v1"[..])));
@@ -264,7 +269,7 @@ mod tests {
 
     #[test]
     fn a_value_in_two_parts_is_stored_joined() {
-        let mut c = WriteCache::new(1 << 20, RandomState::new());
+        let mut c = WriteCache::new(1 << 20, KeyHasher::default());
         c.write_parts(1, b"k", Some((b"head-", b"tail")));
         assert_eq!(get(&c, 1, b"k"), Some(Some(&b"head-tail"[..])));
         assert_eq!(c.bytes(), 1 + 9 + ENTRY_OVERHEAD);
@@ -284,7 +289,7 @@ mod tests {
 
     #[test]
     fn sorted_by_slot_then_key_latest_only_then_cleared() {
-        let mut c = WriteCache::new(1 << 20, RandomState::new());
+        let mut c = WriteCache::new(1 << 20, KeyHasher::default());
         for k in [&b"c"[..], b"a", b"bb", b"b"] {
             c.write(1, k, Some(k));
         }
@@ -318,7 +323,7 @@ mod tests {
                 0..200,
             )
         ) {
-            let mut c = WriteCache::new(usize::MAX, RandomState::new());
+            let mut c = WriteCache::new(usize::MAX, KeyHasher::default());
             let mut want = std::collections::BTreeMap::new();
             for (slot, key, value) in &writes {
                 let value = value.map(|v| vec![v]);
@@ -363,7 +368,7 @@ mod tests {
 
     #[test]
     fn full_from_the_limit_on() {
-        let mut c = WriteCache::new(2 * (4 + ENTRY_OVERHEAD), RandomState::new());
+        let mut c = WriteCache::new(2 * (4 + ENTRY_OVERHEAD), KeyHasher::default());
         c.write(0, b"aa", Some(b"11"));
         assert!(!c.is_full());
         c.write(0, b"aa", None);
@@ -373,12 +378,12 @@ mod tests {
         c.clear();
         assert!(!c.is_full());
         // A zero limit is full at once (db does not use the cache then).
-        assert!(WriteCache::new(0, RandomState::new()).is_full());
+        assert!(WriteCache::new(0, KeyHasher::default()).is_full());
     }
 
     #[test]
     fn many_keys_each_found() {
-        let mut c = WriteCache::new(usize::MAX, RandomState::new());
+        let mut c = WriteCache::new(usize::MAX, KeyHasher::default());
         for i in 0u32..10_000 {
             c.write((i % 3) as usize, &i.to_be_bytes(), Some(&i.to_le_bytes()));
         }

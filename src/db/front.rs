@@ -163,7 +163,7 @@ impl Open {
         write.disable_wal(settings.disable_wal);
         let reservation = budget.reserve(settings.write_cache_bytes);
         // One hasher for both caches: a key hashed for one serves the other.
-        let hasher = std::hash::RandomState::new();
+        let hasher = crate::write_cache::KeyHasher::default();
         let front = Arc::new(RwLock::new(Front {
             cache: WriteCache::new(reservation.bytes, hasher.clone()),
             // Sized by the budget as it joins (below).
