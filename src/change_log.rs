@@ -6,10 +6,10 @@
 //! (`sst_format::LogSegmentBuilder`, docs/changelog-format.md).
 //!
 //! Depends on `keygroup` only (for the key prefix); the database front calls it under its
-//! lock, so the log's order is RocksDB's. Changes the log cannot express (dropped files, range deletions and ingestion, all made
-//! through `Open::changing`) and more recorded bytes than its limit make the log *lost* until
-//! the next cut ([`LogCut::complete`] is false): that checkpoint must be a materialization,
-//! which holds them.
+//! lock, so the log's order is RocksDB's. Changes the log cannot express (dropped files,
+//! range deletions and ingestion, all made through `Open::changing`) and more recorded bytes
+//! than its limit make the log *lost* until the next cut ([`LogCut::complete`] is false):
+//! that checkpoint must be a materialization, which holds them.
 
 use sst_format::LogSegmentBuilder;
 

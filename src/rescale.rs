@@ -436,12 +436,12 @@ pub(crate) fn skippable(base: &CheckpointManifest, target: KeyGroupRange) -> Res
 /// changelog replay opens whole before the rescale. Returns the skipped files RocksDB kept,
 /// downloaded after all (local name, size); the rescale then takes the source with nothing
 /// skipped.
-pub(crate) fn drop_skipped(base: &Source<'_>, target: &Target<'_>) -> Result<Vec<(String, u64)>> {
+pub(crate) fn drop_skipped(source: &Source<'_>, target: &Target<'_>) -> Result<Vec<(String, u64)>> {
     let m = target.max_parallelism;
-    let clips = clip_ranges(claimed_range(base)?, target.key_groups, m);
+    let clips = clip_ranges(claimed_range(source)?, target.key_groups, m);
     let mut stats = RescaleStats::default();
     let db = open_without_skipped(
-        base,
+        source,
         target,
         Some(KeyLayout::new(m, target.key_groups)),
         &clips,
@@ -452,18 +452,17 @@ pub(crate) fn drop_skipped(base: &Source<'_>, target: &Target<'_>) -> Result<Vec
 }
 
 /// Opens a source (the base, or one about to have its log replayed), whose `skipped` SSTs
-/// were not downloaded, and drops the files wholly
-/// inside `clips` from every state column family before anything reads it; skipped files
-/// RocksDB kept (being compacted, or not a clean cut) are fetched then, and the database is
-/// reopened with every check on.
+/// were not downloaded, and drops the files wholly inside `clips` from every state column
+/// family before anything reads it; skipped files RocksDB kept (being compacted, or not a
+/// clean cut) are fetched then, and the database is reopened with every check on.
 fn open_without_skipped(
-    base: &Source<'_>,
+    source: &Source<'_>,
     target: &Target<'_>,
     layout: Option<KeyLayout>,
     clips: &[(Vec<u8>, Vec<u8>)],
     stats: &mut RescaleStats,
 ) -> Result<Arc<Db>> {
-    let db = Db::open_missing_files(base.dir, target.options, target.budget, layout)?;
+    let db = Db::open_missing_files(source.dir, target.options, target.budget, layout)?;
     let mut live = std::collections::HashSet::new();
     for name in db.cf_names()? {
         let Some(cf) = db.cf(&name)? else {
@@ -480,7 +479,7 @@ fn open_without_skipped(
             }
         }
     }
-    let late: Vec<String> = base
+    let late: Vec<String> = source
         .skipped
         .iter()
         .filter(|n| live.contains(n.as_str()))
@@ -491,14 +490,14 @@ fn open_without_skipped(
     }
     tracing::warn!(
         files = ?late,
-        checkpoint = base.name,
+        checkpoint = source.name,
         "RocksDB kept SST files outside the target that were not downloaded; fetching them"
     );
-    (target.fetch_late)(base.manifest, base.dir, &late)?;
+    (target.fetch_late)(source.manifest, source.dir, &late)?;
     stats.fetched_late = late
         .into_iter()
         .map(|name| {
-            let size = base
+            let size = source
                 .manifest
                 .shared_files
                 .iter()
@@ -509,7 +508,7 @@ fn open_without_skipped(
         .collect();
     db.close()?;
     drop(db);
-    Db::open(base.dir, target.options, target.budget, layout)
+    Db::open(source.dir, target.options, target.budget, layout)
 }
 
 /// A live SST file with what its properties say about it.
@@ -722,15 +721,13 @@ fn check_source(
         let memtables_empty = cf.memtables_empty()?;
         let reaches_below = !memtables_empty || files.iter().any(|f| f.smallest < below);
         let reaches_above = !memtables_empty || files.iter().any(|f| f.largest >= above);
-        let outside = match reaches_below {
-            true => first_key(&cf, &[], Some(&below))?,
-            false => None,
-        };
-        let outside = match outside {
-            Some(k) => Some(k),
-            None if reaches_above => first_key(&cf, &above, None)?,
-            None => None,
-        };
+        let mut outside = None;
+        if reaches_below {
+            outside = first_key(&cf, &[], Some(&below))?;
+        }
+        if outside.is_none() && reaches_above {
+            outside = first_key(&cf, &above, None)?;
+        }
         if let Some(key) = outside {
             let key_group = keygroup::read_prefix(&key, max_parallelism)
                 .map_err(|_| corrupt(src, format!("state `{name}` has a key without prefix")))?;

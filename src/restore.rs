@@ -428,8 +428,7 @@ fn restore_pinned<T>(
             }
             let mut stats = rescale::rescale(&base, &other_sources, &rescale_target)?;
             stats.fetched_late.extend(fetched_late);
-            for (_, size) in &stats.fetched_late {
-                let size = *size;
+            for &(_, size) in &stats.fetched_late {
                 report.files_skipped -= 1;
                 report.bytes_skipped -= size;
                 report.files_downloaded += 1;

@@ -599,6 +599,11 @@ impl ValueCache {
 mod tests {
     use super::*;
 
+    /// A cache of `limit` bytes under [`ValueCacheAdmission::EveryRead`].
+    fn every_read(limit: usize) -> ValueCache {
+        ValueCache::new(limit, KeyHasher::default(), ValueCacheAdmission::EveryRead)
+    }
+
     /// Adds `key` as a read does that raced nothing.
     fn read(c: &mut ValueCache, key: &[u8], value: &[u8]) {
         c.record_read(c.epoch(), c.hash(0, key), 0, key, value);
@@ -648,13 +653,9 @@ mod tests {
         let hot = c.hash(0, b"hot");
         c.note_hit(hot);
         assert!(c.admits_read(hot));
-        let every = ValueCache::new(
-            1 << 20,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let every = every_read(1 << 20);
         assert!(every.admits_read(every.hash(0, b"k")));
-        let off = ValueCache::new(0, KeyHasher::default(), ValueCacheAdmission::EveryRead);
+        let off = every_read(0);
         assert!(!off.admits_read(off.hash(0, b"k")));
     }
 
@@ -681,11 +682,7 @@ mod tests {
 
     #[test]
     fn writes_and_reads_add_and_later_ones_replace() {
-        let mut c = ValueCache::new(
-            1 << 20,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let mut c = every_read(1 << 20);
         assert_eq!(get(&c, 0, b"k"), None);
         c.record_write(0, b"k", Some(b"v0"));
         assert_eq!(get(&c, 0, b"k"), Some(&b"v0"[..]), "a write adds its key");
@@ -705,11 +702,7 @@ mod tests {
 
     #[test]
     fn a_read_that_raced_a_write_is_not_recorded() {
-        let mut c = ValueCache::new(
-            1 << 20,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let mut c = every_read(1 << 20);
         read(&mut c, b"k", b"old");
         let before = c.epoch();
         c.record_write(0, b"k", None);
@@ -730,11 +723,7 @@ mod tests {
 
     #[test]
     fn the_oldest_entries_leave_first() {
-        let mut c = ValueCache::new(
-            1 << 20,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let mut c = every_read(1 << 20);
         let fit = c.ring_len / entry_size(4 + 100);
         let n = 2 * fit as u32 + 7;
         for i in 0..n {
@@ -759,11 +748,7 @@ mod tests {
 
     #[test]
     fn an_oversized_value_is_not_cached_and_drops_the_older_one() {
-        let mut c = ValueCache::new(
-            64 * 1024,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let mut c = every_read(64 * 1024);
         read(&mut c, b"k", b"small");
         c.record_write(0, b"k", Some(&[0; 8192]));
         assert_eq!(get(&c, 0, b"k"), None);
@@ -774,11 +759,7 @@ mod tests {
 
     #[test]
     fn a_kept_out_slot_is_never_cached() {
-        let mut c = ValueCache::new(
-            1 << 20,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let mut c = every_read(1 << 20);
         read(&mut c, b"k", b"v");
         c.keep_out(3);
         assert_eq!(
@@ -796,11 +777,7 @@ mod tests {
 
     #[test]
     fn a_resize_empties_the_cache_and_moves_the_epoch() {
-        let mut c = ValueCache::new(
-            1 << 20,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let mut c = every_read(1 << 20);
         c.keep_out(2);
         read(&mut c, b"k", b"v");
         let before = c.epoch();
@@ -820,8 +797,7 @@ mod tests {
     #[test]
     fn an_off_cache_holds_nothing() {
         for limit in [0, 1000] {
-            let mut c =
-                ValueCache::new(limit, KeyHasher::default(), ValueCacheAdmission::EveryRead);
+            let mut c = every_read(limit);
             assert!(!c.is_on(), "{limit}");
             read(&mut c, b"k", b"v");
             c.record_write(0, b"k", Some(b"v"));
@@ -833,11 +809,7 @@ mod tests {
     #[test]
     fn the_index_stays_within_a_quarter_and_half_full() {
         // Tiny entries: the index, not the ring, bounds the count.
-        let mut c = ValueCache::new(
-            64 * 1024,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let mut c = every_read(64 * 1024);
         assert_eq!(c.max_slots, 2048);
         assert!(
             c.ring_len / entry_size(4) > 2048,
@@ -908,25 +880,14 @@ mod tests {
 
     #[test]
     fn churn_keeps_the_index_and_the_ring_true() {
-        churn(
-            &mut ValueCache::new(
-                16 * 1024,
-                KeyHasher::default(),
-                ValueCacheAdmission::EveryRead,
-            ),
-            40_000,
-        );
+        churn(&mut every_read(16 * 1024), 40_000);
     }
 
     #[test]
     fn positions_past_32_bits_of_index_units_read_true() {
         // The index keeps the low 32 bits of a position / 8, so they wrap every 32 GiB
         // written: start just below the first wrap.
-        let mut c = ValueCache::new(
-            16 * 1024,
-            KeyHasher::default(),
-            ValueCacheAdmission::EveryRead,
-        );
+        let mut c = every_read(16 * 1024);
         c.head = (1 << 35) - 64 * 1024;
         c.swept_at = c.head;
         churn(&mut c, 20_000);
