@@ -319,7 +319,11 @@ mod tests {
         #[test]
         fn sorted_matches_ordering_whole_keys(
             writes in proptest::collection::vec(
-                (0usize..3, proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 0xff]), 0..20), proptest::option::of(0u8..4)),
+                (
+                    0usize..3,
+                    proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 0xff]), 0..20),
+                    proptest::option::of(0u8..4),
+                ),
                 0..200,
             )
         ) {
