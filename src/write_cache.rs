@@ -1,9 +1,9 @@
 //! The write cache: a backend's latest puts and deletes, held in memory until they go to
-//! RocksDB together in one write batch sorted by column family and key.
+//! RocksDB together, sorted by column family and key, in write batches of 64 KiB.
 //!
 //! A single put costs RocksDB one write-group round and one skip-list search from the top of
 //! the memtable; keys prefixed by a hashed key group land all over it. A few thousand puts
-//! written as one batch in key order pay the round once and walk the memtable front to back
+//! written in key order pay the round once per batch and walk the memtable front to back
 //! (with the insert hint, each key group's run starts where the last one ended). Repeated
 //! writes of a key in the cache overwrite each other, so RocksDB sees only the last.
 //! Flink's users hurt here (every state write is a separate RocksDB put); Kafka Streams keeps
@@ -17,8 +17,8 @@
 //! bound (`key_bounds`): its answer only bounds RocksDB's keys, a point read looks here
 //! first, and the drain raises the bound for what it writes.
 //! Point reads take `db`'s lock on the cache shared, so they run side by side; writes and
-//! drains take it exclusively, and a drain holds it across its RocksDB write, so a reader
-//! waits for at most one batch write (about a millisecond for the default 2 MiB).
+//! drains take it exclusively, and a drain holds it across its RocksDB writes, so a reader
+//! waits for at most one drain (about a millisecond for the default 2 MiB).
 //! Its bytes come out of the memory budget (`db::MemoryBudget` shrinks the block cache by
 //! each open backend's share).
 //! Nothing is lost from the cache that RocksDB's memtables would have kept: with the WAL off

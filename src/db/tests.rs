@@ -78,6 +78,44 @@ fn a_failed_drain_keeps_every_cached_write_and_refuses_the_next() {
     assert_eq!(scanned, n);
 }
 
+#[test]
+fn a_drain_goes_in_several_batches_and_one_failing_part_way_is_written_again_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_bounded(dir.path(), 2 << 20);
+    let cf = db.create_cf("s").unwrap();
+    let value = vec![3u8; 1000];
+    // About 1 MB over every key group: many batches of `DRAIN_BATCH_BYTES`.
+    let keys: Vec<Vec<u8>> = (0..1000u32)
+        .map(|i| [&[(i % 128) as u8][..], &i.to_be_bytes()].concat())
+        .collect();
+    for k in &keys {
+        cf.put(k, &value).unwrap();
+    }
+    assert!(open_of(&db).front().read().cache.bytes() > 16 * super::front::DRAIN_BATCH_BYTES);
+    // The third batch fails: two are in RocksDB, and the cache still holds every write.
+    open_of(&db).fail_after_writes(2);
+    assert!(matches!(db.drain(), Err(Error::RocksDb { .. })));
+    assert!(!open_of(&db).front().read().cache.is_empty());
+    for k in &keys {
+        assert_eq!(read(&cf, k), Some(value.clone()));
+    }
+    // A key the failed drain wrote, deleted since: the next drain's delete wins.
+    let gone = &keys[0];
+    cf.delete(gone).unwrap();
+    open_of(&db).fail_after_writes(usize::MAX);
+    db.drain().unwrap();
+    assert!(open_of(&db).front().read().cache.is_empty());
+    let mut found = 0;
+    cf.scan(b"", None, |k, v| {
+        assert_ne!(k, &gone[..]);
+        assert_eq!(v, &value[..]);
+        found += 1;
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(found, keys.len() - 1);
+}
+
 /// A backend-like layout: 128 key groups, one-byte prefixes.
 fn layout() -> Option<KeyLayout> {
     Some(KeyLayout::new(128, KeyGroupRange::all(128).unwrap()))
