@@ -322,12 +322,8 @@ impl Open {
     /// batches of about [`DRAIN_BATCH_BYTES`] each (one entry more at most).
     fn write_in_batches<'a>(&self, writes: impl Iterator<Item = CachedWrite<'a>>) -> Result<()> {
         let mut wb = WriteBatch::with_capacity_bytes(DRAIN_BATCH_BYTES);
-        for (slot, key, value) in writes {
-            let handle = self.handle(slot)?;
-            match value {
-                Some(v) => wb.put_cf(handle, key, v),
-                None => wb.delete_cf(handle, key),
-            }
+        for write in writes {
+            self.add(&mut wb, write)?;
             if wb.size_in_bytes() >= DRAIN_BATCH_BYTES {
                 let full =
                     std::mem::replace(&mut wb, WriteBatch::with_capacity_bytes(DRAIN_BATCH_BYTES));
@@ -364,14 +360,20 @@ impl Open {
         capacity: usize,
     ) -> Result<WriteBatch> {
         let mut wb = WriteBatch::with_capacity_bytes(capacity);
-        for (slot, key, value) in writes {
-            let handle = self.handle(slot)?;
-            match value {
-                Some(v) => wb.put_cf(handle, key, v),
-                None => wb.delete_cf(handle, key),
-            }
+        for write in writes {
+            self.add(&mut wb, write)?;
         }
         Ok(wb)
+    }
+
+    /// Adds one write (slot, key, value or `None` for a delete) to `wb`.
+    fn add(&self, wb: &mut WriteBatch, (slot, key, value): CachedWrite<'_>) -> Result<()> {
+        let handle = self.handle(slot)?;
+        match value {
+            Some(v) => wb.put_cf(handle, key, v),
+            None => wb.delete_cf(handle, key),
+        }
+        Ok(())
     }
 
     /// Writes every cached write to RocksDB in key order (in batches of about
