@@ -115,6 +115,16 @@ pub fn small_options() -> DbOptions {
     }
 }
 
+/// [`small_options`] without automatic compactions (level 0 compacts at 64 files): the files
+/// a restore placed survive until the test's next checkpoint, whenever RocksDB's background
+/// threads would have run.
+pub fn small_options_without_compaction() -> DbOptions {
+    DbOptions {
+        level0_file_num_compaction_trigger: 64,
+        ..small_options()
+    }
+}
+
 /// Whether `b` owns `key`.
 pub fn owns(b: &KeyedBackend, key: u32) -> bool {
     b.key_groups().contains(group(key))
@@ -307,12 +317,12 @@ fn instance(
     dir: &Path,
     storage: &Arc<dyn CheckpointStorage>,
     name: &str,
-    p: u32,
-    i: u32,
+    (p, i): (u32, u32),
     opts: &CheckpointOptions,
+    options: &DbOptions,
 ) -> rockstate::BackendBuilder {
     KeyedBackend::builder(dir.join(format!("{name}-{i}")))
-        .options(small_options())
+        .options(options.clone())
         .max_parallelism(M)
         .key_groups(KeyGroupRange::for_operator(M, p, i).unwrap())
         .checkpoint_storage(Arc::clone(storage))
@@ -328,8 +338,24 @@ pub fn open_fresh(
     p: u32,
     opts: &CheckpointOptions,
 ) -> Vec<KeyedBackend> {
+    open_fresh_with(dir, storage, name, p, opts, &small_options())
+}
+
+/// [`open_fresh`] with RocksDB options of the test's own.
+pub fn open_fresh_with(
+    dir: &Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    name: &str,
+    p: u32,
+    opts: &CheckpointOptions,
+    options: &DbOptions,
+) -> Vec<KeyedBackend> {
     (0..p)
-        .map(|i| instance(dir, storage, name, p, i, opts).open().unwrap())
+        .map(|i| {
+            instance(dir, storage, name, (p, i), opts, options)
+                .open()
+                .unwrap()
+        })
         .collect()
 }
 
@@ -342,9 +368,21 @@ pub fn restore_all(
     opts: &CheckpointOptions,
     from: RestoreFrom,
 ) -> Vec<KeyedBackend> {
+    restore_all_with(dir, storage, name, (p, opts), from, &small_options())
+}
+
+/// [`restore_all`] with RocksDB options of the test's own.
+pub fn restore_all_with(
+    dir: &Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    name: &str,
+    (p, opts): (u32, &CheckpointOptions),
+    from: RestoreFrom,
+    options: &DbOptions,
+) -> Vec<KeyedBackend> {
     (0..p)
         .map(|i| {
-            instance(dir, storage, name, p, i, opts)
+            instance(dir, storage, name, (p, i), opts, options)
                 .restore(from.clone())
                 .unwrap_or_else(|e| panic!("restore {name}-{i}: {e}"))
         })
