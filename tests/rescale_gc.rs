@@ -46,9 +46,10 @@ on_every_storage!(one_to_two_to_one_with_gc, no_leftovers_after_rescales);
 
 fn one_to_two_to_one_with_gc(store: Store) {
     let (dir, storage) = (&store.dir, store.storage.clone());
-    let opts = CheckpointOptions::default(); // retained = 1
-                                             // Each step checks which files the next checkpoint reuses: no compaction may rewrite
-                                             // them first (under load one sometimes did, before the checkpoint's flush listed them).
+    // retained = 1. Each step checks which files the next checkpoint reuses: no compaction
+    // may rewrite them first (under load one sometimes did, before the checkpoint's flush
+    // listed them).
+    let opts = CheckpointOptions::default();
     let options = small_options_without_compaction();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let mut model = Model::default();
@@ -71,7 +72,8 @@ fn one_to_two_to_one_with_gc(store: Store) {
         dir.path(),
         &storage,
         "ab",
-        (2, &opts),
+        2,
+        &opts,
         RestoreFrom::Checkpoint(2),
         &options,
     );
@@ -89,7 +91,8 @@ fn one_to_two_to_one_with_gc(store: Store) {
         dir.path(),
         &storage,
         "ab2",
-        (2, &opts),
+        2,
+        &opts,
         RestoreFrom::Latest,
         &options,
     );
@@ -129,7 +132,8 @@ fn one_to_two_to_one_with_gc(store: Store) {
         dir.path(),
         &storage,
         "c",
-        (1, &opts),
+        1,
+        &opts,
         RestoreFrom::Handles {
             checkpoint_id: 5,
             backend_ids: ids.clone(),
@@ -159,7 +163,8 @@ fn one_to_two_to_one_with_gc(store: Store) {
         dir.path(),
         &storage,
         "final1",
-        (1, &opts),
+        1,
+        &opts,
         RestoreFrom::Checkpoint(6),
         &options,
     );
@@ -169,7 +174,8 @@ fn one_to_two_to_one_with_gc(store: Store) {
         dir.path(),
         &storage,
         "final3",
-        (3, &opts),
+        3,
+        &opts,
         RestoreFrom::Checkpoint(6),
         &options,
     );

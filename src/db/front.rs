@@ -352,14 +352,9 @@ impl Open {
         self.rocks.write_opt(wb, &self.write.0).map_err(rocks_error)
     }
 
-    /// A RocksDB write batch of `writes` (slot, key, value or `None` for a delete), with
-    /// `capacity` bytes reserved up front.
-    fn write_batch<'a>(
-        &self,
-        writes: impl Iterator<Item = CachedWrite<'a>>,
-        capacity: usize,
-    ) -> Result<WriteBatch> {
-        let mut wb = WriteBatch::with_capacity_bytes(capacity);
+    /// A RocksDB write batch of `writes` (slot, key, value or `None` for a delete).
+    fn write_batch<'a>(&self, writes: impl Iterator<Item = CachedWrite<'a>>) -> Result<WriteBatch> {
+        let mut wb = WriteBatch::default();
         for write in writes {
             self.add(&mut wb, write)?;
         }
@@ -475,7 +470,7 @@ impl Open {
         let ops = batch
             .iter()
             .map(|op| (op.slot, &*op.key, op.value.as_deref()));
-        let wb = self.write_batch(ops, 0)?;
+        let wb = self.write_batch(ops)?;
         let mut front = self.tracking_front();
         if let Some(front) = &mut front {
             for op in batch.iter().filter(|op| op.value.is_some()) {

@@ -317,7 +317,8 @@ fn instance(
     dir: &Path,
     storage: &Arc<dyn CheckpointStorage>,
     name: &str,
-    (p, i): (u32, u32),
+    p: u32,
+    i: u32,
     opts: &CheckpointOptions,
     options: &DbOptions,
 ) -> rockstate::BackendBuilder {
@@ -352,7 +353,7 @@ pub fn open_fresh_with(
 ) -> Vec<KeyedBackend> {
     (0..p)
         .map(|i| {
-            instance(dir, storage, name, (p, i), opts, options)
+            instance(dir, storage, name, p, i, opts, options)
                 .open()
                 .unwrap()
         })
@@ -368,7 +369,7 @@ pub fn restore_all(
     opts: &CheckpointOptions,
     from: RestoreFrom,
 ) -> Vec<KeyedBackend> {
-    restore_all_with(dir, storage, name, (p, opts), from, &small_options())
+    restore_all_with(dir, storage, name, p, opts, from, &small_options())
 }
 
 /// [`restore_all`] with RocksDB options of the test's own.
@@ -376,13 +377,14 @@ pub fn restore_all_with(
     dir: &Path,
     storage: &Arc<dyn CheckpointStorage>,
     name: &str,
-    (p, opts): (u32, &CheckpointOptions),
+    p: u32,
+    opts: &CheckpointOptions,
     from: RestoreFrom,
     options: &DbOptions,
 ) -> Vec<KeyedBackend> {
     (0..p)
         .map(|i| {
-            instance(dir, storage, name, (p, i), opts, options)
+            instance(dir, storage, name, p, i, opts, options)
                 .restore(from.clone())
                 .unwrap_or_else(|e| panic!("restore {name}-{i}: {e}"))
         })
