@@ -61,6 +61,7 @@ pub struct BackendBuilder {
     checkpoint_options: CheckpointOptions,
     ownership: crate::checkpoint::Ownership,
     restore_source: Option<Arc<dyn CheckpointStorage>>,
+    shared_fetches: Option<crate::SharedFetches>,
     checkpoint_clock: Arc<dyn Clock>,
     kind: BackendKind,
     incremental_cleanup: usize,
@@ -307,6 +308,7 @@ impl KeyedBackend {
             checkpoint_options: CheckpointOptions::default(),
             ownership: Default::default(),
             restore_source: None,
+            shared_fetches: None,
             checkpoint_clock: Arc::new(SystemClock),
             kind: BackendKind::RocksDb,
             incremental_cleanup: 0,
@@ -749,6 +751,16 @@ impl BackendBuilder {
         self
     }
 
+    /// Shares the shared SSTs this restore fetches with the other restores given the same
+    /// [`crate::SharedFetches`], and links theirs: with the instances of a job in one process
+    /// restoring from the same checkpoint (a 1 -> 2 rescale gives both halves every SST that
+    /// spans both), each file is fetched once. Without it, a restore shares only within
+    /// itself (a file several of its sources list).
+    pub fn shared_fetches(mut self, shared: crate::SharedFetches) -> Self {
+        self.shared_fetches = Some(shared);
+        self
+    }
+
     /// After a rescaling restore, also compact the clipped key-group ranges (drops their data
     /// from disk now instead of at the next natural compaction; the rewritten files make the
     /// first checkpoint upload more). Default false.
@@ -802,6 +814,7 @@ impl BackendBuilder {
             staging_dir: self.checkpoint_options.staging_dir.clone(),
             local_recovery: self.checkpoint_options.local_recovery,
             replay_batch_bytes: self.checkpoint_options.changelog.replay_batch_bytes,
+            shared_fetches: self.shared_fetches.clone().unwrap_or_default(),
             clock: match &self.ownership {
                 crate::checkpoint::Ownership::Job(Some(owner)) => Arc::clone(owner.clock()),
                 _ => Arc::clone(&self.checkpoint_clock),

@@ -44,6 +44,7 @@ mod replay;
 mod rescale;
 mod restore;
 pub mod savepoint;
+mod shared_fetch;
 pub mod state;
 pub mod storage;
 mod store;
@@ -66,6 +67,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use keygroup::KeyGroupRange;
 pub use metrics::{BackendMetrics, CheckpointMetrics, LevelMetrics, RocksDbMetrics};
 pub use options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig, ValueCacheAdmission};
+pub use shared_fetch::SharedFetches;
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,
     RawMapState, RawValueState, ReducingState, StateDescriptor, StateKind, StateMeta, ValueState,

@@ -41,6 +41,7 @@ use crate::layout;
 use crate::options::DbOptions;
 use crate::parallel::run_parallel;
 use crate::rescale;
+use crate::shared_fetch::{FileKey, Placed, SharedFetches};
 use crate::state::StateMeta;
 use crate::storage::{validate_object_name, CheckpointStorage};
 
@@ -180,6 +181,8 @@ pub(crate) struct RestoreParams {
     /// Changelog mode: the stored log bytes a replay holds at once.
     pub(crate) replay_batch_bytes: u64,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Shared SSTs fetched by this restore and the others of the process it shares with.
+    pub(crate) shared_fetches: SharedFetches,
 }
 
 /// Restores per `from` into `p.path`, then `open`s the backend there (given what it restored
@@ -310,7 +313,8 @@ fn restore_pinned<T>(
         // Changelog mode: each source's log after its materialization is fetched, sorted and
         // written into SST files while the materializations download (`crate::replay`).
         let (counts, prepared) = std::thread::scope(|scope| {
-            let download = scope.spawn(|| download_all(storage, &dirs, p.transfer_threads));
+            let download =
+                scope.spawn(|| download_all(storage, &dirs, p.transfer_threads, &p.shared_fetches));
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
             let prepared: Result<Vec<Option<crate::replay::Prepared>>> = names
                 .zip(&dirs)
@@ -345,6 +349,7 @@ fn restore_pinned<T>(
         }
         (report.files_local, report.bytes_local) = counts.local;
         (report.files_downloaded, report.bytes_downloaded) = counts.downloaded;
+        (report.files_shared, report.bytes_shared) = counts.shared;
         {
             // A plain restore of a changelog-mode checkpoint keeps its private files, read
             // before anything opens the database, so the restored backend's log checkpoints
@@ -383,6 +388,7 @@ fn restore_pinned<T>(
                     storage,
                     &[(&only, dir.to_path_buf(), None, &[])],
                     p.transfer_threads,
+                    &p.shared_fetches,
                 )
                 .map(|_| ())
             };
@@ -741,12 +747,14 @@ struct Fetch<'a> {
     source: Option<&'a LocalSource>,
 }
 
-/// `(files, bytes)` taken from local copies, downloaded and skipped by [`download_all`].
+/// `(files, bytes)` taken from local copies, downloaded, skipped and linked from another
+/// restore's copy ([`SharedFetches`]) by [`download_all`].
 #[derive(Debug, Default)]
 pub(crate) struct FetchCounts {
     pub(crate) local: (usize, u64),
     pub(crate) downloaded: (usize, u64),
     pub(crate) skipped: (usize, u64),
+    pub(crate) shared: (usize, u64),
 }
 
 /// What [`download_all`] fetches for one manifest: the manifest, the directory its files go
@@ -765,6 +773,7 @@ pub(crate) fn download_all(
     storage: &dyn CheckpointStorage,
     sources: &[Fetching<'_>],
     threads: usize,
+    shared: &SharedFetches,
 ) -> Result<FetchCounts> {
     let mut jobs: Vec<Fetch<'_>> = Vec::new();
     let mut counts = FetchCounts::default();
@@ -802,62 +811,101 @@ pub(crate) fn download_all(
         );
     }
     jobs.sort_by_key(|j| std::cmp::Reverse(j.size));
-    let from_local = run_parallel(&jobs, threads, |job| {
+    let origins = run_parallel(&jobs, threads, |job| {
         let corrupt = |detail: String| Error::CheckpointCorrupt {
             file: job.remote.to_string(),
             detail,
         };
         let local = job.dir.join(job.local);
-        let durable = |from_local: bool| {
-            std::fs::File::open(&local)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| Error::io(&local, e))
-                .map(|()| from_local)
+        // A shared SST another restore (or another source of this one) fetched is linked; it
+        // was verified and fsynced before it was offered, and the link's directory entry is
+        // synced with the rest of the directory. Otherwise this restore claims the file, and
+        // the claim ends (offering the file, or releasing it on any error) when it returns.
+        let claim = match job.sst_id {
+            Some(id) => {
+                let key = FileKey {
+                    remote: job.remote.to_string(),
+                    size: job.size,
+                    crc32: job.crc32,
+                    sst_id: id.clone(),
+                };
+                match shared.link_or_claim(&key, &local) {
+                    Placed::Linked => return Ok(Origin::Shared),
+                    Placed::Claimed(claim) => Some(claim),
+                }
+            }
+            None => None,
         };
-        if let Some(source) = job.source {
-            if source.fetch(job.local, job.size, job.crc32, job.sst_id, &local)? {
-                return durable(true);
-            }
+        let origin = fetch_one(storage, job, &local, corrupt)?;
+        std::fs::File::open(&local)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(&local, e))?;
+        if let Some(claim) = claim {
+            claim.fetched(&local);
         }
-        let digest = match storage.get_file(job.remote, &local) {
-            Ok(d) => d,
-            Err(Error::ObjectNotFound { .. }) => {
-                return Err(corrupt("missing from storage".into()))
-            }
-            Err(e) => return Err(e),
-        };
-        if digest.size != job.size {
-            return Err(corrupt(format!(
-                "{} bytes, manifest says {}",
-                digest.size, job.size
-            )));
-        }
-        if digest.crc32 != job.crc32 {
-            return Err(corrupt(format!(
-                "crc32 {:08x}, manifest says {:08x}",
-                digest.crc32, job.crc32
-            )));
-        }
-        if let Some(id) = job.sst_id {
-            let meta = sst_format::read_sst_meta(&local)
-                .map_err(|e| corrupt(format!("not a valid SST: {e}")))?;
-            if meta.unique_id != *id {
-                return Err(corrupt(format!(
-                    "SST unique id {}, manifest says {id}",
-                    meta.unique_id
-                )));
-            }
-        }
-        durable(false)
+        Ok(origin)
     })?;
-    for (job, from_local) in jobs.iter().zip(from_local) {
-        let c = if from_local {
-            &mut counts.local
-        } else {
-            &mut counts.downloaded
+    for (job, origin) in jobs.iter().zip(origins) {
+        let c = match origin {
+            Origin::Local => &mut counts.local,
+            Origin::Downloaded => &mut counts.downloaded,
+            Origin::Shared => &mut counts.shared,
         };
         c.0 += 1;
         c.1 += job.size;
     }
     Ok(counts)
+}
+
+/// Where one fetched file came from.
+enum Origin {
+    /// The source backend's local copy (local recovery).
+    Local,
+    /// Checkpoint storage.
+    Downloaded,
+    /// Another restore's verified copy ([`SharedFetches`]).
+    Shared,
+}
+
+/// Places `job`'s file at `local` from the local copy or from storage, verified against the
+/// manifest (size, CRC-32, and an SST's unique id).
+fn fetch_one(
+    storage: &dyn CheckpointStorage,
+    job: &Fetch<'_>,
+    local: &Path,
+    corrupt: impl Fn(String) -> Error,
+) -> Result<Origin> {
+    if let Some(source) = job.source {
+        if source.fetch(job.local, job.size, job.crc32, job.sst_id, local)? {
+            return Ok(Origin::Local);
+        }
+    }
+    let digest = match storage.get_file(job.remote, local) {
+        Ok(d) => d,
+        Err(Error::ObjectNotFound { .. }) => return Err(corrupt("missing from storage".into())),
+        Err(e) => return Err(e),
+    };
+    if digest.size != job.size {
+        return Err(corrupt(format!(
+            "{} bytes, manifest says {}",
+            digest.size, job.size
+        )));
+    }
+    if digest.crc32 != job.crc32 {
+        return Err(corrupt(format!(
+            "crc32 {:08x}, manifest says {:08x}",
+            digest.crc32, job.crc32
+        )));
+    }
+    if let Some(id) = job.sst_id {
+        let meta = sst_format::read_sst_meta(local)
+            .map_err(|e| corrupt(format!("not a valid SST: {e}")))?;
+        if meta.unique_id != *id {
+            return Err(corrupt(format!(
+                "SST unique id {}, manifest says {id}",
+                meta.unique_id
+            )));
+        }
+    }
+    Ok(Origin::Downloaded)
 }

@@ -34,7 +34,7 @@ use rockstate::coordinator::read_job_checkpoint;
 use rockstate::operator_state::{redistribute, OperatorState};
 use rockstate::{
     CheckpointStorage, JobOwner, KeyedBackend, LocalStorage, ManualClock, RestoreFrom,
-    ScopedStorage, StateDescriptor, SystemClock, TtlConfig, ValueState,
+    ScopedStorage, SharedFetches, StateDescriptor, SystemClock, TtlConfig, ValueState,
 };
 use sst_format::{JobCheckpoint, RedistributionMode};
 use timely::dataflow::operators::generic::operator::source;
@@ -367,6 +367,9 @@ struct ProcessCtx {
     /// What this process's workers are doing, written to `activity-process-<n>` of the run's
     /// directory every few ms for the launcher (which names the phase a kill hit).
     activity: Arc<Activity>,
+    /// The SSTs this process's workers fetch while they restore, shared between them: after a
+    /// rescale several workers need the same files, and each is fetched once per process.
+    fetches: SharedFetches,
 }
 
 /// Runs one process of the job until its last epoch completed job-wide.
@@ -442,6 +445,7 @@ pub fn run_process(args: ProcessArgs) -> Result<()> {
         owner,
         sink,
         activity,
+        fetches: SharedFetches::default(),
     });
     let guards = timely::execute(config, move |worker| {
         if let Err(e) = run_worker(worker, &ctx) {
@@ -473,7 +477,9 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
         .checkpoint_storage(ctx.storage.clone())
         .job_coordinated();
     let backend = match &ctx.plan.restore {
-        Some(from) => builder.restore(from.clone())?,
+        Some(from) => builder
+            .shared_fetches(ctx.fetches.clone())
+            .restore(from.clone())?,
         None => builder.open()?,
     };
     let counts = impressions_state(&backend)?;

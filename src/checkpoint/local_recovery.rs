@@ -38,6 +38,12 @@ pub struct RestoreReport {
     pub files_downloaded: usize,
     /// Bytes of those files.
     pub bytes_downloaded: u64,
+    /// Shared SSTs hard-linked from another restore's verified copy instead of fetched
+    /// ([`crate::SharedFetches`]): another restore of this process, or another source of a
+    /// rescale that lists the same file.
+    pub files_shared: usize,
+    /// Bytes of those files.
+    pub bytes_shared: u64,
     /// Rescaling: SST files of the base checkpoint neither downloaded nor taken from a local
     /// copy, because their keys lie wholly outside the restored key groups (their ranges are
     /// in the manifest, version 2; docs/rescale.md §2).

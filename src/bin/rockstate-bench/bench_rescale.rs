@@ -5,8 +5,11 @@
 //! values through a value state → checkpoint 1. Then, each timed as the median of `repeat`
 //! runs into fresh directories:
 //! - `rescale=1->2`: two backends (halves) restored from checkpoint 1 concurrently, one thread
-//!   each, as two tasks of an engine would; baseline `plain_restore`: checkpoint 1 restored
-//!   into one backend of the same range (the same bytes, no clipping).
+//!   each, as two tasks of an engine in one process would, sharing what they fetch (one
+//!   `SharedFetches`: each shared SST is downloaded by one half and linked by the other);
+//!   `rescale=1->2-apart`: the same without sharing, as two processes restore (each half
+//!   downloads its own copy); baseline `plain_restore`: checkpoint 1 restored into one
+//!   backend of the same range (the same bytes, no clipping).
 //! - the two halves write checkpoint 2 (the first after the rescale) → its uploaded bytes vs
 //!   a full checkpoint of the same state.
 //! - `rescale=2->1-right-after-1->2`: one backend restored from both manifests of checkpoint 2 (base + SST
@@ -25,11 +28,12 @@
 //!   way): the other half's SSTs are linked as they are.
 //!
 //! `ratio` = throughput of the rescale / throughput of the plain restore of the same bytes
-//! = `plain_restore_secs / secs` (target ≥ 0.5). For 1 -> 2 each new instance downloads the
+//! = `plain_restore_secs / secs` (target ≥ 0.5). For 1 -> 2 each new instance needs the
 //! source checkpoint's files but the SSTs lying wholly in the other half (the manifest records
-//! each SST's key range; docs/rescale.md §2), so the rescale moves up to twice the bytes:
-//! `downloaded_bytes`, `files_downloaded` and `files_skipped` (both halves, last run) and
-//! `ratio_per_downloaded_byte` show that part separately.
+//! each SST's key range; docs/rescale.md §2), so apart the rescale moves up to twice the
+//! bytes: `downloaded_bytes`, `files_downloaded`, `files_skipped` and `files_shared` (both
+//! halves, last run) and `ratio_per_downloaded_byte` show that part separately. A 2 -> 1
+//! merge shares within itself: an SST both halves list is fetched once.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -42,7 +46,7 @@ use rockstate::savepoint::SAVEPOINT_ZSTD_LEVEL;
 use rockstate::{
     CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions, Error, JobOwner,
     KeyGroupRange, KeyedBackend, LocalStorage, MemoryBudget, MemoryBudgetConfig, RestoreFrom,
-    RestoreReport, SystemClock,
+    RestoreReport, SharedFetches, SystemClock,
 };
 
 use crate::report::Line;
@@ -76,6 +80,12 @@ pub struct RescaleArgs {
     /// `{"key_group_files":false}`; fields not given keep their defaults.
     #[arg(long)]
     options: Option<String>,
+    /// Checkpoint storage URL (`s3://bucket/prefix`, with the endpoint and credentials in
+    /// `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`); the run uses
+    /// `<url>/rescale-<process id>`. Default: a LocalStorage directory, from which restores
+    /// hard-link every SST (what a download costs there is reading it for its CRC).
+    #[arg(long)]
+    storage: Option<String>,
 }
 
 const M: u32 = 128;
@@ -185,12 +195,14 @@ fn half(i: u32) -> rockstate::Result<KeyGroupRange> {
 }
 
 /// What the restores of one rescale fetched: `(bytes, files)` downloaded (or taken from a
-/// local copy) and SST files skipped, summed over the new instances.
+/// local copy), SST files skipped, and SST files linked from another restore's copy instead
+/// of fetched (`SharedFetches`), summed over the new instances.
 #[derive(Clone, Copy, Default)]
 struct Fetched {
     bytes: u64,
     files: usize,
     skipped: usize,
+    shared: usize,
 }
 
 impl Fetched {
@@ -198,6 +210,7 @@ impl Fetched {
         self.bytes += r.bytes_downloaded + r.bytes_local;
         self.files += r.files_downloaded + r.files_local;
         self.skipped += r.files_skipped;
+        self.shared += r.files_shared;
     }
 }
 
@@ -215,6 +228,7 @@ fn print_ratio(what: &str, secs: Duration, plain: Duration, bytes: u64, fetched:
         .int("downloaded_bytes", downloaded)
         .int("files_downloaded", fetched.files as u64)
         .int("files_skipped", fetched.skipped as u64)
+        .int("files_shared", fetched.shared as u64)
         .num(
             "ratio_per_downloaded_byte",
             (downloaded as f64 / s) / (bytes as f64 / p),
@@ -276,7 +290,17 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     let env = Env {
         args,
         root,
-        storage: Arc::new(LocalStorage::new(root.join("storage"))?),
+        storage: match &args.storage {
+            Some(url) => rockstate::open_storage(
+                &format!(
+                    "{}/rescale-{}",
+                    url.trim_end_matches('/'),
+                    std::process::id()
+                ),
+                &rockstate::ObjectStorageOptions::default(),
+            )?,
+            None => Arc::new(LocalStorage::new(root.join("storage"))?),
+        },
         budget: MemoryBudget::new(MemoryBudgetConfig::default())?,
         options: crate::bench_ops::parse_override("--options", args.options.as_deref())?,
     };
@@ -288,7 +312,10 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         .int("repeat", args.repeat as u64)
         .text(
             "storage",
-            format!("LocalStorage (fsync) in {}", root.display()),
+            match &args.storage {
+                Some(url) => url.clone(),
+                None => format!("LocalStorage (fsync) in {}", root.display()),
+            },
         )
         .print();
     let all = KeyGroupRange::all(M)?;
@@ -325,36 +352,46 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
             env.restore(&name, all, RestoreFrom::Checkpoint(1))?,
         )])
     })?;
-    let restore_half =
-        |name: String, i: u32| -> rockstate::Result<(String, KeyedBackend, RestoreReport)> {
-            let (b, report) = env
-                .builder(&name, half(i)?)
-                .restore_with_report(RestoreFrom::Checkpoint(1))?;
-            Ok((name, b, report))
-        };
-    let mut fetched = Fetched::default();
-    let rescale = env.timed("1->2", |r| {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..2u32)
-                .map(|i| {
-                    let restore_half = &restore_half;
-                    s.spawn(move || restore_half(format!("r12-{r}-{i}"), i))
-                })
-                .collect();
-            fetched = Fetched::default();
-            handles
-                .into_iter()
-                .map(|h| {
-                    let (name, b, report) = h
-                        .join()
-                        .map_err(|_| Error::Internal("restore thread panicked".into()))??;
-                    fetched.add(&report);
-                    Ok((name, b))
-                })
-                .collect()
-        })
-    })?;
-    print_ratio("1->2", rescale, plain, full.state_bytes, fetched);
+    let restore_half = |name: String,
+                        i: u32,
+                        shared: Option<&SharedFetches>|
+     -> rockstate::Result<(String, KeyedBackend, RestoreReport)> {
+        let mut builder = env.builder(&name, half(i)?);
+        if let Some(shared) = shared {
+            builder = builder.shared_fetches(shared.clone());
+        }
+        let (b, report) = builder.restore_with_report(RestoreFrom::Checkpoint(1))?;
+        Ok((name, b, report))
+    };
+    // The halves as two instances in one process restore them, sharing what they fetch
+    // (`1->2`), and as two processes do, each fetching its own (`1->2-apart`).
+    for (label, share) in [("1->2", true), ("1->2-apart", false)] {
+        let mut fetched = Fetched::default();
+        let rescale = env.timed(label, |r| {
+            let shared = SharedFetches::default();
+            let shared = share.then_some(&shared);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..2u32)
+                    .map(|i| {
+                        let restore_half = &restore_half;
+                        s.spawn(move || restore_half(format!("r12-{r}-{i}"), i, shared))
+                    })
+                    .collect();
+                fetched = Fetched::default();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        let (name, b, report) = h
+                            .join()
+                            .map_err(|_| Error::Internal("restore thread panicked".into()))??;
+                        fetched.add(&report);
+                        Ok((name, b))
+                    })
+                    .collect()
+            })
+        })?;
+        print_ratio(label, rescale, plain, full.state_bytes, fetched);
+    }
 
     // The first checkpoint after the rescale.
     let owner = job_owner(&env)?;
