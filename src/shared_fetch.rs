@@ -210,15 +210,26 @@ mod tests {
         path
     }
 
-    #[test]
-    fn the_first_restore_claims_and_the_next_links_its_verified_copy() {
+    /// A temporary directory, a real SST in it, its key, and an empty table.
+    fn fixture() -> (tempfile::TempDir, PathBuf, FileKey, SharedFetches) {
         let dir = tempfile::tempdir().unwrap();
         let sst = sst_in(dir.path());
         let k = key(&sst);
-        let shared = SharedFetches::default();
-        let Placed::Claimed(claim) = shared.link_or_claim(&k, &dir.path().join("a.sst")) else {
-            panic!("nothing fetched yet, so the first restore must claim");
-        };
+        (dir, sst, k, SharedFetches::default())
+    }
+
+    /// The claim `link_or_claim` must hand out here.
+    fn must_claim<'a>(shared: &'a SharedFetches, k: &FileKey, dest: &Path) -> Claim<'a> {
+        match shared.link_or_claim(k, dest) {
+            Placed::Claimed(claim) => claim,
+            Placed::Linked => panic!("linked where nothing usable was fetched"),
+        }
+    }
+
+    #[test]
+    fn the_first_restore_claims_and_the_next_links_its_verified_copy() {
+        let (dir, sst, k, shared) = fixture();
+        let claim = must_claim(&shared, &k, &dir.path().join("a.sst"));
         fs::rename(&sst, dir.path().join("a.sst")).unwrap();
         claim.fetched(&dir.path().join("a.sst"));
         let dest = dir.path().join("b.sst");
@@ -232,13 +243,8 @@ mod tests {
 
     #[test]
     fn a_waiting_restore_links_once_the_claimer_has_fetched() {
-        let dir = tempfile::tempdir().unwrap();
-        let sst = sst_in(dir.path());
-        let k = key(&sst);
-        let shared = SharedFetches::default();
-        let Placed::Claimed(claim) = shared.link_or_claim(&k, &sst) else {
-            panic!("first claim");
-        };
+        let (dir, sst, k, shared) = fixture();
+        let claim = must_claim(&shared, &k, &sst);
         let (tx, rx) = mpsc::channel();
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {
@@ -255,13 +261,8 @@ mod tests {
 
     #[test]
     fn a_claim_dropped_unfetched_passes_to_a_waiting_restore() {
-        let dir = tempfile::tempdir().unwrap();
-        let sst = sst_in(dir.path());
-        let k = key(&sst);
-        let shared = SharedFetches::default();
-        let Placed::Claimed(claim) = shared.link_or_claim(&k, &sst) else {
-            panic!("first claim");
-        };
+        let (dir, sst, k, shared) = fixture();
+        let claim = must_claim(&shared, &k, &sst);
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {
                 matches!(
@@ -276,13 +277,8 @@ mod tests {
 
     #[test]
     fn a_fetched_copy_that_is_gone_or_changed_is_fetched_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let sst = sst_in(dir.path());
-        let k = key(&sst);
-        let shared = SharedFetches::default();
-        let Placed::Claimed(claim) = shared.link_or_claim(&k, &sst) else {
-            panic!("first claim");
-        };
+        let (dir, sst, k, shared) = fixture();
+        let claim = must_claim(&shared, &k, &sst);
         claim.fetched(&sst);
         // Changed in place after it was offered.
         use std::io::Write;
@@ -293,40 +289,28 @@ mod tests {
             .write_all(b"x")
             .unwrap();
         let dest = dir.path().join("d.sst");
-        let Placed::Claimed(claim) = shared.link_or_claim(&k, &dest) else {
-            panic!("a changed copy must not be linked");
-        };
+        // A changed copy is not linked.
+        let again = must_claim(&shared, &k, &dest);
         assert!(
             !dest.exists(),
             "nothing is left where the link would have gone"
         );
-        claim.fetched(&sst);
+        again.fetched(&sst);
         fs::remove_file(&sst).unwrap();
-        assert!(
-            matches!(shared.link_or_claim(&k, &dest), Placed::Claimed(_)),
-            "a removed copy must not be linked"
-        );
+        // Nor is a removed one.
+        must_claim(&shared, &k, &dest);
     }
 
     #[test]
     fn a_copy_whose_footer_names_another_sst_is_not_linked() {
-        let dir = tempfile::tempdir().unwrap();
-        let sst = sst_in(dir.path());
-        let mut k = key(&sst);
+        let (dir, sst, mut k, shared) = fixture();
         let elsewhere = dir.path().join("other");
         fs::create_dir(&elsewhere).unwrap();
         let other = sst_in(&elsewhere);
         k.sst_id = sst_format::read_sst_meta(&other).unwrap().unique_id;
-        let shared = SharedFetches::default();
-        let Placed::Claimed(claim) = shared.link_or_claim(&k, &sst) else {
-            panic!("first claim");
-        };
-        claim.fetched(&sst);
+        must_claim(&shared, &k, &sst).fetched(&sst);
         let dest = dir.path().join("d.sst");
-        assert!(matches!(
-            shared.link_or_claim(&k, &dest),
-            Placed::Claimed(_)
-        ));
+        must_claim(&shared, &k, &dest);
         assert!(!dest.exists());
     }
 }

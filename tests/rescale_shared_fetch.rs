@@ -5,11 +5,12 @@
 
 use std::sync::Arc;
 
-use rockstate::coordinator::task_checkpoint;
+mod rescale_common;
+
+use rescale_common::{checkpoint_job, owner_of};
 use rockstate::{
     BackendBuilder, CheckpointOptions, CheckpointStorage, CodecId, ErrorKind, Fault, FaultyStorage,
-    JobOwner, KeyGroupRange, KeyedBackend, LocalStorage, OpKind, RestoreFrom, RestoreReport,
-    SharedFetches, SystemClock,
+    KeyGroupRange, KeyedBackend, LocalStorage, OpKind, RestoreFrom, RestoreReport, SharedFetches,
 };
 use sst_format::CheckpointManifest;
 
@@ -253,8 +254,7 @@ fn a_merge_fetches_an_sst_both_halves_list_once() {
     source_checkpoint(&job);
     // The halves, one job: they restore apart, then checkpoint 2 names both manifests, each
     // still listing the source's SSTs.
-    let owner =
-        Arc::new(JobOwner::open(Arc::clone(&job.storage), 1, Arc::new(SystemClock)).unwrap());
+    let owner = owner_of(&job.storage, 1);
     let halves: Vec<KeyedBackend> = (0..2)
         .map(|i| {
             job.builder(&format!("half-{i}"), half(i))
@@ -263,25 +263,7 @@ fn a_merge_fetches_an_sst_both_halves_list_once() {
                 .unwrap()
         })
         .collect();
-    let stats: Vec<_> = halves.iter().map(|b| b.checkpoint(2).unwrap()).collect();
-    owner
-        .commit(&sst_format::JobCheckpoint {
-            checkpoint_id: 2,
-            job_name: "shared-fetch".into(),
-            max_parallelism: M,
-            triggered_at_ms: 0,
-            completed_at_ms: 0,
-            tasks: halves
-                .iter()
-                .zip(&stats)
-                .enumerate()
-                .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
-                .collect(),
-        })
-        .unwrap();
-    for b in &halves {
-        b.notify_checkpoint_complete(2).unwrap();
-    }
+    checkpoint_job(&job.storage, &[&halves[0], &halves[1]], 2);
     let manifests: Vec<_> = halves
         .iter()
         .map(|b| job.manifest(2, b.backend_id()))
