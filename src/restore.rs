@@ -812,10 +812,6 @@ pub(crate) fn download_all(
     }
     jobs.sort_by_key(|j| std::cmp::Reverse(j.size));
     let origins = run_parallel(&jobs, threads, |job| {
-        let corrupt = |detail: String| Error::CheckpointCorrupt {
-            file: job.remote.to_string(),
-            detail,
-        };
         let local = job.dir.join(job.local);
         // A shared SST another restore (or another source of this one) fetched is linked; it
         // was verified and fsynced before it was offered, and the link's directory entry is
@@ -836,7 +832,7 @@ pub(crate) fn download_all(
             }
             None => None,
         };
-        let origin = fetch_one(storage, job, &local, corrupt)?;
+        let origin = fetch_one(storage, job, &local)?;
         std::fs::File::open(&local)
             .and_then(|f| f.sync_all())
             .map_err(|e| Error::io(&local, e))?;
@@ -869,12 +865,11 @@ enum Origin {
 
 /// Places `job`'s file at `local` from the local copy or from storage, verified against the
 /// manifest (size, CRC-32, and an SST's unique id).
-fn fetch_one(
-    storage: &dyn CheckpointStorage,
-    job: &Fetch<'_>,
-    local: &Path,
-    corrupt: impl Fn(String) -> Error,
-) -> Result<Origin> {
+fn fetch_one(storage: &dyn CheckpointStorage, job: &Fetch<'_>, local: &Path) -> Result<Origin> {
+    let corrupt = |detail: String| Error::CheckpointCorrupt {
+        file: job.remote.to_string(),
+        detail,
+    };
     if let Some(source) = job.source {
         if source.fetch(job.local, job.size, job.crc32, job.sst_id, local)? {
             return Ok(Origin::Local);

@@ -57,6 +57,9 @@ struct Table {
     slots: Mutex<HashMap<FileKey, Slot>>,
     /// Signalled whenever a claim ends (fetched or released).
     changed: Condvar,
+    /// Waits begun on `changed` (tests wait for a restore to be waiting).
+    #[cfg(test)]
+    waits: std::sync::atomic::AtomicUsize,
 }
 
 /// One shared SST as a manifest names it: the same key is the same bytes.
@@ -110,7 +113,13 @@ impl SharedFetches {
                         key: Some(key.clone()),
                     });
                 }
-                Some(Slot::Claimed) => table.changed.wait(&mut slots),
+                Some(Slot::Claimed) => {
+                    #[cfg(test)]
+                    table
+                        .waits
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    table.changed.wait(&mut slots);
+                }
                 Some(Slot::Fetched { path, stamp }) => {
                     let (path, stamp) = (path.clone(), *stamp);
                     let linked = parking_lot::MutexGuard::unlocked(&mut slots, || {
@@ -186,9 +195,6 @@ impl Drop for Claim<'_> {
 mod tests {
     use super::*;
 
-    use std::sync::mpsc;
-    use std::time::Duration;
-
     fn key(sst: &Path) -> FileKey {
         let meta = sst_format::read_sst_meta(sst).unwrap();
         FileKey {
@@ -245,15 +251,17 @@ mod tests {
     fn a_waiting_restore_links_once_the_claimer_has_fetched() {
         let (dir, sst, k, shared) = fixture();
         let claim = must_claim(&shared, &k, &sst);
-        let (tx, rx) = mpsc::channel();
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {
-                let placed = shared.link_or_claim(&k, &dir.path().join("w.sst"));
-                tx.send(()).unwrap();
-                matches!(placed, Placed::Linked)
+                matches!(
+                    shared.link_or_claim(&k, &dir.path().join("w.sst")),
+                    Placed::Linked
+                )
             });
-            // The waiter cannot finish while the file is claimed and unfetched.
-            assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+            // Offered only once the waiter is waiting on the claim.
+            while shared.table.waits.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
             claim.fetched(&sst);
             assert!(waiter.join().unwrap(), "the waiter links the fetched file");
         });
@@ -270,6 +278,9 @@ mod tests {
                     Placed::Claimed(_)
                 )
             });
+            while shared.table.waits.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
             drop(claim);
             assert!(waiter.join().unwrap(), "the waiter fetches the file itself");
         });

@@ -18,12 +18,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use rockstate::{
     ChangelogOptions, CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions,
-    Error, KeyedBackend, LocalStorage, MemoryBudget, MemoryBudgetConfig, RawValueState,
-    RestoreFrom,
+    Error, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
 };
 
 use crate::report::Line;
-use crate::support::{io, median};
+use crate::support::{io, median, storage_named};
 
 /// Which checkpoint modes to run.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,29 +137,13 @@ impl Run<'_> {
     }
 }
 
-/// The checkpoint storage `name` of this run: `<--storage>/<name>`, or a LocalStorage
-/// directory `storage-<name>` under `root`.
-fn storage_named(
-    args: &CheckpointArgs,
-    root: &Path,
-    name: &str,
-) -> rockstate::Result<Arc<dyn CheckpointStorage>> {
-    Ok(match &args.storage {
-        Some(url) => rockstate::open_storage(
-            &format!("{}/{name}", url.trim_end_matches('/')),
-            &rockstate::ObjectStorageOptions::default(),
-        )?,
-        None => Arc::new(LocalStorage::new(root.join(format!("storage-{name}")))?),
-    })
-}
-
 fn open_run<'a>(
     args: &'a CheckpointArgs,
     root: &Path,
     mode: &'static str,
     budget: &MemoryBudget,
 ) -> rockstate::Result<(Run<'a>, Arc<dyn CheckpointStorage>)> {
-    let storage = storage_named(args, root, mode)?;
+    let storage = storage_named(args.storage.as_deref(), root, mode)?;
     let backend = KeyedBackend::builder(root.join(format!("db-{mode}")))
         .options(crate::bench_ops::parse_override::<DbOptions>(
             "--options",
@@ -444,7 +427,7 @@ fn compare_changelog_restore(
         Ok::<_, Error>((b, report, t.elapsed()))
     };
     // The same kind of storage as the log checkpoints', so both restores download alike.
-    let sst_storage = storage_named(run.args, root, "sst-of-changelog")?;
+    let sst_storage = storage_named(run.args.storage.as_deref(), root, "sst-of-changelog")?;
     let (mut changelog, mut sst) = (Vec::new(), Vec::new());
     let mut last = None;
     for i in 0..3 {

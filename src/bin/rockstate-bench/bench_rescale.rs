@@ -45,12 +45,12 @@ use rockstate::coordinator::task_checkpoint;
 use rockstate::savepoint::SAVEPOINT_ZSTD_LEVEL;
 use rockstate::{
     CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions, Error, JobOwner,
-    KeyGroupRange, KeyedBackend, LocalStorage, MemoryBudget, MemoryBudgetConfig, RestoreFrom,
-    RestoreReport, SharedFetches, SystemClock,
+    KeyGroupRange, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RestoreFrom, RestoreReport,
+    SharedFetches, SystemClock,
 };
 
 use crate::report::Line;
-use crate::support::{io, median};
+use crate::support::{io, median, storage_named};
 
 /// Arguments of `bench rescale`.
 #[derive(clap::Args, Debug)]
@@ -290,17 +290,11 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     let env = Env {
         args,
         root,
-        storage: match &args.storage {
-            Some(url) => rockstate::open_storage(
-                &format!(
-                    "{}/rescale-{}",
-                    url.trim_end_matches('/'),
-                    std::process::id()
-                ),
-                &rockstate::ObjectStorageOptions::default(),
-            )?,
-            None => Arc::new(LocalStorage::new(root.join("storage"))?),
-        },
+        storage: storage_named(
+            args.storage.as_deref(),
+            root,
+            &format!("rescale-{}", std::process::id()),
+        )?,
         budget: MemoryBudget::new(MemoryBudgetConfig::default())?,
         options: crate::bench_ops::parse_override("--options", args.options.as_deref())?,
     };

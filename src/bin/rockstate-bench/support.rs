@@ -1,13 +1,33 @@
-//! What the benches share besides their output lines: the median of repeated measurements and
-//! the error of a failed file-system call on a path.
+//! What the benches share besides their output lines: the median of repeated measurements,
+//! the checkpoint storage a run writes to, and the error of a failed file-system call on a
+//! path.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use rockstate::{CheckpointStorage, LocalStorage};
 
 /// The median of `v` (of an even count, the upper of the two middle values); the default
 /// value when `v` is empty. Values that do not compare (NaN) count as equal.
 pub fn median<T: PartialOrd + Copy + Default>(mut v: Vec<T>) -> T {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// The checkpoint storage `name` of a run: `<url>/<name>` when the bench was given a storage
+/// URL (`--storage`), else a LocalStorage directory `storage-<name>` under `root`.
+pub fn storage_named(
+    url: Option<&str>,
+    root: &Path,
+    name: &str,
+) -> rockstate::Result<Arc<dyn CheckpointStorage>> {
+    Ok(match url {
+        Some(url) => rockstate::open_storage(
+            &format!("{}/{name}", url.trim_end_matches('/')),
+            &rockstate::ObjectStorageOptions::default(),
+        )?,
+        None => Arc::new(LocalStorage::new(root.join(format!("storage-{name}")))?),
+    })
 }
 
 /// Maps an I/O error of an operation on `path` to the crate's error.
