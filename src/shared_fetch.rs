@@ -232,6 +232,13 @@ mod tests {
         }
     }
 
+    /// Returns once a restore has begun waiting on a claim in `shared`.
+    fn until_a_restore_waits(shared: &SharedFetches) {
+        while shared.table.waits.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+    }
+
     #[test]
     fn the_first_restore_claims_and_the_next_links_its_verified_copy() {
         let (dir, sst, k, shared) = fixture();
@@ -247,8 +254,10 @@ mod tests {
         assert_eq!(FileStamp::of(&a), FileStamp::of(&b), "one inode, linked");
     }
 
-    #[test]
-    fn a_waiting_restore_links_once_the_claimer_has_fetched() {
+    /// Claims a file, lets another restore wait on the claim, ends the claim with `end`
+    /// (given the file), and returns whether the waiter then linked the file (else it was
+    /// handed the claim).
+    fn waiter_links_after(end: impl FnOnce(Claim<'_>, &Path)) -> bool {
         let (dir, sst, k, shared) = fixture();
         let claim = must_claim(&shared, &k, &sst);
         std::thread::scope(|s| {
@@ -258,32 +267,23 @@ mod tests {
                     Placed::Linked
                 )
             });
-            // Offered only once the waiter is waiting on the claim.
-            while shared.table.waits.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                std::thread::yield_now();
-            }
-            claim.fetched(&sst);
-            assert!(waiter.join().unwrap(), "the waiter links the fetched file");
-        });
+            until_a_restore_waits(&shared);
+            end(claim, &sst);
+            waiter.join().unwrap()
+        })
+    }
+
+    #[test]
+    fn a_waiting_restore_links_once_the_claimer_has_fetched() {
+        assert!(waiter_links_after(|claim, sst| claim.fetched(sst)));
     }
 
     #[test]
     fn a_claim_dropped_unfetched_passes_to_a_waiting_restore() {
-        let (dir, sst, k, shared) = fixture();
-        let claim = must_claim(&shared, &k, &sst);
-        std::thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                matches!(
-                    shared.link_or_claim(&k, &dir.path().join("w.sst")),
-                    Placed::Claimed(_)
-                )
-            });
-            while shared.table.waits.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                std::thread::yield_now();
-            }
-            drop(claim);
-            assert!(waiter.join().unwrap(), "the waiter fetches the file itself");
-        });
+        assert!(
+            !waiter_links_after(|claim, _| drop(claim)),
+            "the waiter fetches the file itself"
+        );
     }
 
     #[test]
