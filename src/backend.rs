@@ -15,7 +15,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::checkpoint::registry::{Checkpointer, RestoredBase};
+use crate::checkpoint::registry::Checkpointer;
 use crate::checkpoint::{
     CheckpointOptions, CheckpointStats, JobOwner, PendingSnapshot, RestoreFrom, SnapshotSource,
     SweepStats,
@@ -29,7 +29,7 @@ use crate::heap::HeapTable;
 use crate::keygroup::{self, KeyGroupRange};
 use crate::operator_state::OperatorState;
 use crate::options::DbOptions;
-use crate::restore::RestoreParams;
+use crate::restore::{RestoreParams, Restored};
 use crate::savepoint::{FullSnapshot, SavepointTarget};
 use crate::state::{
     AggregateFunction, AggregatingState, CodecId, IncrementalCleanup, ListState, MapState,
@@ -137,7 +137,8 @@ impl BackendBuilder {
         self.open_inner(None)
     }
 
-    pub(crate) fn open_inner(self, restored: Option<RestoredBase>) -> Result<KeyedBackend> {
+    /// Opens the backend, at a restore on the database the restore left open (`restored`).
+    pub(crate) fn open_inner(self, restored: Option<Restored>) -> Result<KeyedBackend> {
         keygroup::validate_max_parallelism(self.max_parallelism)?;
         let key_groups = match self.key_groups {
             Some(r) => r,
@@ -157,17 +158,24 @@ impl BackendBuilder {
                         detail: "only the heap backend cleans up incrementally".into(),
                     });
                 }
-                let budget = match self.budget {
-                    Some(b) => b,
-                    None => MemoryBudget::process_default()?,
+                let db = match restored.as_ref() {
+                    // Opened by the restore with this builder's options, budget and layout.
+                    Some(r) => Arc::clone(&r.db),
+                    None => {
+                        let budget = match self.budget {
+                            Some(b) => b,
+                            None => MemoryBudget::process_default()?,
+                        };
+                        std::fs::create_dir_all(&self.path)
+                            .map_err(|e| Error::io(&self.path, e))?;
+                        Db::open(
+                            &self.path,
+                            &self.options,
+                            &budget,
+                            Some(KeyLayout::new(self.max_parallelism, key_groups)),
+                        )?
+                    }
                 };
-                std::fs::create_dir_all(&self.path).map_err(|e| Error::io(&self.path, e))?;
-                let db = Db::open(
-                    &self.path,
-                    &self.options,
-                    &budget,
-                    Some(KeyLayout::new(self.max_parallelism, key_groups)),
-                )?;
                 crate::savepoint::sweep_staging(&self.path)?;
                 let meta = Table::Rocks(db.default_cf()?);
                 (Engine::Rocks(db), meta)
@@ -213,7 +221,7 @@ impl BackendBuilder {
                 &self.checkpoint_options,
                 self.ownership,
                 Arc::clone(&self.checkpoint_clock),
-                restored,
+                restored.map(|r| r.base),
                 self.max_parallelism,
             )?,
             Table::Heap(_) => (crate::layout::new_backend_id(), None),

@@ -34,7 +34,7 @@ use crate::checkpoint::owner::{read_record, record_ids};
 use crate::checkpoint::registry::{list_committed, RestoredBase};
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
 use crate::clock::Clock;
-use crate::db::MemoryBudget;
+use crate::db::{Db, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::layout;
@@ -185,13 +185,24 @@ pub(crate) struct RestoreParams {
     pub(crate) shared_fetches: SharedFetches,
 }
 
-/// Restores per `from` into `p.path`, then `open`s the backend there (given what it restored
-/// from; it returns the backend and its states' metadata, checked against the manifests),
-/// reporting where the files came from (local recovery or the store).
+/// What a restore hands the backend it opens at the target directory.
+pub(crate) struct Restored {
+    /// The restored database, checked (and rebuilt by a rescale), open with the restore's
+    /// options, memory budget and key layout, which are the backend's: it is used as it is,
+    /// not closed and opened again.
+    pub(crate) db: Arc<Db>,
+    /// What it was restored from.
+    pub(crate) base: RestoredBase,
+}
+
+/// Restores per `from` into `p.path`, then `open`s the backend there (given the open database
+/// and what it was restored from; it returns the backend and its states' metadata, checked
+/// against the manifests), reporting where the files came from (local recovery or the
+/// store).
 pub(crate) fn restore<T>(
     p: RestoreParams,
     from: RestoreFrom,
-    open: impl FnOnce(RestoredBase) -> Result<(T, Vec<StateMeta>)>,
+    open: impl FnOnce(Restored) -> Result<(T, Vec<StateMeta>)>,
 ) -> Result<(T, RestoreReport)> {
     let claim = p.source.is_none();
     let storage = match &p.source {
@@ -218,7 +229,7 @@ pub(crate) fn restore<T>(
 }
 
 fn restore_pinned<T>(
-    open: impl FnOnce(RestoredBase) -> Result<(T, Vec<StateMeta>)>,
+    open: impl FnOnce(Restored) -> Result<(T, Vec<StateMeta>)>,
     p: &RestoreParams,
     storage: &dyn CheckpointStorage,
     key_groups: KeyGroupRange,
@@ -350,7 +361,7 @@ fn restore_pinned<T>(
         (report.files_local, report.bytes_local) = counts.local;
         (report.files_downloaded, report.bytes_downloaded) = counts.downloaded;
         (report.files_shared, report.bytes_shared) = counts.shared;
-        {
+        let db = {
             // A plain restore of a changelog-mode checkpoint keeps its private files, read
             // before anything opens the database, so the restored backend's log checkpoints
             // continue on its materialization.
@@ -432,7 +443,7 @@ fn restore_pinned<T>(
                 report.log_entries_replayed += counts.applied;
                 report.log_entries_skipped += counts.skipped;
             }
-            let mut stats = rescale::rescale(&base, &other_sources, &rescale_target)?;
+            let (mut stats, db) = rescale::rescale(&base, &other_sources, &rescale_target)?;
             stats.fetched_late.extend(fetched_late);
             for &(_, size) in &stats.fetched_late {
                 report.files_skipped -= 1;
@@ -444,15 +455,19 @@ fn restore_pinned<T>(
             report.sst_files_rewritten = stats.files_rewritten;
             report.entries_rewritten = stats.entries_rewritten;
             report.sst_ingestions_refused = stats.refused;
-        }
+            db
+        };
         drop(scratch);
         std::fs::remove_dir_all(&scratch_root).map_err(|e| Error::io(&scratch_root, e))?;
-        let (backend, states) = open(RestoredBase {
-            manifest: Arc::clone(&manifest),
-            others: others.iter().map(|(_, m)| Arc::clone(m)).collect(),
-            reusable,
-            claimed: claim,
-            log_private,
+        let (backend, states) = open(Restored {
+            db,
+            base: RestoredBase {
+                manifest: Arc::clone(&manifest),
+                others: others.iter().map(|(_, m)| Arc::clone(m)).collect(),
+                reusable,
+                claimed: claim,
+                log_private,
+            },
         })?;
         let mut have: Vec<_> = states.iter().map(to_manifest_state).collect();
         let mut want: BTreeMap<&str, &sst_format::StateMeta> = BTreeMap::new();
