@@ -58,7 +58,8 @@
 //!    the tombstones never cover it anyway.
 //! 5. **Fix the metadata**: the backend metadata gets the target range, the list-sequence
 //!    high-water mark becomes the maximum over all sources (so new list elements sort after
-//!    every restored one).
+//!    every restored one). Nothing is flushed here: the backend open writes the new backend
+//!    id and flushes every column family once, clip tombstones and metadata included.
 //!
 //! Linked files keep their SST unique id (table properties), so the first checkpoint after
 //! the rescale reuses the other manifests' shared objects (`checkpoint::snapshot` matches SSTs
@@ -385,7 +386,6 @@ pub(crate) fn rescale(
         &codec::encode(&backend_meta, "backend metadata")?,
     )?;
     meta.put(META_LIST_SEQ, &list_seq.to_be_bytes())?;
-    db.flush_all()?;
     Ok((stats, db))
 }
 

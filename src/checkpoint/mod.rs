@@ -294,7 +294,9 @@ pub(crate) fn attach(
         (Some(id), false) if layout::valid_local_name(&id) => id,
         (Some(_), false) => return Err(Error::decode("backend id", "invalid characters")),
         // New database, or a restored copy of another backend's: a new identity, made durable
-        // now so a reopen of this directory never takes the source backend's name.
+        // now so a reopen of this directory never takes the source backend's name. The flush
+        // covers every column family: it also makes a restore's clip tombstones and metadata
+        // durable, which the restore leaves unflushed (tests/rescale_reopen_killed.rs).
         (_, _) => {
             let id = layout::new_backend_id();
             meta.put(META_BACKEND_ID, id.as_bytes())?;
