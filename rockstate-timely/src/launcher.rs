@@ -44,9 +44,10 @@ pub struct FreqcapArgs {
     /// How many runs are killed (each at a random moment) before one runs to the end.
     #[arg(long, default_value_t = 1)]
     pub kills: u32,
-    /// A kill falls after a random number of the run's checkpoints completed (fewer than
-    /// its epochs, so the run cannot finish first; zero kills during startup and restore)
-    /// plus a random delay of up to this many ms (during processing, uploads and commits).
+    /// A kill falls after a random number of the run's checkpoints completed (zero kills
+    /// during startup and restore) plus a random delay of up to this many ms (during
+    /// processing, uploads and commits), and at the latest once fewer checkpoints than the
+    /// run's epochs completed, so the run cannot finish first.
     #[arg(long, default_value_t = 400)]
     pub kill_delay_ms: u64,
     /// Seed of the kill moments and victims (default: from the time; printed).
@@ -132,13 +133,18 @@ pub enum RunEnd {
 }
 
 /// When a run is killed: once `after_completions` of its checkpoints completed, `delay`
-/// later; `pick` chooses the victim among the running processes.
+/// later, but at the latest when `latest_completions` completed (fewer than the run's
+/// epochs, so a run faster than the delay is still killed before it ends; `None` when the
+/// run has too few epochs for a bound above `after_completions`); `pick` chooses the victim
+/// among the running processes.
 #[derive(Debug, Clone, Copy)]
 pub struct KillAt {
     /// Checkpoints of the run that complete first.
     pub after_completions: u64,
     /// Delay after that.
     pub delay: Duration,
+    /// Checkpoints of the run after which the kill falls even if `delay` has not passed.
+    pub latest_completions: Option<u64>,
     /// Chooses the victim.
     pub pick: u64,
 }
@@ -334,10 +340,13 @@ pub fn run_job(
         }
         if let Some(k) = kill_at {
             let completions = job.dir.join(format!("completion-run-{run}"));
-            if kill_from.is_none() && completed_in(&completions) >= k.after_completions {
+            let completed = completed_in(&completions);
+            if kill_from.is_none() && completed >= k.after_completions {
                 kill_from = Some(Instant::now());
             }
-            if kill_from.is_some_and(|t| t.elapsed() >= k.delay) {
+            if kill_from.is_some_and(|t| t.elapsed() >= k.delay)
+                || k.latest_completions.is_some_and(|n| completed >= n)
+            {
                 let pick = k.pick;
                 let running: Vec<usize> = (0..processes).filter(|&i| exited[i].is_none()).collect();
                 let victim = running[(pick % running.len() as u64) as usize];
@@ -413,10 +422,16 @@ fn run_with_kills(
         // delay starts.
         let left = start.epochs.saturating_sub(1);
         let span = (left / (2 * u64::from(kills.saturating_sub(run).max(1)))).max(1);
-        let kill_at = (run < kills).then(|| KillAt {
-            after_completions: draw.below(span),
-            delay: Duration::from_millis(draw.below(args.kill_delay_ms + 1)),
-            pick: draw.below(u64::MAX),
+        let kill_at = (run < kills).then(|| {
+            let after_completions = draw.below(span);
+            KillAt {
+                after_completions,
+                delay: Duration::from_millis(draw.below(args.kill_delay_ms + 1)),
+                // At most `left`, one fewer than the run's epochs.
+                latest_completions: Some((after_completions + span).min(left))
+                    .filter(|&n| n > after_completions),
+                pick: draw.below(u64::MAX),
+            }
         });
         eprintln!(
             "  run {run}: {workers} workers ({processes} processes x {threads} threads), {}, \

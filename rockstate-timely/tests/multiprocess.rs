@@ -58,6 +58,25 @@ fn ten_random_kills_two_processes_of_two_workers() {
     );
 }
 
+/// A kill delay far longer than the job: every kill still falls before its run ends (at the
+/// latest once one fewer checkpoint than the run's epochs completed), so the job is killed
+/// as often as asked.
+#[test]
+fn every_kill_falls_before_its_run_ends_however_long_the_delay() {
+    launcher(
+        &[
+            "--processes=1",
+            "--threads=2",
+            "--kills=2",
+            "--epoch-records=1000",
+            "--kill-delay-ms=600000",
+            "--no-reference",
+        ],
+        &["kills 2,"],
+        &[],
+    );
+}
+
 /// Restarts at 4 -> 3 -> 5 workers: key-group ranges recomputed, offsets and pending sink
 /// transactions redistributed; also compared with a crash-free reference run.
 #[test]
