@@ -11,30 +11,14 @@ mod common;
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::crash::spawn_child;
+use common::crash::{spawn_child, wait_for};
 use common::*;
-use rockstate::{CheckpointOptions, KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom};
+use rockstate::{CheckpointOptions, LocalStorage, RestoreFrom};
 
 /// `<work dir>|<storage root>` of the child.
 const CHILD_ENV: &str = "ROCKSTATE_RESCALE_REOPEN_KILLED_CHILD";
-
-/// The first of two instances: restoring it from a single full-range backend clips.
-fn builder(
-    target: &Path,
-    storage: Arc<dyn rockstate::CheckpointStorage>,
-) -> rockstate::BackendBuilder {
-    KeyedBackend::builder(target)
-        .options(small_options())
-        .key_groups(KeyGroupRange::for_operator(128, 2, 0).unwrap())
-        .checkpoint_storage(storage)
-        .checkpoint_options(CheckpointOptions {
-            // Every file comes from storage, none from the writer's local copy.
-            local_recovery: false,
-            ..CheckpointOptions::default()
-        })
-}
 
 #[test]
 fn a_rescaled_directory_killed_before_its_first_checkpoint_reopens_as_restored() {
@@ -62,33 +46,18 @@ fn a_rescaled_directory_killed_before_its_first_checkpoint_reopens_as_restored()
         None,
         &stderr,
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !id_file.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the child never restored: {}",
-            fs::read_to_string(&stderr).unwrap_or_default()
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the child ended: {}",
-            fs::read_to_string(&stderr).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&mut child, &stderr, "restored", || id_file.exists());
     child.kill().unwrap();
     child.wait().unwrap();
     let restored_id = fs::read_to_string(&id_file).unwrap();
     assert_ne!(restored_id, source_id);
 
     // Reopened, not restored: the stored range must equal the builder's, else the open fails.
-    let reopened = builder(&target, fx.storage_dyn()).open().unwrap();
+    let reopened = first_half_builder(&target, fx.storage_dyn())
+        .open()
+        .unwrap();
     assert_eq!(reopened.backend_id(), restored_id);
-    let owned: Model = model
-        .iter()
-        .filter(|(k, _)| owns(&reopened, **k))
-        .map(|(k, v)| (*k, *v))
-        .collect();
+    let owned = owned_part(&reopened, &model);
     assert!(!owned.is_empty() && owned.len() < model.len());
     assert_eq!(read_all(&reopened), owned);
 
@@ -97,7 +66,7 @@ fn a_rescaled_directory_killed_before_its_first_checkpoint_reopens_as_restored()
     reopened.checkpoint(2).unwrap();
     reopened.notify_checkpoint_complete(2).unwrap();
     drop(reopened);
-    let again = builder(&work.join("again"), fx.storage_dyn())
+    let again = first_half_builder(&work.join("again"), fx.storage_dyn())
         .restore(RestoreFrom::Checkpoint(2))
         .unwrap();
     assert_eq!(read_all(&again), owned);
@@ -113,7 +82,7 @@ fn reopen_child() {
     let (work, root) = spec.split_once('|').unwrap();
     let storage = Arc::new(LocalStorage::new(root).unwrap());
     let work = Path::new(work);
-    let restored = builder(&work.join("target"), storage)
+    let restored = first_half_builder(&work.join("target"), storage)
         .restore(RestoreFrom::Latest)
         .unwrap();
     let tmp = work.join("restored-id.tmp");

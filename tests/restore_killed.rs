@@ -11,33 +11,14 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::crash::spawn_child;
+use common::crash::{spawn_child, wait_for};
 use common::*;
-use rockstate::{
-    CheckpointOptions, Fault, FaultyStorage, KeyGroupRange, KeyedBackend, LocalStorage, OpKind,
-    RestoreFrom,
-};
+use rockstate::{Fault, FaultyStorage, LocalStorage, OpKind, RestoreFrom};
 
 /// `<work dir>|<storage root>` of the child.
 const CHILD_ENV: &str = "ROCKSTATE_RESTORE_KILLED_CHILD";
-
-/// The restoring instance: the first of two, so the restore clips (a rescale).
-fn builder(
-    target: &Path,
-    storage: Arc<dyn rockstate::CheckpointStorage>,
-) -> rockstate::BackendBuilder {
-    KeyedBackend::builder(target)
-        .options(small_options())
-        .key_groups(KeyGroupRange::for_operator(128, 2, 0).unwrap())
-        .checkpoint_storage(storage)
-        .checkpoint_options(CheckpointOptions {
-            // Every file comes from storage, none from the writer's local copy.
-            local_recovery: false,
-            ..CheckpointOptions::default()
-        })
-}
 
 fn entries(dir: &Path) -> BTreeSet<String> {
     fs::read_dir(dir)
@@ -94,20 +75,9 @@ fn a_killed_restore_leaves_its_scratch_inside_its_target() {
         &stderr,
     );
     // Killed once the log is sorted into SST files (the downloads never finish).
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !log_sst_under(work) {
-        assert!(
-            Instant::now() < deadline,
-            "the child never prepared the log: {}",
-            fs::read_to_string(&stderr).unwrap_or_default()
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the child ended: {}",
-            fs::read_to_string(&stderr).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&mut child, &stderr, "prepared the log", || {
+        log_sst_under(work)
+    });
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -117,14 +87,10 @@ fn a_killed_restore_leaves_its_scratch_inside_its_target() {
     assert_eq!(entries(work), expected, "only the target is new beside it");
     assert!(target.join(".rockstate-restore-incomplete").exists());
 
-    let restored = builder(&target, fx.storage_dyn())
+    let restored = first_half_builder(&target, fx.storage_dyn())
         .restore(RestoreFrom::Latest)
         .unwrap();
-    let owned: Model = model
-        .iter()
-        .filter(|(k, _)| owns(&restored, **k))
-        .map(|(k, v)| (*k, *v))
-        .collect();
+    let owned = owned_part(&restored, &model);
     assert_eq!(read_all(&restored), owned);
     assert!(!entries(&target)
         .iter()
@@ -146,7 +112,7 @@ fn restore_child() {
         op: Some(OpKind::GetFile),
         delay: Duration::from_secs(3600),
     });
-    let restored =
-        builder(&Path::new(work).join("target"), Arc::new(faulty)).restore(RestoreFrom::Latest);
+    let restored = first_half_builder(&Path::new(work).join("target"), Arc::new(faulty))
+        .restore(RestoreFrom::Latest);
     panic!("the restore ended: {:?}", restored.map(|_| ()));
 }

@@ -6,6 +6,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rockstate::{CheckpointStorage, LocalStorage, ObjectStorage};
 
@@ -88,4 +89,28 @@ pub fn spawn_child(
         .stderr(fs::File::create(stderr).unwrap())
         .spawn()
         .unwrap()
+}
+
+/// Waits until `done()` holds while `child` keeps running; panics with the child's `stderr`
+/// (and `what` it never did) if it ends first or two minutes pass.
+pub fn wait_for(
+    child: &mut std::process::Child,
+    stderr: &Path,
+    what: &str,
+    done: impl Fn() -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "the child never {what}: {}",
+            fs::read_to_string(stderr).unwrap_or_default()
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child ended: {}",
+            fs::read_to_string(stderr).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

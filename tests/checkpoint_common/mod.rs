@@ -216,6 +216,31 @@ pub fn owns(backend: &KeyedBackend, k: u32) -> bool {
     backend.key_groups().contains(group)
 }
 
+/// The part of `model` in `backend`'s key groups.
+pub fn owned_part(backend: &KeyedBackend, model: &Model) -> Model {
+    model
+        .iter()
+        .filter(|(k, _)| owns(backend, **k))
+        .map(|(k, v)| (*k, *v))
+        .collect()
+}
+
+/// The first of two instances of the fixtures' job at `target`: restoring it from a single
+/// full-range backend clips. Every file comes from `storage`, none from a local copy.
+pub fn first_half_builder(
+    target: &Path,
+    storage: Arc<dyn CheckpointStorage>,
+) -> rockstate::BackendBuilder {
+    KeyedBackend::builder(target)
+        .options(small_options())
+        .key_groups(rockstate::KeyGroupRange::for_operator(128, 2, 0).unwrap())
+        .checkpoint_storage(storage)
+        .checkpoint_options(CheckpointOptions {
+            local_recovery: false,
+            ..CheckpointOptions::default()
+        })
+}
+
 pub fn rng(seed: u64) -> SmallRng {
     SmallRng::seed_from_u64(seed)
 }
