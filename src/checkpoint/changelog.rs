@@ -93,12 +93,36 @@ impl ChangelogOptions {
     }
 }
 
+/// A local segment file, removed from disk when its last holder lets go of it. The log book
+/// holds it until a completed checkpoint covers it, and every log checkpoint whose plan lists
+/// it holds it until that checkpoint's upload ends: a checkpoint completing while a later one
+/// (planned on an older base) is still uploading cannot take the file from under it.
+#[derive(Debug)]
+pub(crate) struct SegmentFile(PathBuf);
+
+impl SegmentFile {
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for SegmentFile {
+    fn drop(&mut self) {
+        // Best effort: a file left behind is removed with the log directory when the next
+        // backend on this staging root opens.
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
 /// One segment cut by a sync phase, as a local file.
 #[derive(Debug, Clone)]
 pub(crate) struct LocalSegment {
     pub(crate) first_seq: u64,
     pub(crate) end_seq: u64,
-    pub(crate) path: PathBuf,
+    /// The file. Its name holds `first_seq` and `end_seq`, which no other segment of this
+    /// backend shares (cuts follow one another), so dropping it removes no other segment.
+    pub(crate) file: Arc<SegmentFile>,
     pub(crate) size: u64,
     pub(crate) crc32: u32,
     pub(crate) key_groups: Option<(u16, u16)>,
@@ -200,7 +224,7 @@ pub(crate) fn keep_cut(cp: &Checkpointer, cut: &LogCut, names: &[String]) -> Res
         LocalSegment {
             first_seq: cut.first_seq,
             end_seq: cut.end_seq,
-            path,
+            file: Arc::new(SegmentFile(path)),
             size: bytes.len() as u64,
             crc32: crc32fast::hash(&bytes),
             key_groups: cut.key_groups,
@@ -328,9 +352,8 @@ pub(crate) fn completed(cp: &Checkpointer, base: &CheckpointManifest) {
         .map(|(k, _)| *k)
         .collect();
     for k in gone {
-        if let Some(s) = book.segments.remove(&k) {
-            let _ = fs::remove_file(&s.path);
-        }
+        // The file goes once no upload in flight lists it either.
+        book.segments.remove(&k);
     }
     book.materialized
         .retain(|id, _| *id >= c.materialization_id);

@@ -144,11 +144,11 @@ impl PendingSnapshot {
             let name = layout::new_log_name(id, cp.clock.now_ms());
             cp.protect(id, std::slice::from_ref(&name));
             let digest = put_recorded(uploaded, &name, || {
-                cp.storage.put_file(&name, &segment.path)
+                cp.storage.put_file(&name, segment.file.path())
             })?;
             if (digest.size, digest.crc32) != (segment.size, segment.crc32) {
                 return Err(Error::CheckpointCorrupt {
-                    file: segment.path.display().to_string(),
+                    file: segment.file.path().display().to_string(),
                     detail: "log segment changed on local disk before its upload".into(),
                 });
             }
