@@ -145,6 +145,12 @@ pub(crate) struct LogBook {
     pub(crate) segments: BTreeMap<u64, LocalSegment>,
     /// Private files of uploaded materializations, by checkpoint id.
     pub(crate) materialized: BTreeMap<u64, Arc<Materialized>>,
+    /// Log checkpoints planned and neither completed, subsumed nor failed, by checkpoint id:
+    /// the materialization each rests on and its private files. When checkpoints overlap, a
+    /// log checkpoint planned on an older materialization can complete after a newer one
+    /// did (which drops the older one's files from `materialized`); it then becomes the base,
+    /// and the next log checkpoint must still find its materialization's files.
+    pub(crate) resting: BTreeMap<u64, (u64, Arc<Materialized>)>,
     /// When the last materialization began (clock ms).
     pub(crate) last_materialization_ms: Option<u64>,
     /// A materialization whose upload has not ended yet.
@@ -237,6 +243,7 @@ pub(crate) fn keep_cut(cp: &Checkpointer, cut: &LogCut, names: &[String]) -> Res
 /// is due, `None` for a materialization. `end_seq` is where the log now ends.
 pub(crate) fn plan(
     cp: &Checkpointer,
+    id: u64,
     base: Option<&CheckpointManifest>,
     end_seq: u64,
     complete: bool,
@@ -245,7 +252,7 @@ pub(crate) fn plan(
     let opts = &cp.options.changelog;
     let base = base?;
     let c = base.changelog.as_ref()?;
-    let book = cp.log.lock();
+    let mut book = cp.log.lock();
     let materialized = Arc::clone(book.materialized.get(&c.materialization_id)?);
     if !complete {
         return None;
@@ -285,6 +292,8 @@ pub(crate) fn plan(
     if (by_size || by_time) && !in_flight {
         return None;
     }
+    book.resting
+        .insert(id, (c.materialization_id, Arc::clone(&materialized)));
     Some(LogPlan {
         materialized,
         materialization_id: c.materialization_id,
@@ -335,16 +344,30 @@ pub(crate) fn materialization_ended(cp: &Checkpointer, id: u64, private: Option<
         .insert(id, Arc::new(Materialized { private: files }));
 }
 
+/// Log checkpoint `id`'s upload failed or was dropped: it will not complete.
+pub(crate) fn log_ended(cp: &Checkpointer, id: u64) {
+    cp.log.lock().resting.remove(&id);
+}
+
 /// Checkpoint `base` completed: segments it no longer needs (covered by its
 /// materialization) and the private files of older materializations go.
 pub(crate) fn completed(cp: &Checkpointer, base: &CheckpointManifest) {
+    let id = base.checkpoint_id;
+    let mut book = cp.log.lock();
+    // The log checkpoints up to this one can never complete now.
+    let done = book.resting.remove(&id);
+    book.resting.retain(|k, _| *k > id);
     let Some(c) = &base.changelog else {
         return;
     };
+    // A log checkpoint completing after a newer materialization did brings its own
+    // materialization back: the next log checkpoint rests on it.
+    if let Some((m, files)) = done {
+        book.materialized.entry(m).or_insert(files);
+    }
     // Covered by the materialization, or stored and named by this completed checkpoint (later
     // log checkpoints reference those as they are).
     let covered = c.materialized_seq + c.segments.iter().map(|s| s.entries).sum::<u64>();
-    let mut book = cp.log.lock();
     let gone: Vec<u64> = book
         .segments
         .range(..covered)

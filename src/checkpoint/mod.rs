@@ -396,7 +396,7 @@ pub(crate) fn begin_snapshot(
         log_plan: None,
     };
     if pending.cp.options.changelog.enabled {
-        match cut_log(&src, &pending.cp, pending.base.as_deref())? {
+        match cut_log(&src, &pending.cp, checkpoint_id, pending.base.as_deref())? {
             Cut::Log(plan) => {
                 pending.log_plan = Some(plan);
                 pending.sync_duration = src.started.elapsed();
@@ -442,6 +442,7 @@ enum Cut {
 fn cut_log(
     src: &SnapshotSource<'_>,
     cp: &Arc<Checkpointer>,
+    id: u64,
     base: Option<&sst_format::CheckpointManifest>,
 ) -> Result<Cut> {
     let cut = src
@@ -450,7 +451,7 @@ fn cut_log(
         .ok_or_else(|| Error::Internal("changelog not started".into()))?;
     changelog::keep_cut(cp, &cut, &src.db.cf_names()?)?;
     Ok(
-        match changelog::plan(cp, base, cut.end_seq, cut.complete, cp.clock.now_ms()) {
+        match changelog::plan(cp, id, base, cut.end_seq, cut.complete, cp.clock.now_ms()) {
             Some(plan) => Cut::Log(plan),
             None => Cut::Materialize(cut.end_seq),
         },

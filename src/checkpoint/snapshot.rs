@@ -103,6 +103,9 @@ impl PendingSnapshot {
             let dir = result.is_ok().then_some(self.dir.as_path());
             changelog::materialization_ended(&self.cp, self.id, dir);
         }
+        if result.is_err() && self.log_plan.is_some() {
+            changelog::log_ended(&self.cp, self.id);
+        }
         if result.is_err() {
             // Anything this attempt created goes: the manifest first (its put may have stored
             // it and failed after), then the files, and only once the manifest is surely gone,
@@ -443,6 +446,9 @@ impl Drop for PendingSnapshot {
         if !self.finished {
             if self.changelog.is_some() {
                 changelog::materialization_ended(&self.cp, self.id, None);
+            }
+            if self.log_plan.is_some() {
+                changelog::log_ended(&self.cp, self.id);
             }
             self.cp.forget(self.id);
             let _ = fs::remove_dir_all(&self.dir);
