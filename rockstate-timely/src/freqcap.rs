@@ -33,8 +33,9 @@ use std::time::{Duration, Instant};
 use rockstate::coordinator::read_job_checkpoint;
 use rockstate::operator_state::{redistribute, OperatorState};
 use rockstate::{
-    CheckpointStorage, JobOwner, KeyedBackend, LocalStorage, ManualClock, RestoreFrom,
-    ScopedStorage, SharedFetches, StateDescriptor, SystemClock, TtlConfig, ValueState,
+    ChangelogOptions, CheckpointOptions, CheckpointStorage, JobOwner, KeyedBackend, LocalStorage,
+    ManualClock, RestoreFrom, ScopedStorage, SharedFetches, StateDescriptor, SystemClock,
+    TtlConfig, ValueState,
 };
 use sst_format::{JobCheckpoint, RedistributionMode};
 use timely::dataflow::operators::generic::operator::source;
@@ -89,6 +90,11 @@ pub struct JobParams {
     /// Run without checkpoints (for the benchmark; output is then not exactly-once).
     #[arg(long)]
     pub no_checkpoints: bool,
+    /// Checkpoint in changelog mode with these settings as JSON (`enabled` is implied), e.g.
+    /// `{"materialize_log_percent":10,"materialize_min_log_bytes":0}` so that log
+    /// checkpoints and materializations alternate across the kills and rescales.
+    #[arg(long)]
+    pub changelog: Option<String>,
 }
 
 impl JobParams {
@@ -99,7 +105,27 @@ impl JobParams {
                 "users, ads, partitions and epoch records must be at least 1".into(),
             ));
         }
+        self.checkpoint_options()?;
         Ok(())
+    }
+
+    /// The backends' checkpoint settings: the defaults, or changelog mode with
+    /// `--changelog`'s settings.
+    pub fn checkpoint_options(&self) -> Result<CheckpointOptions> {
+        let Some(json) = &self.changelog else {
+            return Ok(CheckpointOptions::default());
+        };
+        let changelog: ChangelogOptions =
+            serde_json::from_str(json).map_err(|e| Error::Usage(format!("--changelog: {e}")))?;
+        let options = CheckpointOptions {
+            changelog: ChangelogOptions {
+                enabled: true,
+                ..changelog
+            },
+            ..CheckpointOptions::default()
+        };
+        options.validate()?;
+        Ok(options)
     }
 
     /// Impressions each partition emits per epoch.
@@ -475,6 +501,7 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
         .key_groups(range)
         .clock(Arc::new(clock.clone()))
         .checkpoint_storage(ctx.storage.clone())
+        .checkpoint_options(p.checkpoint_options()?)
         .job_coordinated();
     let backend = match &ctx.plan.restore {
         Some(from) => builder

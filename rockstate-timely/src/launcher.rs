@@ -158,6 +158,9 @@ pub struct RunStart {
     pub first_epoch: u64,
     /// The epochs the run processes (to the end of the input).
     pub epochs: u64,
+    /// Changelog mode: the log segments the restored record's manifests list, which the
+    /// run's restores replay onto their materializations (0 without changelog mode).
+    pub log_segments: usize,
 }
 
 /// Finds where a run of `job` starts: the newest job record, and the first id above every
@@ -167,12 +170,24 @@ pub fn run_start(job: &Job) -> Result<RunStart> {
     let storage = freqcap::open_job_storage(&job.storage, &job.id)?;
     let record = latest_job_checkpoint(storage.as_ref())?;
     let plan = StartPlan::new(&job.params, record.as_ref(), 1)?;
+    let mut log_segments = 0;
+    for manifest in record
+        .iter()
+        .flat_map(|r| &r.tasks)
+        .flat_map(|t| &t.manifest)
+    {
+        let bytes = storage.get_bytes(manifest)?;
+        let decoded = sst_format::decode_manifest(&bytes)
+            .map_err(|e| Error::Job(format!("manifest {manifest}: {e}")))?;
+        log_segments += decoded.changelog.map_or(0, |c| c.segments.len());
+    }
     let first_epoch = JobOwner::open(storage, RETAINED, std::sync::Arc::new(SystemClock))?
         .next_checkpoint_id()?;
     Ok(RunStart {
         restore: record.map(|r| r.checkpoint_id),
         first_epoch,
         epochs: job.params.epochs_left(&plan.all_offsets()),
+        log_segments,
     })
 }
 
@@ -224,6 +239,9 @@ fn params_args(p: &JobParams) -> Vec<String> {
     ];
     if p.no_checkpoints {
         a.push("--no-checkpoints".into());
+    }
+    if let Some(json) = &p.changelog {
+        a.push(format!("--changelog={json}"));
     }
     a
 }
@@ -385,6 +403,12 @@ pub struct KillLog {
     /// Whether storage stayed within the bound of `docs/ownership.md` §3 rule 5 after every
     /// kill ([`rockstate::catalog::Footprint::within_bound`]).
     pub bounded: bool,
+    /// Runs that restored from a job record.
+    pub restores: u32,
+    /// Of those, runs whose record's manifests list log segments (changelog mode).
+    pub log_restores: u32,
+    /// The log segments those records list, summed.
+    pub log_segments: usize,
 }
 
 /// Runs `job` with kills per `args` until a run ends; returns the worker counts of its runs.
@@ -436,11 +460,21 @@ fn run_with_kills(
         eprintln!(
             "  run {run}: {workers} workers ({processes} processes x {threads} threads), {}, \
              epochs from {}",
-            start.restore.map_or("fresh start".to_string(), |r| format!(
-                "restored from checkpoint {r}"
-            )),
+            match (start.restore, start.log_segments) {
+                (None, _) => "fresh start".to_string(),
+                (Some(r), 0) => format!("restored from checkpoint {r}"),
+                (Some(r), n) =>
+                    format!("restored from checkpoint {r} (replaying {n} log segments)"),
+            },
             start.first_epoch
         );
+        if start.restore.is_some() {
+            log.restores += 1;
+            if start.log_segments > 0 {
+                log.log_restores += 1;
+                log.log_segments += start.log_segments;
+            }
+        }
         match run_job(job, run, (processes, threads), start, kill_at, timeout)? {
             RunEnd::Finished => {
                 if let Some(k) = kill_at {
@@ -620,6 +654,12 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
     if !log.phases.is_empty() {
         let list: Vec<String> = log.phases.iter().map(|(p, n)| format!("{p} {n}")).collect();
         println!("kill phases: {}", list.join(", "));
+    }
+    if args.params.changelog.is_some() {
+        println!(
+            "changelog: {} of {} restores replayed log segments ({} segments)",
+            log.log_restores, log.restores, log.log_segments
+        );
     }
     let (workers, failure) = match outcome {
         Ok(w) => (w, None),

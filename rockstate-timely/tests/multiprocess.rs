@@ -17,8 +17,9 @@ const JOB: &[&str] = &[
 ];
 
 /// Runs the launcher with `extra` arguments; asserts it passed (exactly-once output, and
-/// storage within the bound after every kill) and printed every `expect`.
-fn launcher(extra: &[&str], expect: &[&str], env: &[(&str, String)]) {
+/// storage within the bound after every kill) and printed every `expect`; returns what it
+/// printed.
+fn launcher(extra: &[&str], expect: &[&str], env: &[(&str, String)]) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rockstate-timely"));
     cmd.arg("freqcap").args(JOB).args(extra);
     for (k, v) in env {
@@ -36,6 +37,7 @@ fn launcher(extra: &[&str], expect: &[&str], env: &[(&str, String)]) {
         out.status
     );
     eprintln!("{stderr}{stdout}");
+    stdout.into_owned()
 }
 
 /// 2 processes x 2 workers, fifty epochs, ten runs each killed with SIGKILL at a random moment
@@ -92,6 +94,34 @@ fn rescale_chain_four_three_five_workers() {
         ],
         &["workers 4 -> 3 -> 5,"],
         &[],
+    );
+}
+
+/// Changelog mode: checkpoints upload the log since the last one onto a materialization
+/// (checkpoints overlap: the next is triggered before the last completes), two kills and a
+/// rescale to 3 workers; the runs after the kills restore by replaying log segments (the
+/// seed puts each kill after several completions, past the first two checkpoints, which
+/// both materialize).
+#[test]
+fn changelog_mode_kills_and_rescale() {
+    let out = launcher(
+        &[
+            "--processes=2",
+            "--threads=2",
+            "--kills=2",
+            "--rescale=3",
+            "--epoch-records=400",
+            "--kill-delay-ms=150",
+            "--kill-seed=3",
+            "--no-reference",
+            r#"--changelog={"materialize_log_percent":100000,"materialize_min_log_bytes":0}"#,
+        ],
+        &["kills 2,", "workers 4 -> 3 -> 3,", "changelog: "],
+        &[],
+    );
+    assert!(
+        !out.contains("changelog: 0 of"),
+        "no restore replayed a log:\n{out}"
     );
 }
 

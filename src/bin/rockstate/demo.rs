@@ -41,8 +41,8 @@ use rockstate::coordinator::{
 };
 use rockstate::operator_state::{redistribute, OperatorState};
 use rockstate::{
-    BackendMetrics, CheckpointStorage, Clock, KeyGroupRange, KeyedBackend, LocalStorage,
-    ManualClock, RestoreFrom, StateDescriptor, TtlConfig,
+    BackendMetrics, ChangelogOptions, CheckpointOptions, CheckpointStorage, Clock, KeyGroupRange,
+    KeyedBackend, LocalStorage, ManualClock, RestoreFrom, StateDescriptor, TtlConfig,
 };
 use sst_format::{JobCheckpoint, RedistributionMode};
 
@@ -98,6 +98,11 @@ pub struct DemoArgs {
     /// directory). Each run keeps its checkpoints apart under `jobs/<job id>/`.
     #[arg(long)]
     storage: Option<String>,
+    /// Checkpoint in changelog mode with these settings as JSON (`enabled` is implied), e.g.
+    /// `{"materialize_log_percent":10,"materialize_min_log_bytes":0}` so that log
+    /// checkpoints and materializations alternate across the crashes and rescales.
+    #[arg(long)]
+    changelog: Option<String>,
 }
 
 impl DemoArgs {
@@ -109,6 +114,25 @@ impl DemoArgs {
                 n => self.impressions / (3 * (u64::from(n) + 1)),
             })
             .max(1)
+    }
+
+    /// The keyed backends' checkpoint settings: the defaults, or changelog mode with
+    /// `--changelog`'s settings.
+    fn checkpoint_options(&self) -> Result<CheckpointOptions, CliError> {
+        let Some(json) = &self.changelog else {
+            return Ok(CheckpointOptions::default());
+        };
+        let changelog: ChangelogOptions =
+            serde_json::from_str(json).map_err(|e| CliError::usage(format!("--changelog: {e}")))?;
+        let options = CheckpointOptions {
+            changelog: ChangelogOptions {
+                enabled: true,
+                ..changelog
+            },
+            ..CheckpointOptions::default()
+        };
+        options.validate()?;
+        Ok(options)
     }
 }
 
@@ -565,6 +589,7 @@ fn run_job(
 ) -> Result<RunEnd, CliError> {
     let p = topology.keyed;
     let s = topology.sources;
+    let checkpoint_options = args.checkpoint_options()?;
     let restored: Option<JobCheckpoint> = latest_job_checkpoint(storage.as_ref())?;
     let plan = plan_start(restored.as_ref(), topology, args.partitions)?;
     let mut config = CoordinatorConfig::new("freqcap", s + p, MAX_PARALLELISM);
@@ -609,6 +634,7 @@ fn run_job(
             .key_groups(ranges[i as usize])
             .clock(Arc::new(clock.clone()))
             .checkpoint_storage(dyn_storage.clone())
+            .checkpoint_options(checkpoint_options.clone())
             .job_owner(coord.owner().clone());
         let kt = KeyedTask {
             task,
@@ -932,6 +958,9 @@ pub fn run(args: &DemoArgs) -> Result<u8, CliError> {
         return Err(CliError::usage(format!(
             "at most {MAX_PARALLELISM} keyed tasks (the job's key groups)"
         )));
+    }
+    if args.checkpoint_options()?.changelog.enabled {
+        eprintln!("checkpoints in changelog mode");
     }
     let tmp = tempfile::tempdir().map_err(|e| CliError::storage(e.to_string()))?;
     let local = |dir: &Path| -> Result<Arc<dyn CheckpointStorage>, CliError> {
