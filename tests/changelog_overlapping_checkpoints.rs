@@ -17,39 +17,35 @@ on_every_storage!(
 );
 
 fn a_log_checkpoint_uploads_segments_an_earlier_log_checkpoint_covered(fx: Fixture) {
-    let b = fx.open("a", changelog_options(100_000));
-    let (mut model, mut r) = materialize_then_log(&b, 31, 4000, 0, 0);
-    random_writes(&b, &mut model, &mut r, 300);
-    let second = b.snapshot(2).unwrap();
-    random_writes(&b, &mut model, &mut r, 300);
-    // Planned on checkpoint 1: lists checkpoint 2's segment as local, to upload.
-    let third = b.snapshot(3).unwrap();
-    assert!(!second.upload().unwrap().materialized);
-    // Covers checkpoint 2's segment.
-    b.notify_checkpoint_complete(2).unwrap();
-    let s3 = third.upload().unwrap();
-    assert!(!s3.materialized);
-    b.notify_checkpoint_complete(3).unwrap();
-    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
-    assert_eq!(read_all(&restored), model);
-    assert!(assert_verified(fx.storage.as_ref()).is_empty());
+    // Checkpoint 3 is planned on checkpoint 1 and lists checkpoint 2's segment as local.
+    second_completes_while_the_third_uploads(&fx, 100_000, 31, false);
 }
 
 fn a_log_checkpoint_uploads_segments_a_materialization_covered(fx: Fixture) {
-    // Every checkpoint with a log behind it is due to materialize, unless one is in flight.
-    let b = fx.open("a", changelog_options(0));
-    let (mut model, mut r) = materialize_then_log(&b, 32, 4000, 0, 0);
+    // Every checkpoint with a log behind it is due to materialize, unless one is in flight:
+    // checkpoint 2 materializes, and 3 is a log checkpoint on checkpoint 1 listing the
+    // segment cut in 2's sync phase.
+    second_completes_while_the_third_uploads(&fx, 0, 32, true);
+}
+
+/// Materializes checkpoint 1, then takes the sync phases of 2 and 3 (writes before each),
+/// uploads and completes 2 (a materialization or not, as `second_materializes` says), which
+/// covers 2's segment, and only then uploads 3: a log checkpoint that restores exactly.
+fn second_completes_while_the_third_uploads(
+    fx: &Fixture,
+    percent: u32,
+    seed: u64,
+    second_materializes: bool,
+) {
+    let b = fx.open("a", changelog_options(percent));
+    let (mut model, mut r) = materialize_then_log(&b, seed, 4000, 0, 0);
     random_writes(&b, &mut model, &mut r, 300);
     let second = b.snapshot(2).unwrap();
     random_writes(&b, &mut model, &mut r, 300);
-    // A materialization is in flight: a log checkpoint on checkpoint 1, listing the segment
-    // cut in checkpoint 2's sync phase.
     let third = b.snapshot(3).unwrap();
-    assert!(second.upload().unwrap().materialized);
-    // Covers that segment.
+    assert_eq!(second.upload().unwrap().materialized, second_materializes);
     b.notify_checkpoint_complete(2).unwrap();
-    let s3 = third.upload().unwrap();
-    assert!(!s3.materialized);
+    assert!(!third.upload().unwrap().materialized);
     b.notify_checkpoint_complete(3).unwrap();
     let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
     assert_eq!(read_all(&restored), model);

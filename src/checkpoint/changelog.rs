@@ -91,6 +91,22 @@ impl ChangelogOptions {
         }
         Ok(())
     }
+
+    /// Changelog mode on, with the settings `json` gives (an object of this type's fields;
+    /// those it omits keep their defaults, and `enabled` is true either way), checked: what
+    /// command lines take as `--changelog`. A malformed object is [`Error::Decode`].
+    pub fn enabled_from_json(json: &str) -> Result<Self> {
+        let given: ChangelogOptions = serde_json::from_str(json).map_err(|e| Error::Decode {
+            what: "changelog settings",
+            detail: e.to_string(),
+        })?;
+        let options = ChangelogOptions {
+            enabled: true,
+            ..given
+        };
+        options.validate()?;
+        Ok(options)
+    }
 }
 
 /// A local segment file, removed from disk when its last holder lets go of it. The log book

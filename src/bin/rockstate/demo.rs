@@ -122,17 +122,11 @@ impl DemoArgs {
         let Some(json) = &self.changelog else {
             return Ok(CheckpointOptions::default());
         };
-        let changelog: ChangelogOptions =
-            serde_json::from_str(json).map_err(|e| CliError::usage(format!("--changelog: {e}")))?;
-        let options = CheckpointOptions {
-            changelog: ChangelogOptions {
-                enabled: true,
-                ..changelog
-            },
+        Ok(CheckpointOptions {
+            changelog: ChangelogOptions::enabled_from_json(json)
+                .map_err(|e| CliError::usage(format!("--changelog: {e}")))?,
             ..CheckpointOptions::default()
-        };
-        options.validate()?;
-        Ok(options)
+        })
     }
 }
 
