@@ -170,9 +170,11 @@ pub fn run_start(job: &Job) -> Result<RunStart> {
     let storage = freqcap::open_job_storage(&job.storage, &job.id)?;
     let record = latest_job_checkpoint(storage.as_ref())?;
     let plan = StartPlan::new(&job.params, record.as_ref(), 1)?;
+    // Changelog mode only: the restored manifests, for the log segments they list.
     let mut log_segments = 0;
     for manifest in record
         .iter()
+        .filter(|_| job.params.changelog.is_some())
         .flat_map(|r| &r.tasks)
         .flat_map(|t| &t.manifest)
     {
