@@ -405,6 +405,36 @@ fn demo_rejects_a_zero_parallelism() {
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }
 
+/// `--changelog`: the crash loop in changelog mode passes; settings that are not a JSON
+/// object of the changelog options, or out of range, are a usage error naming the flag.
+#[test]
+fn demo_runs_in_changelog_mode_and_rejects_bad_changelog_settings() {
+    let settings = r#"{"materialize_log_percent":20,"materialize_min_log_bytes":0}"#;
+    let o = rockstate(
+        &[
+            SMALL_DEMO.as_slice(),
+            &["--crashes", "3", "--crash-seed", "5", "--changelog", settings],
+        ]
+        .concat(),
+    );
+    let out = stdout(&o);
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("verdict: PASS") && !last.contains("restores 0"),
+        "{out}\n{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("checkpoints in changelog mode"));
+    assert_eq!(code(&o), 0);
+
+    for bad in [r#"{"materialize_log_percent":"#, r#"{"max_log_buffer_bytes":1}"#] {
+        let o = rockstate(&[SMALL_DEMO.as_slice(), &["--changelog", bad]].concat());
+        assert_eq!(code(&o), 2, "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--changelog"), "{}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+}
+
 /// `bench checkpoint --json --svg`: one JSON object per line with the text format's fields,
 /// and a chart with one bar per checkpoint of each mode.
 #[test]

@@ -94,12 +94,14 @@ impl ChangelogOptions {
 
     /// Changelog mode on, with the settings `json` gives (an object of this type's fields;
     /// those it omits keep their defaults, and `enabled` is true either way), checked: what
-    /// command lines take as `--changelog`. A malformed object is [`Error::Decode`].
+    /// command lines take as `--changelog`. A malformed object is
+    /// [`Error::InvalidOption`].
     pub fn enabled_from_json(json: &str) -> Result<Self> {
-        let given: ChangelogOptions = serde_json::from_str(json).map_err(|e| Error::Decode {
-            what: "changelog settings",
-            detail: e.to_string(),
-        })?;
+        let given: ChangelogOptions =
+            serde_json::from_str(json).map_err(|e| Error::InvalidOption {
+                name: "changelog",
+                detail: e.to_string(),
+            })?;
         let options = ChangelogOptions {
             enabled: true,
             ..given
