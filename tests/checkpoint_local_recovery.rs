@@ -126,4 +126,27 @@ fn local_recovery_off_keeps_nothing(fx: Fixture) {
 on_every_storage!(
     restores_from_local_copy_and_downloads_only_the_damage,
     local_recovery_off_keeps_nothing,
+    a_restore_beside_the_live_writer_leaves_its_files_alone,
 );
+
+/// A restore on the same machine while the backend it restores from still runs (a task
+/// restarted beside one not yet torn down, a restore to inspect a running job): it takes
+/// files from the writer's local copies but retires nothing of a backend that still holds
+/// its staging directory. The writer's copies stay, and so do its changelog segments not yet
+/// uploaded, which its next checkpoint uploads.
+fn a_restore_beside_the_live_writer_leaves_its_files_alone(fx: Fixture) {
+    let writer = fx.open("a", changelog_options(100_000));
+    let backend = writer.backend_id().to_string();
+    let (mut model, mut r) = materialize_then_log(&writer, 15, 4000, 1, 200);
+    // Cut into a local segment and not uploaded yet when the restore runs.
+    random_writes(&writer, &mut model, &mut r, 200);
+    let pending = writer.snapshot(3).unwrap();
+    let (restored, report) = restore_with_report(&fx, "r");
+    assert!(report.files_local > 0, "{report:?}");
+    assert_eq!(local_copies(&fx, &backend), [1]);
+    drop(restored);
+    assert!(!pending.upload().unwrap().materialized);
+    writer.notify_checkpoint_complete(3).unwrap();
+    let (again, _) = restore_with_report(&fx, "r3");
+    assert_eq!(read_all(&again), model);
+}

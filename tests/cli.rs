@@ -413,7 +413,14 @@ fn demo_runs_in_changelog_mode_and_rejects_bad_changelog_settings() {
     let o = rockstate(
         &[
             SMALL_DEMO.as_slice(),
-            &["--crashes", "3", "--crash-seed", "5", "--changelog", settings],
+            &[
+                "--crashes",
+                "3",
+                "--crash-seed",
+                "5",
+                "--changelog",
+                settings,
+            ],
         ]
         .concat(),
     );
@@ -427,7 +434,10 @@ fn demo_runs_in_changelog_mode_and_rejects_bad_changelog_settings() {
     assert!(stderr(&o).contains("checkpoints in changelog mode"));
     assert_eq!(code(&o), 0);
 
-    for bad in [r#"{"materialize_log_percent":"#, r#"{"max_log_buffer_bytes":1}"#] {
+    for bad in [
+        r#"{"materialize_log_percent":"#,
+        r#"{"max_log_buffer_bytes":1}"#,
+    ] {
         let o = rockstate(&[SMALL_DEMO.as_slice(), &["--changelog", bad]].concat());
         assert_eq!(code(&o), 2, "{bad}: {}", stderr(&o));
         assert!(stderr(&o).contains("--changelog"), "{}", stderr(&o));

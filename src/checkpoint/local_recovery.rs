@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use sst_format::SstUniqueId;
 
 use super::layout;
-use super::registry::Checkpointer;
+use super::registry::{try_lock, Checkpointer, STAGING_LOCK};
 use crate::error::{Error, Result};
 
 /// Where the files of a restore came from.
@@ -167,15 +167,24 @@ impl LocalSource {
 
     /// Deletes every local copy of the backend this source belongs to: after a restore the
     /// restored backend (which has a new id) owns the files, and nothing else would ever
-    /// prune the old backend's copies.
+    /// prune the old backend's copies. Only once that backend is gone: while it is open it
+    /// holds its staging lock, prunes its own copies and still needs its changelog segments
+    /// (a restore beside a live backend, on the same machine, retires nothing).
     pub(crate) fn retire_backend(&self) {
-        if let Some(backend_dir) = self.dir.parent() {
-            for (_, path) in local_copies(backend_dir) {
-                let _ = fs::remove_dir_all(path);
-            }
-            let _ = fs::remove_dir_all(backend_dir.join(layout::LOG_DIR_NAME));
-            let _ = fs::remove_dir(backend_dir);
+        let Some(backend_dir) = self.dir.parent() else {
+            return;
+        };
+        let lock_path = backend_dir.join(STAGING_LOCK);
+        let Some(lock) = try_lock(&lock_path) else {
+            return;
+        };
+        for (_, path) in local_copies(backend_dir) {
+            let _ = fs::remove_dir_all(path);
         }
+        let _ = fs::remove_dir_all(backend_dir.join(layout::LOG_DIR_NAME));
+        let _ = fs::remove_file(&lock_path);
+        drop(lock);
+        let _ = fs::remove_dir(backend_dir);
     }
 }
 

@@ -158,7 +158,7 @@ pub(crate) fn list_committed(
 
 /// Takes an exclusive, non-blocking `flock` on `path` (created if missing); `None` if another
 /// open file holds it.
-fn try_lock(path: &Path) -> Option<File> {
+pub(crate) fn try_lock(path: &Path) -> Option<File> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -178,8 +178,8 @@ fn try_lock(path: &Path) -> Option<File> {
     Some(file)
 }
 
-/// Name of the lock file in a backend's staging directory.
-const STAGING_LOCK: &str = "LOCK";
+/// Name of the lock file in a backend's staging directory: held while the backend is open.
+pub(crate) const STAGING_LOCK: &str = "LOCK";
 
 /// Removes staging directories (`snap-<id>`) of attempts that can no longer finish, and
 /// changelog segment files (`log/`, which only the process that cut them uses): this

@@ -1,0 +1,127 @@
+//! Model test of changelog mode with checkpoints in flight together: random sequences of
+//! writes, sync phases (up to three pending), uploads in either order (some made to fail),
+//! completions and aborts, at materialization thresholds that materialize always, sometimes
+//! and never. After every completion the restored state equals the state at that
+//! checkpoint's sync phase, and storage verifies (invariant 1).
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use common::*;
+use proptest::prelude::*;
+use rockstate::{Fault, FaultyStorage, KeyedBackend, OpKind, PendingSnapshot, RestoreFrom};
+
+#[derive(Debug, Clone)]
+enum Step {
+    Write(u16),
+    Snapshot,
+    /// Upload the newest (else the oldest) pending checkpoint, its first file put failing
+    /// when `fail`.
+    Upload {
+        newest: bool,
+        fail: bool,
+    },
+    /// Complete the newest uploaded checkpoint (subsuming the older ones).
+    Complete,
+    /// Abort the oldest uploaded checkpoint.
+    Abort,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (1u16..400).prop_map(Step::Write),
+        3 => Just(Step::Snapshot),
+        3 => (any::<bool>(), proptest::bool::weighted(0.15))
+            .prop_map(|(newest, fail)| Step::Upload { newest, fail }),
+        2 => Just(Step::Complete),
+        1 => Just(Step::Abort),
+    ]
+}
+
+fn run(percent: u32, steps: &[Step], seed: u64) {
+    let fx = Fixture::new();
+    let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
+    let b = KeyedBackend::builder(fx.path("a"))
+        .options(small_options())
+        .checkpoint_storage(faulty.clone())
+        .checkpoint_options(changelog_options(percent))
+        .open()
+        .unwrap();
+    let mut model = Model::new();
+    let mut r = rng(seed);
+    random_writes(&b, &mut model, &mut r, 2000);
+    let mut next_id = 1u64;
+    let mut pending: VecDeque<(u64, PendingSnapshot, Model)> = VecDeque::new();
+    let mut uploaded: BTreeMap<u64, Model> = BTreeMap::new();
+    let mut last_completed: Option<u64> = None;
+    for (i, s) in steps.iter().enumerate() {
+        match s {
+            Step::Write(n) => random_writes(&b, &mut model, &mut r, usize::from(*n)),
+            Step::Snapshot if pending.len() < 3 => {
+                pending.push_back((next_id, b.snapshot(next_id).unwrap(), model.clone()));
+                next_id += 1;
+            }
+            Step::Snapshot => {}
+            Step::Upload { newest, fail } => {
+                let next = if *newest {
+                    pending.pop_back()
+                } else {
+                    pending.pop_front()
+                };
+                let Some((id, p, at_sync)) = next else {
+                    continue;
+                };
+                if *fail {
+                    faulty.add_fault(Fault::FailNth {
+                        op: OpKind::PutFile,
+                        nth: faulty.ops(OpKind::PutFile) + 1,
+                    });
+                }
+                let result = p.upload();
+                faulty.clear_faults();
+                match result {
+                    Ok(_) => {
+                        uploaded.insert(id, at_sync);
+                    }
+                    Err(e) => assert!(
+                        *fail || last_completed.is_some_and(|lc| id < lc),
+                        "step {i}: upload of {id} failed: {e}"
+                    ),
+                }
+            }
+            Step::Complete => {
+                let Some((id, at_sync)) = uploaded.pop_last() else {
+                    continue;
+                };
+                uploaded.clear();
+                b.notify_checkpoint_complete(id).unwrap();
+                last_completed = Some(id);
+                let restored = fx.restore(&format!("r{id}"), RestoreFrom::Latest).unwrap();
+                assert_eq!(read_all(&restored), at_sync, "step {i}: checkpoint {id}");
+                drop(restored);
+                assert_verified(fx.storage.as_ref());
+            }
+            Step::Abort => {
+                if let Some((id, _)) = uploaded.pop_first() {
+                    b.notify_checkpoint_aborted(id).unwrap();
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn overlapping_changelog_checkpoints_restore_exactly(
+        percent in prop_oneof![Just(0u32), Just(20), Just(100_000)],
+        steps in proptest::collection::vec(step(), 1..48),
+        seed in any::<u64>(),
+    ) {
+        run(percent, &steps, seed);
+    }
+}
