@@ -1,8 +1,10 @@
 //! Model test of changelog mode with checkpoints in flight together: random sequences of
 //! writes, sync phases (up to three pending), uploads in either order (some made to fail),
-//! completions and aborts, at materialization thresholds that materialize always, sometimes
-//! and never. After every completion the restored state equals the state at that
-//! checkpoint's sync phase, and storage verifies (invariant 1).
+//! completions, aborts and restarts (the writer dropped with whatever is in flight and
+//! restored from the last completed checkpoint, continuing its log), at materialization
+//! thresholds that materialize always, sometimes and never. After every completion the
+//! restored state equals the state at that checkpoint's sync phase, and storage verifies
+//! (invariant 1).
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -28,6 +30,9 @@ enum Step {
     Complete,
     /// Abort the oldest uploaded checkpoint.
     Abort,
+    /// Drop the writer and everything in flight; restore the last completed checkpoint into
+    /// a new directory and go on writing there.
+    Restart,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -38,18 +43,21 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(newest, fail)| Step::Upload { newest, fail }),
         2 => Just(Step::Complete),
         1 => Just(Step::Abort),
+        1 => Just(Step::Restart),
     ]
 }
 
 fn run(percent: u32, steps: &[Step], seed: u64) {
     let fx = Fixture::new();
     let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
-    let b = KeyedBackend::builder(fx.path("a"))
-        .options(small_options())
-        .checkpoint_storage(faulty.clone())
-        .checkpoint_options(changelog_options(percent))
-        .open()
-        .unwrap();
+    let builder = |dir: &str| {
+        KeyedBackend::builder(fx.path(dir))
+            .options(small_options())
+            .checkpoint_storage(faulty.clone())
+            .checkpoint_options(changelog_options(percent))
+    };
+    let mut b = builder("w0").open().unwrap();
+    let mut completed_state = None;
     let mut model = Model::new();
     let mut r = rng(seed);
     random_writes(&b, &mut model, &mut r, 2000);
@@ -99,6 +107,7 @@ fn run(percent: u32, steps: &[Step], seed: u64) {
                 uploaded.clear();
                 b.notify_checkpoint_complete(id).unwrap();
                 last_completed = Some(id);
+                completed_state = Some(at_sync.clone());
                 let restored = fx.restore(&format!("r{id}"), RestoreFrom::Latest).unwrap();
                 assert_eq!(read_all(&restored), at_sync, "step {i}: checkpoint {id}");
                 drop(restored);
@@ -108,6 +117,19 @@ fn run(percent: u32, steps: &[Step], seed: u64) {
                 if let Some((id, _)) = uploaded.pop_first() {
                     b.notify_checkpoint_aborted(id).unwrap();
                 }
+            }
+            Step::Restart => {
+                let Some(state) = &completed_state else {
+                    continue;
+                };
+                pending.clear();
+                uploaded.clear();
+                drop(b);
+                b = builder(&format!("w{i}"))
+                    .restore(RestoreFrom::Latest)
+                    .unwrap();
+                model = state.clone();
+                assert_eq!(read_all(&b), model, "step {i}: restart");
             }
         }
     }
