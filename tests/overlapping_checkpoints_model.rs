@@ -1,10 +1,10 @@
-//! Model test of changelog mode with checkpoints in flight together: random sequences of
-//! writes, sync phases (up to three pending), uploads in either order (some made to fail),
-//! completions, aborts and restarts (the writer dropped with whatever is in flight and
-//! restored from the last completed checkpoint, continuing its log), at materialization
-//! thresholds that materialize always, sometimes and never. After every completion the
-//! restored state equals the state at that checkpoint's sync phase, and storage verifies
-//! (invariant 1).
+//! Model test of checkpoints in flight together, in changelog mode and without it: random
+//! sequences of writes, sync phases (up to three pending), uploads in either order (some made
+//! to fail), completions, aborts and restarts (the writer dropped with whatever is in flight
+//! and restored from the last completed checkpoint, continuing its log). Changelog mode runs
+//! at materialization thresholds that materialize always, sometimes and never. After every
+//! completion the restored state equals the state at that checkpoint's sync phase, and
+//! storage verifies (invariant 1).
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use common::*;
 use proptest::prelude::*;
-use rockstate::{Fault, FaultyStorage, KeyedBackend, OpKind, PendingSnapshot, RestoreFrom};
+use rockstate::{
+    CheckpointOptions, Fault, FaultyStorage, KeyedBackend, OpKind, PendingSnapshot, RestoreFrom,
+};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -47,14 +49,16 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn run(percent: u32, steps: &[Step], seed: u64) {
+/// `percent`: changelog mode's materialization threshold, or `None` for SST-incremental
+/// checkpoints (the same sequences without changelog mode).
+fn run(percent: Option<u32>, steps: &[Step], seed: u64) {
     let fx = Fixture::new();
     let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
     let builder = |dir: &str| {
         KeyedBackend::builder(fx.path(dir))
             .options(small_options())
             .checkpoint_storage(faulty.clone())
-            .checkpoint_options(changelog_options(percent))
+            .checkpoint_options(percent.map_or_else(CheckpointOptions::default, changelog_options))
     };
     let mut b = builder("w0").open().unwrap();
     let mut completed_state = None;
@@ -140,7 +144,7 @@ proptest! {
 
     #[test]
     fn overlapping_changelog_checkpoints_restore_exactly(
-        percent in prop_oneof![Just(0u32), Just(20), Just(100_000)],
+        percent in prop_oneof![Just(None), Just(Some(0u32)), Just(Some(20)), Just(Some(100_000))],
         steps in proptest::collection::vec(step(), 1..48),
         seed in any::<u64>(),
     ) {
