@@ -9,7 +9,7 @@
 #[path = "checkpoint_common/mod.rs"]
 mod common;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use common::*;
@@ -30,8 +30,11 @@ enum Step {
     },
     /// Complete the newest uploaded checkpoint (subsuming the older ones).
     Complete,
-    /// Abort the oldest uploaded checkpoint.
-    Abort,
+    /// Abort the oldest uploaded checkpoint, or (`pending`) the oldest pending one, whose
+    /// upload then fails.
+    Abort {
+        pending: bool,
+    },
     /// Drop the writer and everything in flight; restore the last completed checkpoint into
     /// a new directory and go on writing there.
     Restart,
@@ -44,7 +47,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (any::<bool>(), proptest::bool::weighted(0.15))
             .prop_map(|(newest, fail)| Step::Upload { newest, fail }),
         2 => Just(Step::Complete),
-        1 => Just(Step::Abort),
+        1 => any::<bool>().prop_map(|pending| Step::Abort { pending }),
         1 => Just(Step::Restart),
     ]
 }
@@ -69,6 +72,7 @@ fn run(percent: Option<u32>, steps: &[Step], seed: u64) {
     let mut pending: VecDeque<(u64, PendingSnapshot, Model)> = VecDeque::new();
     let mut uploaded: BTreeMap<u64, Model> = BTreeMap::new();
     let mut last_completed: Option<u64> = None;
+    let mut aborted: BTreeSet<u64> = BTreeSet::new();
     for (i, s) in steps.iter().enumerate() {
         match s {
             Step::Write(n) => random_writes(&b, &mut model, &mut r, usize::from(*n)),
@@ -96,10 +100,11 @@ fn run(percent: Option<u32>, steps: &[Step], seed: u64) {
                 faulty.clear_faults();
                 match result {
                     Ok(_) => {
+                        assert!(!aborted.contains(&id), "step {i}: aborted {id} uploaded");
                         uploaded.insert(id, at_sync);
                     }
                     Err(e) => assert!(
-                        *fail || last_completed.is_some_and(|lc| id < lc),
+                        *fail || aborted.contains(&id) || last_completed.is_some_and(|lc| id < lc),
                         "step {i}: upload of {id} failed: {e}"
                     ),
                 }
@@ -117,9 +122,15 @@ fn run(percent: Option<u32>, steps: &[Step], seed: u64) {
                 drop(restored);
                 assert_verified(fx.storage.as_ref());
             }
-            Step::Abort => {
+            Step::Abort { pending: false } => {
                 if let Some((id, _)) = uploaded.pop_first() {
                     b.notify_checkpoint_aborted(id).unwrap();
+                }
+            }
+            Step::Abort { pending: true } => {
+                if let Some((id, _, _)) = pending.iter().find(|(id, ..)| !aborted.contains(id)) {
+                    b.notify_checkpoint_aborted(*id).unwrap();
+                    aborted.insert(*id);
                 }
             }
             Step::Restart => {
