@@ -4,7 +4,8 @@
 //! and restored from the last completed checkpoint, continuing its log). Changelog mode runs
 //! at materialization thresholds that materialize always, sometimes and never. After every
 //! completion the restored state equals the state at that checkpoint's sync phase, and
-//! storage verifies (invariant 1).
+//! storage verifies (invariant 1). The backend owns its checkpoints, or belongs to a job whose
+//! owner commits a job record per completion and keeps one or two.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -14,9 +15,12 @@ use std::sync::Arc;
 
 use common::*;
 use proptest::prelude::*;
+use rockstate::coordinator::task_checkpoint;
 use rockstate::{
-    CheckpointOptions, Fault, FaultyStorage, KeyedBackend, OpKind, PendingSnapshot, RestoreFrom,
+    CheckpointOptions, CheckpointStats, Fault, FaultyStorage, JobOwner, KeyedBackend, OpKind,
+    PendingSnapshot, RestoreFrom, SystemClock,
 };
+use sst_format::JobCheckpoint;
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -53,15 +57,23 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// `percent`: changelog mode's materialization threshold, or `None` for SST-incremental
-/// checkpoints (the same sequences without changelog mode).
-fn run(percent: Option<u32>, steps: &[Step], seed: u64) {
+/// checkpoints (the same sequences without changelog mode). `retained`: with `Some(n)` the
+/// backend belongs to a job whose owner keeps `n` completed checkpoints and commits each
+/// completion as a job record (as the coordinator does); with `None` it owns its checkpoints.
+fn run(percent: Option<u32>, retained: Option<usize>, steps: &[Step], seed: u64) {
     let fx = Fixture::new();
     let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
+    let owner = retained
+        .map(|n| Arc::new(JobOwner::open(fx.storage_dyn(), n, Arc::new(SystemClock)).unwrap()));
     let builder = |dir: &str| {
-        KeyedBackend::builder(fx.path(dir))
+        let b = KeyedBackend::builder(fx.path(dir))
             .options(small_options())
             .checkpoint_storage(faulty.clone())
-            .checkpoint_options(percent.map_or_else(CheckpointOptions::default, changelog_options))
+            .checkpoint_options(percent.map_or_else(CheckpointOptions::default, changelog_options));
+        match &owner {
+            Some(o) => b.job_owner(o.clone()),
+            None => b,
+        }
     };
     let mut b = builder("w0").open().unwrap();
     let mut completed_state = None;
@@ -70,7 +82,7 @@ fn run(percent: Option<u32>, steps: &[Step], seed: u64) {
     random_writes(&b, &mut model, &mut r, 2000);
     let mut next_id = 1u64;
     let mut pending: VecDeque<(u64, PendingSnapshot, Model)> = VecDeque::new();
-    let mut uploaded: BTreeMap<u64, Model> = BTreeMap::new();
+    let mut uploaded: BTreeMap<u64, (Model, CheckpointStats)> = BTreeMap::new();
     let mut last_completed: Option<u64> = None;
     let mut aborted: BTreeSet<u64> = BTreeSet::new();
     for (i, s) in steps.iter().enumerate() {
@@ -99,9 +111,9 @@ fn run(percent: Option<u32>, steps: &[Step], seed: u64) {
                 let result = p.upload();
                 faulty.clear_faults();
                 match result {
-                    Ok(_) => {
+                    Ok(stats) => {
                         assert!(!aborted.contains(&id), "step {i}: aborted {id} uploaded");
-                        uploaded.insert(id, at_sync);
+                        uploaded.insert(id, (at_sync, stats));
                     }
                     Err(e) => assert!(
                         *fail || aborted.contains(&id) || last_completed.is_some_and(|lc| id < lc),
@@ -110,10 +122,21 @@ fn run(percent: Option<u32>, steps: &[Step], seed: u64) {
                 }
             }
             Step::Complete => {
-                let Some((id, at_sync)) = uploaded.pop_last() else {
+                let Some((id, (at_sync, stats))) = uploaded.pop_last() else {
                     continue;
                 };
                 uploaded.clear();
+                if let Some(o) = &owner {
+                    o.commit(&JobCheckpoint {
+                        checkpoint_id: id,
+                        job_name: "model".into(),
+                        max_parallelism: b.max_parallelism(),
+                        triggered_at_ms: 0,
+                        completed_at_ms: 0,
+                        tasks: vec![task_checkpoint(0, Some((&b, &stats)), Vec::new())],
+                    })
+                    .unwrap();
+                }
                 b.notify_checkpoint_complete(id).unwrap();
                 last_completed = Some(id);
                 completed_state = Some(at_sync.clone());
@@ -156,9 +179,10 @@ proptest! {
     #[test]
     fn overlapping_changelog_checkpoints_restore_exactly(
         percent in prop_oneof![Just(None), Just(Some(0u32)), Just(Some(20)), Just(Some(100_000))],
+        retained in prop_oneof![Just(None), Just(Some(1usize)), Just(Some(2))],
         steps in proptest::collection::vec(step(), 1..48),
         seed in any::<u64>(),
     ) {
-        run(percent, &steps, seed);
+        run(percent, retained, &steps, seed);
     }
 }
