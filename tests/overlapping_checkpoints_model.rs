@@ -1,11 +1,11 @@
 //! Model test of checkpoints in flight together, in changelog mode and without it: random
 //! sequences of writes, sync phases (up to three pending), uploads in either order (some made
-//! to fail), completions, aborts and restarts (the writer dropped with whatever is in flight
-//! and restored from the last completed checkpoint, continuing its log). Changelog mode runs
-//! at materialization thresholds that materialize always, sometimes and never. After every
-//! completion the restored state equals the state at that checkpoint's sync phase, and
-//! storage verifies (invariant 1). The backend owns its checkpoints, or belongs to a job whose
-//! owner commits a job record per completion and keeps one or two.
+//! to fail), completions, aborts, sweeps and restarts (the writer dropped with whatever is in
+//! flight and restored from the last completed checkpoint, continuing its log). Changelog
+//! mode runs at materialization thresholds that materialize always, sometimes and never.
+//! After every completion the restored state equals the state at that checkpoint's sync
+//! phase, and storage verifies (invariant 1). The backend owns its checkpoints, or belongs to
+//! a job whose owner commits a job record per completion and keeps one or two.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -42,6 +42,9 @@ enum Step {
     /// Drop the writer and everything in flight; restore the last completed checkpoint into
     /// a new directory and go on writing there.
     Restart,
+    /// The owner's sweep with no minimum age: what this process has in flight is protected,
+    /// whatever its age.
+    Sweep,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -53,6 +56,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => Just(Step::Complete),
         1 => any::<bool>().prop_map(|pending| Step::Abort { pending }),
         1 => Just(Step::Restart),
+        1 => Just(Step::Sweep),
     ]
 }
 
@@ -155,6 +159,9 @@ fn run(percent: Option<u32>, retained: Option<usize>, steps: &[Step], seed: u64)
                     b.notify_checkpoint_aborted(*id).unwrap();
                     aborted.insert(*id);
                 }
+            }
+            Step::Sweep => {
+                b.sweep_orphans(std::time::Duration::ZERO).unwrap();
             }
             Step::Restart => {
                 let Some(state) = &completed_state else {
