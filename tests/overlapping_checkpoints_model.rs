@@ -1,11 +1,12 @@
 //! Model test of checkpoints in flight together, in changelog mode and without it: random
 //! sequences of writes, sync phases (up to three pending), uploads in either order (some made
 //! to fail), completions, aborts, sweeps and restarts (the writer dropped with whatever is in
-//! flight and restored from the last completed checkpoint, continuing its log). Changelog
-//! mode runs at materialization thresholds that materialize always, sometimes and never.
-//! After every completion the restored state equals the state at that checkpoint's sync
-//! phase, and storage verifies (invariant 1). The backend owns its checkpoints, or belongs to
-//! a job whose owner commits a job record per completion and keeps one or two.
+//! flight and restored from the last completed checkpoint, continuing its log, at the same
+//! key groups or at the first half of them). Changelog mode runs at materialization
+//! thresholds that materialize always, sometimes and never. After every completion the
+//! restored state equals the state at that checkpoint's sync phase, and storage verifies
+//! (invariant 1). The backend owns its checkpoints, or belongs to a job whose owner commits a
+//! job record per completion and keeps one or two.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -17,8 +18,8 @@ use common::*;
 use proptest::prelude::*;
 use rockstate::coordinator::task_checkpoint;
 use rockstate::{
-    CheckpointOptions, CheckpointStats, Fault, FaultyStorage, JobOwner, KeyedBackend, OpKind,
-    PendingSnapshot, RestoreFrom, SystemClock,
+    CheckpointOptions, CheckpointStats, Fault, FaultyStorage, JobOwner, KeyGroupRange,
+    KeyedBackend, OpKind, PendingSnapshot, RestoreFrom, SystemClock,
 };
 use sst_format::JobCheckpoint;
 
@@ -40,8 +41,11 @@ enum Step {
         pending: bool,
     },
     /// Drop the writer and everything in flight; restore the last completed checkpoint into
-    /// a new directory and go on writing there.
-    Restart,
+    /// a new directory and go on writing there: the writer's key groups, or (`narrow`) the
+    /// first half of them, a rescale that clips.
+    Restart {
+        narrow: bool,
+    },
     /// The owner's sweep with no minimum age: what this process has in flight is protected,
     /// whatever its age.
     Sweep,
@@ -55,7 +59,7 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(newest, fail)| Step::Upload { newest, fail }),
         2 => Just(Step::Complete),
         1 => any::<bool>().prop_map(|pending| Step::Abort { pending }),
-        1 => Just(Step::Restart),
+        1 => any::<bool>().prop_map(|narrow| Step::Restart { narrow }),
         1 => Just(Step::Sweep),
     ]
 }
@@ -69,8 +73,10 @@ fn run(percent: Option<u32>, retained: Option<usize>, steps: &[Step], seed: u64)
     let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
     let owner = retained
         .map(|n| Arc::new(JobOwner::open(fx.storage_dyn(), n, Arc::new(SystemClock)).unwrap()));
-    let builder = |dir: &str| {
+    let mut range = KeyGroupRange::all(128).unwrap();
+    let builder = |dir: &str, range: KeyGroupRange| {
         let b = KeyedBackend::builder(fx.path(dir))
+            .key_groups(range)
             .options(small_options())
             .checkpoint_storage(faulty.clone())
             .checkpoint_options(percent.map_or_else(CheckpointOptions::default, changelog_options));
@@ -79,7 +85,7 @@ fn run(percent: Option<u32>, retained: Option<usize>, steps: &[Step], seed: u64)
             None => b,
         }
     };
-    let mut b = builder("w0").open().unwrap();
+    let mut b = builder("w0", range).open().unwrap();
     let mut completed_state = None;
     let mut model = Model::new();
     let mut r = rng(seed);
@@ -144,7 +150,12 @@ fn run(percent: Option<u32>, retained: Option<usize>, steps: &[Step], seed: u64)
                 b.notify_checkpoint_complete(id).unwrap();
                 last_completed = Some(id);
                 completed_state = Some(at_sync.clone());
-                let restored = fx.restore(&format!("r{id}"), RestoreFrom::Latest).unwrap();
+                let restored = KeyedBackend::builder(fx.path(&format!("r{id}")))
+                    .key_groups(range)
+                    .options(small_options())
+                    .checkpoint_storage(fx.storage_dyn())
+                    .restore(RestoreFrom::Latest)
+                    .unwrap();
                 assert_eq!(read_all(&restored), at_sync, "step {i}: checkpoint {id}");
                 drop(restored);
                 assert_verified(fx.storage.as_ref());
@@ -163,18 +174,22 @@ fn run(percent: Option<u32>, retained: Option<usize>, steps: &[Step], seed: u64)
             Step::Sweep => {
                 b.sweep_orphans(std::time::Duration::ZERO).unwrap();
             }
-            Step::Restart => {
+            Step::Restart { narrow } => {
                 let Some(state) = &completed_state else {
                     continue;
                 };
                 pending.clear();
                 uploaded.clear();
                 drop(b);
-                b = builder(&format!("w{i}"))
+                if *narrow && range.len() > 1 {
+                    let half = range.start + (range.len() / 2) as u16;
+                    range = KeyGroupRange::new(range.start, half - 1).unwrap();
+                }
+                b = builder(&format!("w{i}"), range)
                     .restore(RestoreFrom::Latest)
                     .unwrap();
-                model = state.clone();
-                assert_eq!(read_all(&b), model, "step {i}: restart");
+                model = owned_part(&b, state);
+                assert_eq!(read_all(&b), model, "step {i}: restart into {range:?}");
             }
         }
     }
@@ -184,7 +199,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn overlapping_changelog_checkpoints_restore_exactly(
+    fn checkpoints_in_flight_restore_exactly(
         percent in prop_oneof![Just(None), Just(Some(0u32)), Just(Some(20)), Just(Some(100_000))],
         retained in prop_oneof![Just(None), Just(Some(1usize)), Just(Some(2))],
         steps in proptest::collection::vec(step(), 1..48),
