@@ -54,36 +54,37 @@ fn second_completes_while_the_third_uploads(
 
 fn pipelined_checkpoints_keep_logging_after_the_first_materializations(fx: Fixture) {
     let b = fx.open("a", changelog_options(100_000));
+    let backend = b.backend_id().to_string();
     let mut model = Model::new();
     let mut r = rng(33);
     random_writes(&b, &mut model, &mut r, 4000);
     // Checkpoint k is triggered before k - 1 completes, as an engine pipelining two epochs
-    // does: 1 and 2 both materialize (neither has a completed base), 3 rests on 1 and
-    // completes after 2. From then on every checkpoint is a log checkpoint.
+    // does: 1 and 2 both materialize (neither has a completed base), 3 is planned on 1 and
+    // uploaded after 2 completed, so it rests on 2. From then on every checkpoint is a log
+    // checkpoint on materialization 2: one chain, not one per materialization.
     let mut kinds = String::new();
+    let mut rests_on = Vec::new();
+    let mut finish = |p: rockstate::PendingSnapshot| {
+        let id = p.checkpoint_id();
+        kinds.push(if p.upload().unwrap().materialized {
+            'M'
+        } else {
+            'l'
+        });
+        b.notify_checkpoint_complete(id).unwrap();
+        let m = fx.manifest(id, &backend);
+        rests_on.push(m.changelog.unwrap().materialization_id);
+    };
     let mut in_flight = None;
     for k in 1..=12u64 {
         random_writes(&b, &mut model, &mut r, 100);
-        let next = b.snapshot(k).unwrap();
-        if let Some(p) = in_flight.replace(next) {
-            let id = p.checkpoint_id();
-            kinds.push(if p.upload().unwrap().materialized {
-                'M'
-            } else {
-                'l'
-            });
-            b.notify_checkpoint_complete(id).unwrap();
+        if let Some(p) = in_flight.replace(b.snapshot(k).unwrap()) {
+            finish(p);
         }
     }
-    let last = in_flight.take().unwrap();
-    let id = last.checkpoint_id();
-    kinds.push(if last.upload().unwrap().materialized {
-        'M'
-    } else {
-        'l'
-    });
-    b.notify_checkpoint_complete(id).unwrap();
+    finish(in_flight.take().unwrap());
     assert_eq!(kinds, "MMllllllllll");
+    assert_eq!(rests_on, [1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]);
     let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
     assert_eq!(read_all(&restored), model);
     assert!(assert_verified(fx.storage.as_ref()).is_empty());

@@ -8,7 +8,8 @@
 //!   at log sequence number `S` (every change numbered below `S` is in them); its manifest's
 //!   `changelog` names itself and `S`, with no segments;
 //! - a **log checkpoint**: the shared files of the materialization the last completed
-//!   checkpoint rests on (referenced, never uploaded again), copies of its private files
+//!   checkpoint rests on (at the sync phase, or a newer one that completed before the
+//!   upload, `rebase`; referenced, never uploaded again), copies of its private files
 //!   (MANIFEST, CURRENT, OPTIONS: small, and a checkpoint's private objects are deleted with
 //!   its directory), and the log segments from `S` to now, of which only those the last
 //!   completed checkpoint lacks are uploaded.
@@ -360,6 +361,79 @@ pub(crate) fn materialization_ended(cp: &Checkpointer, id: u64, private: Option<
     files.sort();
     book.materialized
         .insert(id, Arc::new(Materialized { private: files }));
+}
+
+impl Planned {
+    /// The segment's first sequence number.
+    fn first_seq(&self) -> u64 {
+        match self {
+            Planned::Stored(f) => f.first_seq,
+            Planned::Local(s) => s.first_seq,
+        }
+    }
+
+    /// The sequence number after its last entry.
+    fn end_seq(&self) -> u64 {
+        match self {
+            Planned::Stored(f) => f.first_seq.saturating_add(f.entries),
+            Planned::Local(s) => s.end_seq,
+        }
+    }
+}
+
+/// Async phase of log checkpoint `id`, planned on an older base: when `current` (the last
+/// completed checkpoint now) rests on a newer materialization than `plan`, the plan rebased
+/// onto it (that materialization's files and private files, and only the plan's segments
+/// from its sequence number on); `None` keeps the plan. Without this, a log checkpoint
+/// completing after a newer materialization would make the next checkpoints rest on the
+/// older one again, and the job would keep two chains of log checkpoints, each
+/// materializing on its own. The caller protects the newer materialization's files for
+/// its checkpoint and checks that `current` is still the last completed checkpoint (so they
+/// were kept when the protection began) before it uses the plan and records it
+/// ([`rest_on`]).
+pub(crate) fn rebase(
+    cp: &Checkpointer,
+    plan: &LogPlan,
+    current: &CheckpointManifest,
+) -> Option<LogPlan> {
+    let c = current.changelog.as_ref()?;
+    if c.materialization_id <= plan.materialization_id {
+        return None;
+    }
+    let from = c.materialized_seq;
+    let plan_end = plan
+        .segments
+        .last()
+        .map_or(plan.materialized_seq, Planned::end_seq);
+    let segments: Vec<Planned> = plan
+        .segments
+        .iter()
+        .filter(|s| s.first_seq() >= from)
+        .cloned()
+        .collect();
+    // The plan's log must reach the materialization and have a segment boundary there.
+    let contiguous = match segments.first() {
+        Some(s) => s.first_seq() == from,
+        None => plan_end == from,
+    };
+    if !contiguous {
+        return None;
+    }
+    let materialized = Arc::clone(cp.log.lock().materialized.get(&c.materialization_id)?);
+    Some(LogPlan {
+        materialized,
+        materialization_id: c.materialization_id,
+        materialized_seq: from,
+        segments,
+    })
+}
+
+/// Log checkpoint `id` rests on `plan`'s materialization (after [`rebase`]).
+pub(crate) fn rest_on(cp: &Checkpointer, id: u64, plan: &LogPlan) {
+    cp.log.lock().resting.insert(
+        id,
+        (plan.materialization_id, Arc::clone(&plan.materialized)),
+    );
 }
 
 /// Log checkpoint `id`'s upload failed or was dropped: it will not complete.

@@ -334,6 +334,11 @@ impl Checkpointer {
         self.completion.owner()
     }
 
+    /// The last completed checkpoint's manifest: the base a sync phase starting now captures.
+    pub(crate) fn completed_base(&self) -> Option<Arc<CheckpointManifest>> {
+        self.book.lock().base.clone()
+    }
+
     /// The last completed checkpoint id.
     pub(crate) fn last_completed(&self) -> Option<u64> {
         self.book.lock().last_completed

@@ -138,10 +138,29 @@ impl PendingSnapshot {
     ) -> Result<CheckpointStats> {
         let cp = &self.cp;
         let id = self.id;
-        let base = self
+        let planned_base = self
             .base
-            .as_deref()
+            .clone()
             .ok_or_else(|| Error::Internal("a log checkpoint without a base".into()))?;
+        // A newer materialization completed since the sync phase: rest on it.
+        let rebased = cp.completed_base().and_then(|current| {
+            let p = changelog::rebase(cp, plan, &current)?;
+            let names: Vec<String> = crate::catalog::shared_objects(&current)
+                .map(str::to_string)
+                .collect();
+            cp.protect(id, &names);
+            // Completions only move forward: if `current` is still the last one, it was
+            // when the protection began, so its files were there and stay.
+            if cp.last_completed() != Some(current.checkpoint_id) {
+                return None;
+            }
+            changelog::rest_on(cp, id, &p);
+            Some((p, current))
+        });
+        let (plan, base) = match &rebased {
+            Some((p, current)) => (p, current.as_ref()),
+            None => (plan, planned_base.as_ref()),
+        };
         let mut new_shared = Vec::new();
         let (log, log_bytes, segments_reused) = changelog::log_part(plan, base, |segment| {
             let name = layout::new_log_name(id, cp.clock.now_ms());
