@@ -7,6 +7,7 @@ mod bench_matrix;
 mod bench_ops;
 mod bench_rescale;
 mod bench_s3;
+mod bench_states;
 mod bench_ttl;
 mod chart;
 #[path = "../rockstate/progress.rs"]
@@ -48,6 +49,8 @@ enum BenchCommand {
     Rescale(bench_rescale::RescaleArgs),
     /// S3 storage: upload/download throughput vs raw object_store on the same server.
     S3(bench_s3::S3Args),
+    /// List and map state operations in the shape of Flink's own state benchmarks.
+    States(bench_states::StatesArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         BenchCommand::Ttl(args) => bench_ttl::run(&args),
         BenchCommand::Rescale(args) => bench_rescale::run(&args),
         BenchCommand::S3(args) => bench_s3::run(&args),
+        BenchCommand::States(args) => bench_states::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
