@@ -465,7 +465,29 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                 e.namespace,
             );
             let done = match kind {
-                StateKind::List => seq.next().map(|n| key.extend_from_slice(&n.to_be_bytes())),
+                // A list entry's suffix is its position, followed by the run mark when it
+                // holds a run of elements (`state::list`); restore numbers the entries afresh
+                // in file order and keeps the mark.
+                StateKind::List => {
+                    let run = match e.suffix {
+                        [_, _, _, _, _, _, _, _] => false,
+                        [_, _, _, _, _, _, _, _, crate::state::LIST_RUN_MARK] => true,
+                        _ => {
+                            return Err(sst_format::Error::Corrupt {
+                                what: format!(
+                                    "savepoint list entry with a suffix of {} bytes",
+                                    e.suffix.len()
+                                ),
+                            })
+                        }
+                    };
+                    seq.next().map(|n| {
+                        key.extend_from_slice(&n.to_be_bytes());
+                        if run {
+                            key.push(crate::state::LIST_RUN_MARK);
+                        }
+                    })
+                }
                 _ => {
                     key.extend_from_slice(e.suffix);
                     Ok(())

@@ -299,7 +299,12 @@ fn run(ops: Vec<Op>, kind: BackendKind, caches: Caches) {
                 .scan_key_group(state, g, |e| {
                     assert_eq!(e.key_group, g);
                     assert_eq!(key_group_of(e.key, 128), g);
-                    seen += 1;
+                    seen += match (state, e.suffix.len()) {
+                        // A list entry holds one element, or a run of them (`add_all` and
+                        // `update` write one per call), each framed by its varint length.
+                        ("list", 9) => run_elements(e.value),
+                        _ => 1,
+                    };
                     Ok(true)
                 })
                 .unwrap();
@@ -313,6 +318,17 @@ fn run(ops: Vec<Op>, kind: BackendKind, caches: Caches) {
         };
         assert_eq!(seen, expected, "entries of {state}");
     }
+}
+
+/// The elements of a list run (the value of a list entry whose key ends in the run mark).
+fn run_elements(mut run: &[u8]) -> usize {
+    let mut n = 0;
+    while !run.is_empty() {
+        let (len, used) = rockstate::codec::read_varint(run).unwrap();
+        run = &run[used + len as usize..];
+        n += 1;
+    }
+    n
 }
 
 const DEFAULT_CACHE: usize = 2 << 20;

@@ -1,12 +1,17 @@
-//! List state, layout (B) of docs/decisions/0002: one RocksDB entry per element, keyed
-//! `[kg][key][ns][sequence u64 BE]`, appended with a plain put.
+//! List state, layout (B) of docs/decisions/0002: entries keyed `[kg][key][ns][sequence u64
+//! BE]`, appended with a plain put. An entry under that key holds one element; an entry whose
+//! key ends in one more byte, [`RUN_MARK`], holds a *run*: the elements one `add_all` or
+//! `update` wrote together, each framed by its varint length (docs/decisions/0033). Elements
+//! written together share their write time, so a run expires as a whole exactly when each of
+//! its elements would have, and one entry per call is what makes replacing or filling a list
+//! one write instead of one per element.
 //!
 //! Why (B) and not (A) (one framed value extended by a merge operator): (B) needs no read and no
-//! merge to append, reads a list with one short scan, has no 2^31-byte list limit, and lets the
-//! TTL compaction filter drop single expired elements with `Remove` — (A) would need the
-//! filter to rewrite a value, which rust-rocksdb only allows with a `&'static` slice. The
-//! benchmark `benches/ops.rs` (`list_len_*`) compares both layouts; figures in
-//! docs/decisions/0002-list-state-one-entry-per-element.md.
+//! merge to append, reads a list with one short scan, has no 2^31-byte list limit (runs are cut
+//! at [`RUN_BYTES`]), and lets the TTL compaction filter drop expired entries with `Remove` —
+//! (A) would need the filter to rewrite a value, which rust-rocksdb only allows with a
+//! `&'static` slice. The benchmark `benches/ops.rs` (`list_len_*`) compares both layouts;
+//! figures in docs/decisions/0002-list-state-one-entry-per-element.md.
 //!
 //! Sequences come from a backend-wide allocator whose high-water mark is persisted before use,
 //! so a list's elements keep insertion order across reopen and restore.
@@ -18,7 +23,52 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use super::{with_encoded, StateCore};
 use crate::codec;
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// The last byte of a run entry's key, after the 8-byte sequence number.
+pub(crate) const RUN_MARK: u8 = 0x01;
+
+/// A run holds at most this many stored bytes; longer writes are cut into several runs (and a
+/// larger element goes into an entry of its own), so no entry nears RocksDB's value limit and
+/// a TTL refresh rewrites at most this much per entry.
+pub(crate) const RUN_BYTES: usize = 64 << 10;
+
+/// Calls `f` on each element of the entry whose key ends in `suffix` (after `[kg][key][ns]`)
+/// and whose payload is `payload`, until `f` returns `Ok(false)`; returns whether to go on.
+fn visit_entry(
+    suffix: &[u8],
+    payload: &[u8],
+    f: &mut impl FnMut(&[u8]) -> Result<bool>,
+) -> Result<bool> {
+    match suffix {
+        [_, _, _, _, _, _, _, _] => f(payload),
+        [_, _, _, _, _, _, _, _, RUN_MARK] => {
+            let mut rest = payload;
+            while !rest.is_empty() {
+                let (len, used) = codec::read_varint(rest)?;
+                let rest_after = &rest[used..];
+                let len = usize::try_from(len)
+                    .ok()
+                    .filter(|&l| l <= rest_after.len())
+                    .ok_or_else(|| {
+                        Error::decode(
+                            "list run",
+                            format!("element of {len} bytes, {} left", rest_after.len()),
+                        )
+                    })?;
+                if !f(&rest_after[..len])? {
+                    return Ok(false);
+                }
+                rest = &rest_after[len..];
+            }
+            Ok(true)
+        }
+        _ => Err(Error::decode(
+            "list entry",
+            format!("key suffix of {} bytes", suffix.len()),
+        )),
+    }
+}
 
 /// List state over serialized bytes.
 #[derive(Clone)]
@@ -35,7 +85,8 @@ impl RawListState {
         mut f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
-        self.core.scan_prefix(&prefix, |_, v| f(v))
+        self.core
+            .scan_prefix(&prefix, |suffix, v| visit_entry(suffix, v, &mut f))
     }
 
     /// The elements of `key` in `ns`; empty when there are none.
@@ -76,7 +127,9 @@ impl RawListState {
         self.write_elements(key, ns, elements, true)
     }
 
-    /// One batch that (when `replace`) deletes the current elements, then appends `elements`.
+    /// One batch that (when `replace`) deletes the current elements, then appends `elements`:
+    /// runs of consecutive elements up to [`RUN_BYTES`], an element alone where no other fits
+    /// beside it.
     fn write_elements<'a>(
         &self,
         key: &[u8],
@@ -93,13 +146,50 @@ impl RawListState {
                 Ok(true)
             })?;
         }
+        let limit = RUN_BYTES.min(self.core.max_value_bytes);
+        let mut pending: Vec<&[u8]> = Vec::new();
+        let mut framed = 0usize;
+        let mut run = Vec::new();
         for element in elements {
             self.core.check_value("list element", element)?;
-            let mut k = super::KeyBuf::from_slice(&prefix);
-            k.extend_from_slice(&self.core.list_seq.next()?.to_be_bytes());
-            self.core.batch_put_payload(&mut batch, &k, element);
+            let size = element.len() + varint_len(element.len());
+            if !pending.is_empty() && framed + size > limit {
+                self.put_run(&mut batch, &prefix, &pending, &mut run)?;
+                pending.clear();
+                framed = 0;
+            }
+            pending.push(element);
+            framed += size;
+        }
+        if !pending.is_empty() {
+            self.put_run(&mut batch, &prefix, &pending, &mut run)?;
         }
         batch.commit()
+    }
+
+    /// Adds to `batch` one entry holding `elements` (at least one): the element itself under
+    /// an 8-byte sequence suffix when alone, else a run under the suffix and [`RUN_MARK`].
+    fn put_run(
+        &self,
+        batch: &mut crate::store::TableBatch,
+        prefix: &[u8],
+        elements: &[&[u8]],
+        run: &mut Vec<u8>,
+    ) -> Result<()> {
+        let mut k = super::KeyBuf::from_slice(prefix);
+        k.extend_from_slice(&self.core.list_seq.next()?.to_be_bytes());
+        if let [element] = elements {
+            self.core.batch_put_payload(batch, &k, element);
+            return Ok(());
+        }
+        k.push(RUN_MARK);
+        run.clear();
+        for element in elements {
+            codec::write_varint(run, element.len() as u64);
+            run.extend_from_slice(element);
+        }
+        self.core.batch_put_payload(batch, &k, run);
+        Ok(())
     }
 
     /// Removes every element of `key` in `ns`.
@@ -188,9 +278,72 @@ impl<K: Serialize, N: Serialize, T: Serialize + DeserializeOwned> ListState<K, N
     }
 }
 
+/// Bytes of `len` as a varint.
+fn varint_len(len: usize) -> usize {
+    (usize::BITS - len.leading_zeros()).div_ceil(7).max(1) as usize
+}
+
 fn encode_all<T: Serialize>(elements: &[T]) -> Result<Vec<Vec<u8>>> {
     elements
         .iter()
         .map(|e| codec::encode(e, "list element"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varint_len_matches_the_encoding() {
+        for len in [0usize, 1, 127, 128, 16_383, 16_384, 1 << 21, (1 << 28) + 5] {
+            let mut out = Vec::new();
+            codec::write_varint(&mut out, len as u64);
+            assert_eq!(varint_len(len), out.len(), "{len}");
+        }
+    }
+
+    fn elements(suffix: &[u8], payload: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        visit_entry(suffix, payload, &mut |e| {
+            out.push(e.to_vec());
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn entries_read_as_one_element_or_a_run() {
+        assert_eq!(elements(&[0; 8], b"abc").unwrap(), vec![b"abc".to_vec()]);
+        let mut run = vec![0; 9];
+        run[8] = RUN_MARK;
+        assert_eq!(
+            elements(&run, b"\x01a\x00\x02bc").unwrap(),
+            vec![b"a".to_vec(), b"".to_vec(), b"bc".to_vec()]
+        );
+        // A visit that stops inside a run stops there.
+        let mut seen = 0;
+        let go_on = visit_entry(&run, b"\x01a\x01b\x01c", &mut |_| {
+            seen += 1;
+            Ok(seen < 2)
+        })
+        .unwrap();
+        assert!(!go_on);
+        assert_eq!(seen, 2);
+    }
+
+    #[test]
+    fn damaged_runs_and_keys_are_decode_errors() {
+        let mut run = vec![0; 9];
+        run[8] = RUN_MARK;
+        for payload in [&b"\x05ab"[..], b"\x80", b"\x01a\x03"] {
+            assert!(
+                matches!(elements(&run, payload), Err(Error::Decode { .. })),
+                "{payload:?}"
+            );
+        }
+        run[8] = 0x02;
+        assert!(matches!(elements(&run, b"x"), Err(Error::Decode { .. })));
+        assert!(matches!(elements(&[0; 7], b"x"), Err(Error::Decode { .. })));
+    }
 }

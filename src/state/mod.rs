@@ -18,6 +18,7 @@ use serde::Serialize;
 use smallvec::SmallVec;
 
 pub use aggregating::{AggregateFunction, AggregatingState};
+pub(crate) use list::RUN_MARK as LIST_RUN_MARK;
 pub use list::{ListState, RawListState};
 pub use map::{MapState, RawMapState};
 pub use reducing::ReducingState;
@@ -77,7 +78,9 @@ pub struct RawEntry<'a> {
     pub key: &'a [u8],
     /// Serialized namespace.
     pub namespace: &'a [u8],
-    /// Map user key or list element sequence (8 bytes BE); empty for other kinds.
+    /// Map user key; for a list entry its sequence number (8 bytes BE), followed by `0x01`
+    /// when the entry holds a run of elements (each framed by its varint length) rather than
+    /// one element; empty for other kinds.
     pub suffix: &'a [u8],
     /// Stored value bytes.
     pub value: &'a [u8],

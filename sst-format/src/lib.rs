@@ -85,7 +85,7 @@ pub use properties::TableProperties;
 pub use savepoint::{
     verify_savepoint, BlockBuilder, BlockCompressor, EncodedBlock, IndexEntry, SavepointEntry,
     SavepointHeader, SavepointReader, SavepointStats, SavepointWriter, SAVEPOINT_MAGIC,
-    SAVEPOINT_VERSION,
+    SAVEPOINT_MIN_VERSION, SAVEPOINT_VERSION,
 };
 pub use sst::{
     parse_sst_meta, read_sst_meta, read_sst_meta_with_stats, SstMeta, SstUniqueId, TailReadStats,

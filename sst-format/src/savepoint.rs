@@ -15,7 +15,7 @@
 //! All integers little-endian. A raw entry is
 //! `varint state | varint len, key | varint len, namespace | varint len, suffix | varint len, value`
 //! where `state` indexes `SavepointHeader::states`, `suffix` is the map user key or the list
-//! element's position, and `value` is stored as the backend stores it (TTL states: with their
+//! entry's position (followed by `0x01` for a run of elements, version 2), and `value` is stored as the backend stores it (TTL states: with their
 //! 8-byte timestamp). See `docs/savepoint-format.md`.
 
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -28,8 +28,12 @@ use crate::meta::{OperatorListState, StateMeta};
 
 /// First four bytes (and last four) of every savepoint.
 pub const SAVEPOINT_MAGIC: [u8; 4] = *b"RSSP";
-/// The version this build writes and reads.
-pub const SAVEPOINT_VERSION: u16 = 1;
+/// The version this build writes. Version 2 added list runs (an entry whose suffix is the
+/// 8-byte position followed by `0x01`, holding several framed elements); a build that reads
+/// only version 1 would take a run for one element, so it must refuse version 2.
+pub const SAVEPOINT_VERSION: u16 = 2;
+/// The oldest version this build reads (version 1 is version 2 without list runs).
+pub const SAVEPOINT_MIN_VERSION: u16 = 1;
 /// Length of the fixed footer.
 pub const SAVEPOINT_FOOTER_LEN: u64 = 20;
 const PREAMBLE_LEN: u64 = 8;
@@ -516,9 +520,9 @@ impl<R: Read + Seek> SavepointReader<R> {
             });
         }
         let version = le_u16(&pre, 4);
-        if version != SAVEPOINT_VERSION {
+        if !(SAVEPOINT_MIN_VERSION..=SAVEPOINT_VERSION).contains(&version) {
             return Err(Error::Unsupported(format!(
-                "savepoint version {version} (this build reads {SAVEPOINT_VERSION})"
+                "savepoint version {version} (this build reads {SAVEPOINT_MIN_VERSION} to {SAVEPOINT_VERSION})"
             )));
         }
         if le_u16(&pre, 6) != 0 {
@@ -817,6 +821,24 @@ mod tests {
             .unwrap();
         }
         assert_eq!(n, 4);
+    }
+
+    #[test]
+    fn versions_one_and_two_read_and_others_are_refused() {
+        let mut bytes = sample();
+        assert_eq!(le_u16(&bytes, 4), SAVEPOINT_VERSION);
+        for version in [0u16, 1, 2, 3, u16::MAX] {
+            bytes[4..6].copy_from_slice(&version.to_le_bytes());
+            let opened = SavepointReader::open(Cursor::new(&bytes));
+            if (SAVEPOINT_MIN_VERSION..=SAVEPOINT_VERSION).contains(&version) {
+                assert!(opened.is_ok(), "version {version}");
+            } else {
+                assert!(
+                    matches!(opened, Err(Error::Unsupported(_))),
+                    "version {version}"
+                );
+            }
+        }
     }
 
     #[test]
