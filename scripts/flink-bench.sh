@@ -6,12 +6,21 @@
 #   bash scripts/flink-bench.sh [--rounds R] [--keys N] [--value-bytes B] [--ops M]
 #                               [--zipf S] [--ttl] [--budget-bytes BYTES]
 #   bash scripts/flink-bench.sh --matrix [--rounds R] [--only SUBSTRING]
+#   bash scripts/flink-bench.sh --states [--rounds R] [--keys N] [--ops M] [--list-len L]
+#                               [--map-len E] [--ttl] [--budget-bytes BYTES] [--only SUBSTRING]
 #
 # `--matrix` runs the cells of `rockstate-bench matrix` with its defaults (state 0.5x and 4x a
 # 128 MiB budget, uniform and Zipf 0.99 keys, 100 B and 1 KiB values, plain and a week's TTL,
 # 500k operations per phase after the insert), both systems on the same budget (Flink's managed
 # memory, rockstate's memory budget), one summary line per cell and phase; `--only` keeps the
 # cells whose name (`fits/zipf/1024B/ttl`) contains it.
+#
+# `--states` runs `rockstate-bench states`'s list and map state workload instead (the shape of
+# flink-benchmarks' ListStateBenchmark and MapStateBenchmark: 100k Long keys, a ListState<Long>
+# of 100 elements and a MapState<Long, Double> of 10 entries per key, 200k operations per phase
+# after the fills, phases list_fill ... map_remove), on the Flink side through
+# benches/flink/FlinkStates.java; one summary line per phase, under cell `states`. `--only`
+# there keeps the phases whose name contains it (the fills always run).
 #
 # Flink comes from PyPI's apache-flink-libraries wheel (its flink-dist jar bundles the RocksDB
 # state backend and FRocksDB's JNI library); the wheel and the compiled class are cached under
@@ -27,13 +36,16 @@ cd "$(dirname "$0")/.."
 
 rounds=3
 matrix=0
+states=0
 only=""
-keys=1000000
+keys="-" # `-`: the mode's default (1000000 for `bench ops`, 100000 for `--states`)
 value_bytes=100
 ops="-"
 zipf="-"
 ttl=0
 budget=$((512 << 20))
+list_len=100
+map_len=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -44,11 +56,25 @@ while [ $# -gt 0 ]; do
     --ttl) ttl=1; shift ;;
     --budget-bytes) budget="$2"; shift 2 ;;
     --matrix) matrix=1; shift ;;
+    --states) states=1; shift ;;
+    --list-len) list_len="$2"; shift 2 ;;
+    --map-len) map_len="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     *) echo "flink-bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 [ "$rounds" -ge 1 ] || { echo "flink-bench: --rounds must be at least 1" >&2; exit 2; }
+[ "$matrix" = 0 ] || [ "$states" = 0 ] || {
+  echo "flink-bench: --matrix and --states are separate modes" >&2
+  exit 2
+}
+if [ "$states" = 1 ]; then
+  # `bench states`'s defaults, given explicitly so both sides surely run the same workload.
+  [ "$keys" != - ] || keys=100000
+  [ "$ops" != - ] || ops=200000
+else
+  [ "$keys" != - ] || keys=1000000
+fi
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -72,7 +98,8 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("pyflink/lib/
 fi
 cp_jars=$(ls "$cache"/pyflink/lib/*.jar | paste -sd: -)
 mkdir -p "$cache/classes"
-javac -nowarn -cp "$cp_jars" -d "$cache/classes" benches/flink/FlinkOps.java
+javac -nowarn -cp "$cp_jars" -d "$cache/classes" benches/flink/FlinkOps.java \
+  benches/flink/FlinkStates.java
 
 bench="${ROCKSTATE_BENCH:-}"
 if [ -z "$bench" ]; then
@@ -85,8 +112,10 @@ log="$cache/flink-stderr.log"
 : > "$out"
 : > "$log"
 
-# The cell being run: its name and the flags each side gets.
+# The cell being run: its name, the flags each side gets, and what each side runs: FlinkOps and
+# `bench ops --solo-only` by default, FlinkStates and `bench states` with `--states`.
 cell="" common=() flink_budget=() rockstate_budget=()
+flink_main=FlinkOps rockstate_cmd=(ops --solo-only --no-reference)
 set_cell() { # set_cell <name> <keys> <value bytes> <ops|-> <zipf|-> <ttl 0|1> <budget bytes>
   cell="$1"
   common=(--keys "$2" --value-bytes "$3")
@@ -96,24 +125,38 @@ set_cell() { # set_cell <name> <keys> <value bytes> <ops|-> <zipf|-> <ttl 0|1> <
   flink_budget=(--budget-bytes "$7")
   rockstate_budget=(--budget "{\"total_bytes\":$7}")
 }
-flink() { # flink <line prefix> [FlinkOps flags...]
+set_states_cell() { # set_states_cell <name>: `--states`'s one cell, from the command line
+  cell="$1"
+  common=(--keys "$keys" --ops "$ops" --list-len "$list_len" --map-len "$map_len")
+  [ "$ttl" = 0 ] || common+=(--ttl)
+  [ -z "$only" ] || common+=(--only "$only")
+  flink_budget=(--budget-bytes "$budget")
+  rockstate_budget=(--budget "{\"total_bytes\":$budget}")
+  flink_main=FlinkStates
+  rockstate_cmd=(states)
+}
+flink() { # flink <line prefix> [FlinkOps / FlinkStates flags...]
   local prefix="$1"
   shift
-  if ! java -Xmx2g -cp "$cache/classes:$cp_jars" org.apache.flink.state.rocksdb.FlinkOps \
+  if ! java -Xmx2g -cp "$cache/classes:$cp_jars" "org.apache.flink.state.rocksdb.$flink_main" \
     "$@" "${common[@]}" "${flink_budget[@]}" 2>>"$log" >"$cache/flink-out.txt"; then
-    echo "flink-bench: FlinkOps failed; the end of $log:" >&2
+    echo "flink-bench: $flink_main failed; the end of $log:" >&2
     tail -20 "$log" >&2
     exit 1
   fi
   sed "s|^flink_phase=|cell=$cell ${prefix}_phase=|" "$cache/flink-out.txt" | tee -a "$out"
 }
 rockstate() {
-  "$bench" ops --solo-only --no-reference "${common[@]}" "${rockstate_budget[@]}" \
+  "$bench" "${rockstate_cmd[@]}" "${common[@]}" "${rockstate_budget[@]}" \
     | sed "s|^solo_phase=|cell=$cell solo_phase=|" | tee -a "$out"
 }
 
 cells=()
-if [ "$matrix" = 1 ]; then
+setter=set_cell # what turns an entry of cells into the cell being run
+if [ "$states" = 1 ]; then
+  cells+=(states)
+  setter=set_states_cell
+elif [ "$matrix" = 1 ]; then
   mib128=$((128 << 20))
   for size in fits beyond; do
     for dist in uniform zipf; do
@@ -139,7 +182,7 @@ runs=(rockstate "flink flink" "flink flink_tuned --bloom --low-priority-compacti
 for r in $(seq 1 "$rounds"); do
   for c in "${cells[@]}"; do
     # shellcheck disable=SC2086 # the cell's fields are words by design
-    set_cell $c
+    $setter $c
     echo "flink-bench: round $r of $rounds, cell $cell" >&2
     for i in 0 1 2; do
       ${runs[$(( (i + r - 1) % 3 ))]}
@@ -159,8 +202,16 @@ for line in open(sys.argv[1]):
         runs.setdefault((m.group(1), m.group(2), m.group(3)), []).append(int(m.group(4)))
 print("# medians over the rounds; vs_flink = rockstate / Flink defaults, "
       "vs_flink_tuned = rockstate / Flink with bloom filters and low-priority compaction")
+# `bench ops`'s phases, then `bench states`'s; a cell has those of its mode (and with `--states
+# --only`, the fills and the phases kept).
+phases = ["insert", "update", "get", "get_missing", "read_modify_write",
+          "list_fill", "list_append", "list_get", "list_update",
+          "map_fill", "map_update", "map_get", "map_contains", "map_iterate", "map_is_empty",
+          "map_remove"]
 for cell in cells:
-    for phase in ["insert", "update", "get", "get_missing", "read_modify_write"]:
+    for phase in phases:
+        if (cell, "solo", phase) not in runs:
+            continue
         ours = statistics.median(runs[(cell, "solo", phase)])
         flink = statistics.median(runs[(cell, "flink", phase)])
         tuned = statistics.median(runs[(cell, "flink_tuned", phase)])

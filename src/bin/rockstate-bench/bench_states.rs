@@ -25,10 +25,10 @@ use std::time::Instant;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rockstate::{
-    CodecId, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawListState, RawMapState,
+    CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawListState, RawMapState,
 };
 
-use crate::bench_ops::parse_override;
+use crate::bench_ops::{levels, parse_override};
 use crate::report::Line;
 use crate::support::io;
 
@@ -56,6 +56,9 @@ pub struct StatesArgs {
     /// Overrides of the memory budget as JSON, e.g. `{"total_bytes":134217728}`.
     #[arg(long)]
     budget: Option<String>,
+    /// Overrides of the RocksDB options as JSON, e.g. `{"prefix_filters":false}`.
+    #[arg(long)]
+    options: Option<String>,
     /// Runs only the phases whose name contains this (the fills always run).
     #[arg(long)]
     only: Option<String>,
@@ -96,7 +99,9 @@ pub fn run(args: &StatesArgs) -> rockstate::Result<()> {
     }
     let dir = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
     let budget: MemoryBudgetConfig = parse_override("--budget", args.budget.as_deref())?;
+    let options: DbOptions = parse_override("--options", args.options.as_deref())?;
     let backend = KeyedBackend::builder(dir.path().join("rockstate"))
+        .options(options)
         .memory_budget(MemoryBudget::new(budget)?)
         .open()?;
     let codec = CodecId::new("bytes", 1);
@@ -122,11 +127,20 @@ pub fn run(args: &StatesArgs) -> rockstate::Result<()> {
             continue;
         }
         backend.wait_for_compactions()?;
+        // The phase's state's SST files per level: a scan seeks in each level holding files
+        // over its key, so the tree's shape explains much of a read phase's speed.
+        let state = if phase.starts_with("list") {
+            "list"
+        } else {
+            "map"
+        };
+        let files = levels(|p| backend.state_property(state, p).ok().flatten());
         let (ops, secs) = w.phase(phase)?;
         Line::new()
             .text("solo_phase", *phase)
             .num("rockstate_ops_s", ops as f64 / secs, 0)
             .int("ops", ops)
+            .text("files_before", &files)
             .print();
     }
     Ok(())
