@@ -36,6 +36,7 @@ import java.io.File;
 import java.time.Duration;
 import java.nio.file.Files;
 import java.util.Collections;
+import java.util.List;
 import java.util.SplittableRandom;
 
 import org.apache.flink.api.common.ExecutionConfig;
@@ -190,6 +191,59 @@ public final class FlinkOps {
             }
         }
 
+        Opened opened = open(base, budget, bloom);
+        RocksDBKeyedStateBackend<Long> backend = opened.backend();
+        ValueStateDescriptor<byte[]> descriptor =
+                new ValueStateDescriptor<>("bench", BytePrimitiveArraySerializer.INSTANCE);
+        if (w.ttl) {
+            descriptor.enableTimeToLive(StateTtlConfig.newBuilder(Duration.ofDays(7)).build());
+        }
+        ValueState<byte[]> state = backend.getPartitionedState(
+                VoidNamespace.INSTANCE, VoidNamespaceSerializer.INSTANCE, descriptor);
+
+        RocksDB db = backend.db;
+        ColumnFamilyHandle cf = backend.getColumnFamilyHandle("bench");
+        for (int p = 0; p < PHASES.length; p++) {
+            // As `bench ops` does before each phase (`wait_for_compactions`, untimed): flush
+            // the memtable and let compactions finish, so every phase starts from SST files.
+            settle(db, List.of(cf));
+            String levels = levels(db, cf);
+            // The keys are drawn before the clock starts, as `bench ops` draws them.
+            long[] keys = phaseKeys(p, w, seed);
+            long start = System.nanoTime();
+            long found = runPhase(backend, state, p, keys, values);
+            double secs = (System.nanoTime() - start) / 1e9;
+            long expected = p == 2 ? w.ops(p) : 0;
+            if ((p == 2 || p == 3) && found != expected) {
+                throw new IllegalStateException(
+                        PHASES[p] + " found " + found + " keys, expected " + expected);
+            }
+            if (print) {
+                System.out.printf(
+                        "flink_phase=%s flink_ops_s=%.0f files_before=%s%n",
+                        PHASES[p], w.ops(p) / secs, levels);
+            }
+        }
+        opened.close();
+        deleteRecursively(base);
+    }
+
+    /** A backend as {@link #open} builds it, with the resources its close releases. */
+    record Opened(RocksDBKeyedStateBackend<Long> backend, RocksDBResourceContainer resources) {
+        /** Disposes of the backend and releases the shared cache and write-buffer manager. */
+        void close() throws Exception {
+            backend.dispose();
+            resources.close();
+        }
+    }
+
+    /**
+     * Flink's RocksDB keyed state backend in `base` as a TaskManager builds it with
+     * `state.backend.rocksdb.memory.managed: true`: Long keys, {@link #KEY_GROUPS} key groups
+     * all owned, `budget` bytes of managed memory, bloom filters as `bloom` says. FlinkStates
+     * builds its backend here too, so both compare against the same configuration.
+     */
+    static Opened open(File base, long budget, boolean bloom) throws Exception {
         Configuration config = new Configuration();
         config.setString("state.backend.rocksdb.use-bloom-filter", Boolean.toString(bloom));
         RocksDBSharedResources shared = RocksDBMemoryControllerUtils.allocateRocksDBSharedResources(
@@ -222,40 +276,7 @@ public final class FlinkOps {
                         AbstractStateBackend.getCompressionDecorator(executionConfig),
                         new CloseableRegistry())
                 .build();
-        ValueStateDescriptor<byte[]> descriptor =
-                new ValueStateDescriptor<>("bench", BytePrimitiveArraySerializer.INSTANCE);
-        if (w.ttl) {
-            descriptor.enableTimeToLive(StateTtlConfig.newBuilder(Duration.ofDays(7)).build());
-        }
-        ValueState<byte[]> state = backend.getPartitionedState(
-                VoidNamespace.INSTANCE, VoidNamespaceSerializer.INSTANCE, descriptor);
-
-        RocksDB db = backend.db;
-        ColumnFamilyHandle cf = backend.getColumnFamilyHandle("bench");
-        for (int p = 0; p < PHASES.length; p++) {
-            // As `bench ops` does before each phase (`wait_for_compactions`, untimed): flush
-            // the memtable and let compactions finish, so every phase starts from SST files.
-            settle(db, cf);
-            String levels = levels(db, cf);
-            // The keys are drawn before the clock starts, as `bench ops` draws them.
-            long[] keys = phaseKeys(p, w, seed);
-            long start = System.nanoTime();
-            long found = runPhase(backend, state, p, keys, values);
-            double secs = (System.nanoTime() - start) / 1e9;
-            long expected = p == 2 ? w.ops(p) : 0;
-            if ((p == 2 || p == 3) && found != expected) {
-                throw new IllegalStateException(
-                        PHASES[p] + " found " + found + " keys, expected " + expected);
-            }
-            if (print) {
-                System.out.printf(
-                        "flink_phase=%s flink_ops_s=%.0f files_before=%s%n",
-                        PHASES[p], w.ops(p) / secs, levels);
-            }
-        }
-        backend.dispose();
-        resources.close(); // also releases the shared cache and write-buffer manager
-        deleteRecursively(base);
+        return new Opened(backend, resources);
     }
 
     /** The keys of phase `p`, slice by slice as `bench ops` cuts and seeds it. */
@@ -312,16 +333,28 @@ public final class FlinkOps {
         return found;
     }
 
-    /** Flushes the state's memtable and waits until no flush or compaction is left. */
-    private static void settle(RocksDB db, ColumnFamilyHandle cf) throws Exception {
+    /** Flushes the states' memtables and waits until no flush or compaction is left. */
+    static void settle(RocksDB db, List<ColumnFamilyHandle> cfs) throws Exception {
         try (FlushOptions flush = new FlushOptions().setWaitForFlush(true)) {
-            db.flush(flush, cf);
+            for (ColumnFamilyHandle cf : cfs) {
+                db.flush(flush, cf);
+            }
         }
-        while (db.getLongProperty(cf, "rocksdb.compaction-pending") > 0
+        while (compactionPending(db, cfs)
                 || db.getLongProperty("rocksdb.num-running-compactions") > 0
                 || db.getLongProperty("rocksdb.num-running-flushes") > 0) {
             Thread.sleep(20);
         }
+    }
+
+    private static boolean compactionPending(RocksDB db, List<ColumnFamilyHandle> cfs)
+            throws Exception {
+        for (ColumnFamilyHandle cf : cfs) {
+            if (db.getLongProperty(cf, "rocksdb.compaction-pending") > 0) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** The state's SST files per level, as `L0:2,L6:2` (`bench ops` prints the same). */
@@ -338,7 +371,7 @@ public final class FlinkOps {
         return out.length() > 0 ? out.toString() : "none";
     }
 
-    private static void deleteRecursively(File f) {
+    static void deleteRecursively(File f) {
         File[] children = f.listFiles();
         if (children != null) {
             for (File c : children) {

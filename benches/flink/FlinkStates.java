@@ -50,12 +50,10 @@ import java.io.File;
 import java.nio.file.Files;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
 
-import org.apache.flink.api.common.ExecutionConfig;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.state.MapState;
@@ -63,26 +61,14 @@ import org.apache.flink.api.common.state.MapStateDescriptor;
 import org.apache.flink.api.common.state.StateTtlConfig;
 import org.apache.flink.api.common.typeutils.base.DoubleSerializer;
 import org.apache.flink.api.common.typeutils.base.LongSerializer;
-import org.apache.flink.configuration.Configuration;
-import org.apache.flink.core.fs.CloseableRegistry;
-import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
-import org.apache.flink.runtime.memory.OpaqueMemoryResource;
-import org.apache.flink.runtime.state.AbstractStateBackend;
-import org.apache.flink.runtime.state.KeyGroupRange;
-import org.apache.flink.runtime.state.LocalRecoveryConfig;
 import org.apache.flink.runtime.state.VoidNamespace;
 import org.apache.flink.runtime.state.VoidNamespaceSerializer;
-import org.apache.flink.runtime.state.metrics.LatencyTrackingStateConfig;
-import org.apache.flink.runtime.state.metrics.SizeTrackingStateConfig;
-import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
 import org.rocksdb.ColumnFamilyHandle;
 import org.rocksdb.Env;
-import org.rocksdb.FlushOptions;
 import org.rocksdb.Priority;
 import org.rocksdb.RocksDB;
 
 public final class FlinkStates {
-    private static final int KEY_GROUPS = 128;
     /** The phases, in `bench states`'s order: the list phases, then the map phases. */
     private static final String[] PHASES = {
         "list_fill", "list_append", "list_get", "list_update",
@@ -150,7 +136,7 @@ public final class FlinkStates {
         }
         run(new File(root, "bench"), new Workload(keys, listLen, mapLen, ops, ttl, only),
                 seed, budget, bloom, true);
-        deleteRecursively(root);
+        FlinkOps.deleteRecursively(root);
     }
 
     /** Keys, state sizes, operations per phase after the fills, TTL, phase filter. */
@@ -167,38 +153,8 @@ public final class FlinkStates {
         Files.createDirectories(base.toPath());
 
         // The backend exactly as FlinkOps builds it.
-        Configuration config = new Configuration();
-        config.setString("state.backend.rocksdb.use-bloom-filter", Boolean.toString(bloom));
-        RocksDBSharedResources shared = RocksDBMemoryControllerUtils.allocateRocksDBSharedResources(
-                budget, 0.5, 0.1, false, RocksDBMemoryControllerUtils.RocksDBMemoryFactory.DEFAULT);
-        OpaqueMemoryResource<RocksDBSharedResources> memory =
-                new OpaqueMemoryResource<>(shared, budget, shared::close);
-        RocksDBResourceContainer resources = new RocksDBResourceContainer(
-                config, PredefinedOptions.DEFAULT, null, memory, base, false);
-        ExecutionConfig executionConfig = new ExecutionConfig();
-        RocksDBKeyedStateBackend<Long> backend = new RocksDBKeyedStateBackendBuilder<>(
-                        "bench",
-                        FlinkStates.class.getClassLoader(),
-                        base,
-                        resources,
-                        name -> resources.getColumnOptions(),
-                        null,
-                        LongSerializer.INSTANCE,
-                        KEY_GROUPS,
-                        new KeyGroupRange(0, KEY_GROUPS - 1),
-                        executionConfig,
-                        LocalRecoveryConfig.BACKUP_AND_RECOVERY_DISABLED,
-                        RocksDBPriorityQueueConfig.buildWithPriorityQueueType(
-                                EmbeddedRocksDBStateBackend.PriorityQueueStateType.ROCKSDB),
-                        TtlTimeProvider.DEFAULT,
-                        LatencyTrackingStateConfig.disabled(),
-                        SizeTrackingStateConfig.disabled(),
-                        new UnregisteredMetricsGroup(),
-                        (name, value) -> {},
-                        Collections.emptyList(),
-                        AbstractStateBackend.getCompressionDecorator(executionConfig),
-                        new CloseableRegistry())
-                .build();
+        FlinkOps.Opened opened = FlinkOps.open(base, budget, bloom);
+        RocksDBKeyedStateBackend<Long> backend = opened.backend();
         ListStateDescriptor<Long> listDescriptor =
                 new ListStateDescriptor<>("list", LongSerializer.INSTANCE);
         MapStateDescriptor<Long, Double> mapDescriptor =
@@ -224,7 +180,7 @@ public final class FlinkStates {
             // As `bench states` does before each phase (`wait_for_compactions`, untimed):
             // flush the memtables and let compactions finish, so every phase starts from SST
             // files.
-            settle(db, cfs);
+            FlinkOps.settle(db, cfs);
             // The keys and draws are made before the clock starts, as `bench states` makes them.
             SplittableRandom rng = new SplittableRandom(seed ^ fnv(phase));
             long[] draws = new long[2 * w.ops()];
@@ -240,9 +196,8 @@ public final class FlinkStates {
                 System.out.printf("flink_phase=%s flink_ops_s=%.0f ops=%d%n", phase, ops / secs, ops);
             }
         }
-        backend.dispose();
-        resources.close(); // also releases the shared cache and write-buffer manager
-        deleteRecursively(base);
+        opened.close();
+        FlinkOps.deleteRecursively(base);
     }
 
     /** The states, the workload and what the last phase's reads saw. */
@@ -396,29 +351,6 @@ public final class FlinkStates {
         }
     }
 
-    /** Flushes the states' memtables and waits until no flush or compaction is left. */
-    private static void settle(RocksDB db, List<ColumnFamilyHandle> cfs) throws Exception {
-        try (FlushOptions flush = new FlushOptions().setWaitForFlush(true)) {
-            for (ColumnFamilyHandle cf : cfs) {
-                db.flush(flush, cf);
-            }
-        }
-        while (pending(db, cfs)
-                || db.getLongProperty("rocksdb.num-running-compactions") > 0
-                || db.getLongProperty("rocksdb.num-running-flushes") > 0) {
-            Thread.sleep(20);
-        }
-    }
-
-    private static boolean pending(RocksDB db, List<ColumnFamilyHandle> cfs) throws Exception {
-        for (ColumnFamilyHandle cf : cfs) {
-            if (db.getLongProperty(cf, "rocksdb.compaction-pending") > 0) {
-                return true;
-            }
-        }
-        return false;
-    }
-
     /** FNV-1a of `s`: a phase's seed offset, as `bench states` derives it. */
     private static long fnv(String s) {
         long h = 0xcbf2_9ce4_8422_2325L;
@@ -426,15 +358,5 @@ public final class FlinkStates {
             h = (h ^ (b & 0xff)) * 0x0100_0000_01b3L;
         }
         return h;
-    }
-
-    private static void deleteRecursively(File f) {
-        File[] children = f.listFiles();
-        if (children != null) {
-            for (File c : children) {
-                deleteRecursively(c);
-            }
-        }
-        f.delete();
     }
 }
