@@ -74,6 +74,58 @@ pub struct CheckpointArgs {
     /// (changelog mode only; `enabled` is always true there).
     #[arg(long)]
     changelog: Option<String>,
+    /// Every read of the timed restores (changelog and SST-only alike) waits this long before
+    /// it reaches the storage, as a request to a remote object store waits for its first
+    /// byte (`FaultyStorage`'s latency fault). Bandwidth is not limited.
+    #[arg(long, default_value_t = 0)]
+    get_latency_ms: u64,
+}
+
+/// `storage` as the timed restores read it: behind `--get-latency-ms` of latency per read.
+fn restore_storage(
+    args: &CheckpointArgs,
+    storage: &Arc<dyn CheckpointStorage>,
+) -> Arc<dyn CheckpointStorage> {
+    if args.get_latency_ms == 0 {
+        return storage.clone();
+    }
+    Arc::new(SlowReads {
+        inner: storage.clone(),
+        delay: Duration::from_millis(args.get_latency_ms),
+    })
+}
+
+/// A storage whose reads (gets and listings) each sleep `delay` on the calling thread before
+/// going to `inner`: the first-byte latency of a remote object store, which parallel reads
+/// overlap as they would there.
+#[derive(Debug)]
+struct SlowReads {
+    inner: Arc<dyn CheckpointStorage>,
+    delay: Duration,
+}
+
+impl CheckpointStorage for SlowReads {
+    fn put_file(&self, name: &str, local: &Path) -> rockstate::Result<rockstate::ObjectDigest> {
+        self.inner.put_file(name, local)
+    }
+    fn put_bytes(&self, name: &str, bytes: &[u8]) -> rockstate::Result<()> {
+        self.inner.put_bytes(name, bytes)
+    }
+    fn get_file(&self, name: &str, local: &Path) -> rockstate::Result<rockstate::ObjectDigest> {
+        std::thread::sleep(self.delay);
+        self.inner.get_file(name, local)
+    }
+    fn get_bytes(&self, name: &str) -> rockstate::Result<Vec<u8>> {
+        std::thread::sleep(self.delay);
+        self.inner.get_bytes(name)
+    }
+    fn list(&self, prefix: &str) -> rockstate::Result<Vec<rockstate::ObjectInfo>> {
+        std::thread::sleep(self.delay);
+        self.inner.list(prefix)
+    }
+    fn delete(&self, name: &str) -> rockstate::Result<()> {
+        self.inner.delete(name)
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -418,10 +470,11 @@ fn compare_changelog_restore(
         ..CheckpointOptions::default()
     };
     let restore = |storage: &Arc<dyn CheckpointStorage>, target: &Path| {
+        let storage = restore_storage(run.args, storage);
         let t = Instant::now();
         let (b, report) = KeyedBackend::builder(target)
             .memory_budget(budget.clone())
-            .restore_source(storage.clone())
+            .restore_source(storage)
             .checkpoint_options(options.clone())
             .restore_with_report(RestoreFrom::Latest)?;
         Ok::<_, Error>((b, report, t.elapsed()))
