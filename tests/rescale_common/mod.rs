@@ -164,9 +164,21 @@ pub fn random_ops(b: &KeyedBackend, model: &mut Model, rng: &mut SmallRng, n: us
                 v.clear(&key, &ns).unwrap();
                 model.values.remove(&k);
             }
-            3 | 4 => {
+            3 => {
                 l.add(&key, &ns, &x).unwrap();
                 model.lists.entry(k).or_default().push(x);
+            }
+            4 => {
+                // Two or three elements in one call: stored as one run entry
+                // (docs/decisions/0033-list-runs.md); half of them replace the list.
+                let run: Vec<u32> = (0..2 + x % 2).map(|i| x.wrapping_add(i)).collect();
+                if x % 4 < 2 {
+                    l.add_all(&key, &ns, &run).unwrap();
+                    model.lists.entry(k).or_default().extend(&run);
+                } else {
+                    l.update(&key, &ns, &run).unwrap();
+                    model.lists.insert(k, run);
+                }
             }
             5 => {
                 l.clear(&key, &ns).unwrap();
