@@ -1,6 +1,7 @@
 //! Corrupted storage (docs/checkpoint-format.md §7; docs/architecture.md §8, invariant 1 from the
 //! reader's side): flipping or truncating any file of a checkpoint, or deleting it, makes restore
-//! fail with a typed error naming the file, never a panic and never a wrong state. A seeded
+//! fail with a typed error naming the file, never a panic and never a wrong state; in changelog
+//! mode too, for the log segments a log checkpoint names. A seeded
 //! randomized test mutates a small real checkpoint directory (byte flips, truncations, deletions,
 //! extra files) and restores: the result is the exact model state or a typed error.
 //!
@@ -20,7 +21,8 @@ use common::*;
 use object_store::{ObjectStoreExt, PutPayload};
 use rand::Rng;
 use rockstate::{
-    CheckpointOptions, CheckpointStorage, Error, LocalStorage, ObjectStorage, RestoreFrom,
+    ChangelogOptions, CheckpointOptions, CheckpointStorage, Error, LocalStorage, ObjectStorage,
+    RestoreFrom,
 };
 
 /// Where the base checkpoints live.
@@ -32,13 +34,17 @@ enum BaseStorage {
     S3(Arc<ObjectStorage>, BTreeMap<String, Vec<u8>>),
 }
 
-on_every_storage!(every_damaged_file_is_named, restore_dir_randomized);
+on_every_storage!(
+    every_damaged_file_is_named,
+    every_damaged_file_of_a_log_checkpoint_is_named,
+    restore_dir_randomized
+);
 
 /// Storage with two retained checkpoints and the model of the newest.
 struct Base {
     _dir: tempfile::TempDir,
     storage: BaseStorage,
-    /// Model of checkpoint 1 and 2 (index 0 and 1).
+    /// Model of checkpoint 1 and 2 (index 0 and 1); empty for the changelog-mode base.
     models: Vec<Model>,
     model: Model,
     newest: u64,
@@ -62,6 +68,31 @@ fn build_base(fx: Fixture) -> Base {
         models.push(model.clone());
     }
     drop(b);
+    base_of(fx, models, model, 2)
+}
+
+/// Changelog mode (docs/checkpoint-format.md §11): checkpoint 1 materializes, checkpoints 2
+/// and 3 log the writes since, so checkpoint 3 names two log segments.
+fn build_log_base(fx: Fixture) -> Base {
+    let b = fx.open(
+        "a",
+        CheckpointOptions {
+            retained: 2,
+            changelog: ChangelogOptions {
+                enabled: true,
+                ..ChangelogOptions::default()
+            },
+            ..CheckpointOptions::default()
+        },
+    );
+    let (model, _) = materialize_then_log(&b, 32, 2500, 2, 800);
+    drop(b);
+    // Only the newest checkpoint's model is compared.
+    base_of(fx, Vec::new(), model, 3)
+}
+
+/// The [`Base`] of `fx`'s storage, whose newest checkpoint is `newest` (state `model`).
+fn base_of(fx: Fixture, models: Vec<Model>, model: Model, newest: u64) -> Base {
     let storage = match &fx.local {
         Some(local) => BaseStorage::Local(local.root().to_path_buf()),
         None => {
@@ -73,7 +104,7 @@ fn build_base(fx: Fixture) -> Base {
         storage,
         models,
         model,
-        newest: 2,
+        newest,
         _dir: fx.dir,
     }
 }
@@ -266,7 +297,18 @@ fn mutate(case: &Case, name: &str, m: Mutation) {
 /// Every file the newest checkpoint references, and its manifest, in turn × every mutation:
 /// restore of that checkpoint fails with an error naming the file.
 fn every_damaged_file_is_named(fx: Fixture) {
-    let base = build_base(fx);
+    sweep(build_base(fx), 5);
+}
+
+/// The same for a log checkpoint: its manifest, the materialization's files and every log
+/// segment it names.
+fn every_damaged_file_of_a_log_checkpoint_is_named(fx: Fixture) {
+    sweep(build_log_base(fx), 7);
+}
+
+/// Damages each file the newest checkpoint of `base` names (at least `least` of them) with
+/// every mutation in turn and restores: the error names the file.
+fn sweep(base: Base, least: usize) {
     let scratch = tempfile::tempdir().unwrap();
     let probe_case = Case::new(&base, scratch.path());
     let probe = probe_case.storage.clone();
@@ -283,7 +325,11 @@ fn every_damaged_file_is_named(fx: Fixture) {
     let mut files: Vec<String> = vec![meta_name.clone()];
     files.extend(manifest.shared_files.iter().map(|f| f.remote_name.clone()));
     files.extend(manifest.private_files.iter().map(|f| f.remote_name.clone()));
-    assert!(files.len() >= 5, "{files:?}");
+    if let Some(log) = &manifest.changelog {
+        assert!(log.segments.len() >= 2, "{:?}", log.segments);
+        files.extend(log.segments.iter().map(|s| s.remote_name.clone()));
+    }
+    assert!(files.len() >= least, "{files:?}");
 
     let mutations = [
         Mutation::FlipFirst,
