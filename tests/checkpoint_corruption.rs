@@ -1,11 +1,11 @@
 //! Corrupted storage (docs/checkpoint-format.md §7; docs/architecture.md §8, invariant 1 from the
 //! reader's side): flipping or truncating any file of a checkpoint, or deleting it, makes restore
 //! fail with a typed error naming the file, never a panic and never a wrong state; in changelog
-//! mode too, for the log segments a log checkpoint names. A seeded
-//! randomized test mutates a small real checkpoint directory (byte flips, truncations, deletions,
-//! extra files) and restores: the result is the exact model state or a typed error.
+//! mode too, for every log segment a log checkpoint names. A seeded randomized test mutates a
+//! small real checkpoint directory (byte flips, truncations, deletions, extra files) and
+//! restores: the result is the exact model state or a typed error.
 //!
-//! Both tests run on local storage (each case on a private copy of the storage directory)
+//! Every test runs on local storage (each case on a private copy of the storage directory)
 //! and on the S3 test server (objects rewritten, truncated and deleted through the raw
 //! `object_store` client; after each case the bucket is put back to the base).
 
