@@ -1,6 +1,7 @@
 //! Key bounds: for each column family and key group, a key at least as large as every key
 //! stored in that group, so a point read of a key above it is answered "absent" without
-//! asking RocksDB.
+//! asking RocksDB, and so is a scan of one list or map (a range inside one group) that starts
+//! above it, once the write cache is drained.
 //!
 //! Keys start with their key group, so the keys `N..2N` a dedup or a join looks up when ids,
 //! sequence numbers or event times grow are, in each group, above every stored key; yet each

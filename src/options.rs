@@ -129,8 +129,9 @@ pub struct DbOptions {
     /// vs 88k / 73k; reads unchanged (docs/decisions/0015-write-cache.md).
     pub write_cache_bytes: usize,
     /// Keeps, per state and key group, a key at least as large as every stored key of the
-    /// group, so a point read of a key above it answers "absent" without asking RocksDB.
-    /// Default on. Every key starts with its key group, so in ascending key spaces (sequence
+    /// group, so a point read of a key above it answers "absent" without asking RocksDB, and
+    /// a list or map read (or the scan a list `update` makes) of a key above it is empty
+    /// without an iterator. Default on. Every key starts with its key group, so in ascending key spaces (sequence
     /// numbers, event times, new ids) a lookup of a new key lies above every stored key of
     /// its group, yet RocksDB would still probe the filter of every flushed file (each spans
     /// all groups) and search each level's files; without the prefix, the files' key ranges

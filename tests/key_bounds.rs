@@ -6,6 +6,9 @@
 //! big-endian ids that grow, looked up before they are stored, as a dedup of sequence numbers
 //! does. The bounds' own rules (learning, losing them at ingestion) are unit-tested in
 //! `src/key_bounds.rs` and `src/db/`; `tests/model.rs` runs every state kind with them on.
+//! List and map reads (scans of one key's entries) consult the same bounds: a list or map of
+//! an id above its group's bound is empty without an iterator, so its entries must be found
+//! just as surely.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -14,7 +17,8 @@ use std::path::Path;
 
 use common::*;
 use rockstate::{
-    CheckpointOptions, CodecId, KeyGroupRange, KeyedBackend, RawValueState, RestoreFrom,
+    CheckpointOptions, CodecId, KeyGroupRange, KeyedBackend, RawListState, RawMapState,
+    RawValueState, RestoreFrom,
 };
 
 const M: u32 = 128;
@@ -151,4 +155,119 @@ fn ids_loaded_from_savepoints_are_found() {
     check(&whole, 0..3000, 3000..4000);
     dedup(&whole, 3000, 4000);
     check(&whole, 0..4000, 4000..5000);
+}
+
+fn lists(backend: &KeyedBackend) -> (RawListState, RawMapState) {
+    let codec = CodecId::new("bytes", 1);
+    (
+        backend.raw_list_state("lists", codec.clone()).unwrap(),
+        backend.raw_map_state("maps", codec).unwrap(),
+    )
+}
+
+/// The list every id gets: a run of two (one `update`) and a single element (one `add`).
+fn list_of(i: u64) -> Vec<Vec<u8>> {
+    vec![i.to_le_bytes().to_vec(), b"run".to_vec(), b"one".to_vec()]
+}
+
+/// For ids `from..to` in order: the id's list and map must be empty, then they are written
+/// and read back at once (from the write cache's drain, before any flush).
+fn fill_lists(backend: &KeyedBackend, from: u64, to: u64) {
+    let (l, m) = lists(backend);
+    for i in (from..to).filter(|&i| owns(backend, i)) {
+        assert!(
+            l.get(&id(i), &[]).unwrap().is_empty(),
+            "list {i} seen before"
+        );
+        assert!(m.is_empty(&id(i), &[]).unwrap(), "map {i} seen before");
+        let want = list_of(i);
+        l.update(&id(i), &[], want[..2].iter().map(Vec::as_slice))
+            .unwrap();
+        l.add(&id(i), &[], &want[2]).unwrap();
+        m.put(&id(i), &[], b"k", &i.to_le_bytes()).unwrap();
+        assert_eq!(l.get(&id(i), &[]).unwrap(), want, "list {i} just written");
+        assert!(!m.is_empty(&id(i), &[]).unwrap(), "map {i} just written");
+    }
+}
+
+/// Every owned id of `stored` has its list and map; every owned id of `absent` has neither.
+fn check_lists(backend: &KeyedBackend, stored: std::ops::Range<u64>, absent: std::ops::Range<u64>) {
+    let (l, m) = lists(backend);
+    let mut found = 0;
+    for i in stored.filter(|&i| owns(backend, i)) {
+        assert_eq!(l.get(&id(i), &[]).unwrap(), list_of(i), "list {i} lost");
+        assert_eq!(
+            m.entries(&id(i), &[]).unwrap(),
+            vec![(b"k".to_vec(), i.to_le_bytes().to_vec())],
+            "map {i} lost"
+        );
+        found += 1;
+    }
+    assert!(found > 0, "the backend owns none of the stored ids");
+    for i in absent.filter(|&i| owns(backend, i)) {
+        assert!(l.get(&id(i), &[]).unwrap().is_empty(), "list {i} appeared");
+        assert!(m.is_empty(&id(i), &[]).unwrap(), "map {i} appeared");
+    }
+}
+
+#[test]
+fn lists_and_maps_of_growing_ids_are_found_after_reopen_restore_and_savepoint() {
+    let fx = Fixture::new();
+    let a = KeyedBackend::builder(fx.path("a"))
+        .options(small_options())
+        .max_parallelism(M)
+        .checkpoint_storage(fx.storage_dyn())
+        .checkpoint_options(CheckpointOptions::default())
+        .open()
+        .unwrap();
+    fill_lists(&a, 0, 1500);
+    check_lists(&a, 0..1500, 1500..2000);
+    a.flush().unwrap();
+    fill_lists(&a, 1500, 2000);
+    a.checkpoint(1).unwrap();
+    a.notify_checkpoint_complete(1).unwrap();
+    fill_lists(&a, 2000, 2500);
+    let sp = fx.path("sp");
+    a.write_savepoint(&sp).unwrap();
+    a.close().unwrap();
+
+    // Reopened: every bound unknown until a read learns it.
+    let a = KeyedBackend::builder(fx.path("a"))
+        .options(small_options())
+        .max_parallelism(M)
+        .open()
+        .unwrap();
+    check_lists(&a, 0..2500, 2500..3000);
+    fill_lists(&a, 2500, 3000);
+    check_lists(&a, 0..3000, 3000..3500);
+
+    // Restored whole and in halves (ingested files: bounds lost, then learned).
+    let whole = open_at(
+        &fx,
+        "b",
+        KeyGroupRange::all(M).unwrap(),
+        RestoreFrom::Checkpoint(1),
+    );
+    check_lists(&whole, 0..2000, 2000..2500);
+    fill_lists(&whole, 2000, 2500);
+    check_lists(&whole, 0..2500, 2500..3000);
+    for i in 0..2 {
+        let half = open_at(
+            &fx,
+            &format!("half{i}"),
+            KeyGroupRange::for_operator(M, 2, i).unwrap(),
+            RestoreFrom::Checkpoint(1),
+        );
+        check_lists(&half, 0..2000, 2000..2500);
+    }
+
+    // Loaded from the savepoint.
+    let loaded = KeyedBackend::builder(fx.path("loaded"))
+        .max_parallelism(M)
+        .open()
+        .unwrap();
+    loaded.restore_savepoint(&sp).unwrap();
+    check_lists(&loaded, 0..2500, 2500..3000);
+    fill_lists(&loaded, 2500, 2600);
+    check_lists(&loaded, 0..2600, 2600..3000);
 }

@@ -726,6 +726,37 @@ impl<'a> Drained<'a> {
         &self.open.rocks
     }
 
+    /// Whether the key bounds show that column family `slot` holds no key in
+    /// `[lower, upper)`, a range inside one key group (a list's or map's entries): `lower`
+    /// lies above every key RocksDB holds in that group, and the write cache was drained
+    /// when this guard was taken. Learns the group's bound first when it is not known (one
+    /// reverse seek in the group, once). `false` when reads are not bounded or the range
+    /// leaves its group.
+    pub(super) fn empty_by_bound(&self, slot: usize, lower: &[u8], upper: &[u8]) -> Result<bool> {
+        if !self.open.bounded {
+            return Ok(false);
+        }
+        let check = {
+            let front = self.open.front.read();
+            let Some(bounds) = &front.bounds else {
+                return Ok(false);
+            };
+            match (bounds.group(lower), bounds.group(upper)) {
+                (Some(a), Some(b)) if a == b => {}
+                _ => return Ok(false),
+            }
+            front.check(slot, lower)
+        };
+        match check {
+            Check::Absent => Ok(true),
+            Check::Maybe => Ok(false),
+            Check::Unknown { losses } => {
+                self.open.learn_bound(slot, lower, losses)?;
+                Ok(self.open.front.read().check(slot, lower) == Check::Absent)
+            }
+        }
+    }
+
     /// The handle of the column family in `slot`.
     pub(super) fn handle(&self, slot: usize) -> Result<&'a Handle> {
         self.open.handle(slot)

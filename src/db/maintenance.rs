@@ -126,6 +126,13 @@ impl Cf {
     ) -> Result<()> {
         let open = self.db.opened()?;
         let drained = open.drained()?;
+        if let Some(upper) = upper {
+            // A list or map above every key its group holds (keys that grow, as new ids
+            // do) needs no iterator: the key bounds answer as they do for point reads.
+            if drained.empty_by_bound(self.slot, lower, upper)? {
+                return Ok(());
+            }
+        }
         read.set_iterate_lower_bound(lower.to_vec());
         if let Some(upper) = upper {
             read.set_iterate_upper_bound(upper.to_vec());
