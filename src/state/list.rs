@@ -183,11 +183,7 @@ impl RawListState {
             return Ok(());
         }
         k.push(RUN_MARK);
-        run.clear();
-        for element in elements {
-            codec::write_varint(run, element.len() as u64);
-            run.extend_from_slice(element);
-        }
+        frame_run(elements, run);
         self.core.batch_put_payload(batch, &k, run);
         Ok(())
     }
@@ -278,6 +274,16 @@ impl<K: Serialize, N: Serialize, T: Serialize + DeserializeOwned> ListState<K, N
     }
 }
 
+/// Writes `elements` into `run` (cleared first) as a run's payload: each element as its
+/// varint length and its bytes, in order.
+fn frame_run(elements: &[&[u8]], run: &mut Vec<u8>) {
+    run.clear();
+    for element in elements {
+        codec::write_varint(run, element.len() as u64);
+        run.extend_from_slice(element);
+    }
+}
+
 /// Bytes of `len` as a varint.
 fn varint_len(len: usize) -> usize {
     (usize::BITS - len.leading_zeros()).div_ceil(7).max(1) as usize
@@ -330,6 +336,39 @@ mod tests {
         .unwrap();
         assert!(!go_on);
         assert_eq!(seen, 2);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn framed_runs_read_back(elements in proptest::collection::vec(
+            proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300), 2..20)
+        ) {
+            let refs: Vec<&[u8]> = elements.iter().map(Vec::as_slice).collect();
+            let mut run = Vec::new();
+            frame_run(&refs, &mut run);
+            let framed: usize = refs.iter().map(|e| e.len() + varint_len(e.len())).sum();
+            proptest::prop_assert_eq!(run.len(), framed);
+            let mut suffix = vec![7u8; 9];
+            suffix[8] = RUN_MARK;
+            proptest::prop_assert_eq!(self::elements(&suffix, &run).unwrap(), elements);
+        }
+
+        #[test]
+        fn any_entry_reads_or_is_a_decode_error(
+            suffix in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            match self::elements(&suffix, &payload) {
+                Ok(out) => {
+                    let total: usize = out.iter().map(Vec::len).sum();
+                    proptest::prop_assert!(total <= payload.len());
+                }
+                Err(e) => {
+                    let decode = matches!(e, Error::Decode { .. });
+                    proptest::prop_assert!(decode, "{}", e);
+                }
+            }
+        }
     }
 
     #[test]
