@@ -74,9 +74,9 @@ pub struct CheckpointArgs {
     /// (changelog mode only; `enabled` is always true there).
     #[arg(long)]
     changelog: Option<String>,
-    /// Every read of the timed restores (changelog and SST-only alike) waits this long before
-    /// it reaches the storage, as a request to a remote object store waits for its first
-    /// byte (`FaultyStorage`'s latency fault). Bandwidth is not limited.
+    /// In changelog mode's restore comparison, every read of both timed restores (changelog
+    /// and SST-only) waits this long before it reaches the storage, as a request to a remote
+    /// object store waits for its first byte. Bandwidth is not limited.
     #[arg(long, default_value_t = 0)]
     get_latency_ms: u64,
 }
