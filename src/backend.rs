@@ -479,6 +479,12 @@ impl KeyedBackend {
                 }
             }
         }
+        if let (StateKind::List, Table::Rocks(cf)) = (kind, &table) {
+            // Lists are read only by scans, which never consult the value cache: their
+            // entries there would only take the room of values that point reads find
+            // (docs/decisions/0033-list-runs.md).
+            cf.keep_out_of_value_cache()?;
+        }
         let core = Arc::new(self.new_core(table, requested, ttl));
         states.insert(name.to_string(), Arc::clone(&core));
         Ok(core)

@@ -237,3 +237,42 @@ fn a_closed_backend_can_be_reopened_while_others_open_and_close() {
         t.join().unwrap();
     }
 }
+
+/// List entries stay out of the value cache: lists are read only by scans, which never look
+/// there, so their runs would only take the room of values point reads find. Map entries,
+/// which point reads (`get`, `contains`) do find, are cached.
+#[test]
+fn list_entries_stay_out_of_the_value_cache_and_map_entries_go_in() {
+    use rockstate::{CodecId, MemoryBudget, MemoryBudgetConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let backend = KeyedBackend::builder(dir.path())
+        .options(DbOptions {
+            value_cache_bytes: 1 << 20,
+            ..DbOptions::default()
+        })
+        .memory_budget(budget)
+        .open()
+        .unwrap();
+    let entries = |b: &KeyedBackend| b.metrics().unwrap().rocksdb.value_cache_entries;
+    let l = backend
+        .raw_list_state("l", CodecId::new("bytes", 1))
+        .unwrap();
+    let m = backend
+        .raw_map_state("m", CodecId::new("bytes", 1))
+        .unwrap();
+    // The first append reserves a block of list sequence numbers, persisting the high-water
+    // mark in the backend's metadata (which is cached like any point-read value).
+    l.add(b"first", b"", b"x").unwrap();
+    let base = entries(&backend);
+    for k in 0..100u32 {
+        l.add(&k.to_be_bytes(), b"", b"one").unwrap();
+        l.update(&k.to_be_bytes(), b"", [&b"a"[..], b"b"]).unwrap();
+    }
+    assert_eq!(entries(&backend), base, "list writes cached");
+    for k in 0..100u32 {
+        assert_eq!(l.get(&k.to_be_bytes(), b"").unwrap().len(), 2);
+        m.put(&k.to_be_bytes(), b"", b"uk", b"v").unwrap();
+    }
+    assert_eq!(entries(&backend), base + 100, "map writes not cached");
+}
