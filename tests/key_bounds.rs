@@ -92,40 +92,49 @@ fn ids_stored_before_a_reopen_are_found_after_it() {
 #[test]
 fn ids_restored_from_a_checkpoint_at_any_parallelism_are_found_and_later_ones_are_not() {
     let fx = Fixture::new();
-    let a = KeyedBackend::builder(fx.path("a"))
-        .options(small_options())
-        .max_parallelism(M)
-        .checkpoint_storage(fx.storage_dyn())
-        .checkpoint_options(CheckpointOptions::default())
-        .open()
-        .unwrap();
+    let a = source(&fx);
     dedup(&a, 0, 4000);
     a.checkpoint(1).unwrap();
     a.notify_checkpoint_complete(1).unwrap();
     // After the checkpoint: not in what is restored from it.
     dedup(&a, 4000, 5000);
 
-    let whole = open_at(
-        &fx,
-        "b",
+    for b in restored_from_checkpoint_1(&fx) {
+        check(&b, 0..4000, 4000..6000);
+        dedup(&b, 4000, 5000);
+        check(&b, 0..5000, 5000..6000);
+    }
+}
+
+/// The backend whose checkpoints the restores read: directory `a`, checkpointing into `fx`.
+fn source(fx: &Fixture) -> KeyedBackend {
+    KeyedBackend::builder(fx.path("a"))
+        .options(small_options())
+        .max_parallelism(M)
+        .checkpoint_storage(fx.storage_dyn())
+        .checkpoint_options(CheckpointOptions::default())
+        .open()
+        .unwrap()
+}
+
+/// Checkpoint 1 of `fx`'s storage restored whole and in the two halves of parallelism 2
+/// (ingested files: every bound lost, then learned by reads).
+fn restored_from_checkpoint_1(fx: &Fixture) -> Vec<KeyedBackend> {
+    let mut out = vec![open_at(
+        fx,
+        "whole",
         KeyGroupRange::all(M).unwrap(),
         RestoreFrom::Checkpoint(1),
-    );
-    check(&whole, 0..4000, 4000..6000);
-    dedup(&whole, 4000, 5000);
-    check(&whole, 0..5000, 5000..6000);
-
+    )];
     for i in 0..2 {
-        let half = open_at(
-            &fx,
+        out.push(open_at(
+            fx,
             &format!("half{i}"),
             KeyGroupRange::for_operator(M, 2, i).unwrap(),
             RestoreFrom::Checkpoint(1),
-        );
-        check(&half, 0..4000, 4000..6000);
-        dedup(&half, 4000, 5000);
-        check(&half, 0..5000, 5000..6000);
+        ));
     }
+    out
 }
 
 #[test]
@@ -213,13 +222,7 @@ fn check_lists(backend: &KeyedBackend, stored: std::ops::Range<u64>, absent: std
 #[test]
 fn lists_and_maps_of_growing_ids_are_found_after_reopen_restore_and_savepoint() {
     let fx = Fixture::new();
-    let a = KeyedBackend::builder(fx.path("a"))
-        .options(small_options())
-        .max_parallelism(M)
-        .checkpoint_storage(fx.storage_dyn())
-        .checkpoint_options(CheckpointOptions::default())
-        .open()
-        .unwrap();
+    let a = source(&fx);
     fill_lists(&a, 0, 1500);
     check_lists(&a, 0..1500, 1500..2000);
     a.flush().unwrap();
@@ -241,24 +244,10 @@ fn lists_and_maps_of_growing_ids_are_found_after_reopen_restore_and_savepoint() 
     fill_lists(&a, 2500, 3000);
     check_lists(&a, 0..3000, 3000..3500);
 
-    // Restored whole and in halves (ingested files: bounds lost, then learned).
-    let whole = open_at(
-        &fx,
-        "b",
-        KeyGroupRange::all(M).unwrap(),
-        RestoreFrom::Checkpoint(1),
-    );
-    check_lists(&whole, 0..2000, 2000..2500);
-    fill_lists(&whole, 2000, 2500);
-    check_lists(&whole, 0..2500, 2500..3000);
-    for i in 0..2 {
-        let half = open_at(
-            &fx,
-            &format!("half{i}"),
-            KeyGroupRange::for_operator(M, 2, i).unwrap(),
-            RestoreFrom::Checkpoint(1),
-        );
-        check_lists(&half, 0..2000, 2000..2500);
+    for b in restored_from_checkpoint_1(&fx) {
+        check_lists(&b, 0..2000, 2000..2500);
+        fill_lists(&b, 2000, 2500);
+        check_lists(&b, 0..2500, 2500..3000);
     }
 
     // Loaded from the savepoint.
