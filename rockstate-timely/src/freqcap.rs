@@ -1,7 +1,9 @@
 //! The frequency-capping job on timely: impressions `(user, ad, time)` from a deterministic
-//! partitioned source, a per-(user, ad) impression counter (`ValueState<u64>`, 24 h TTL) in
-//! each worker's rockstate backend, and an alert `(user, ad)` when a counter first exceeds
-//! [`CAP`], written through a two-phase-commit sink into files.
+//! partitioned source, a per-(user, ad) impression counter (`ValueState<u64>`, 24 h TTL) and
+//! list of impression times (`ListState<u64>`, written by `add` and by `update`, so as single
+//! elements and as runs) in each worker's rockstate backend, and an alert `(user, ad)` when a
+//! counter first exceeds [`CAP`], written through a two-phase-commit sink into files. A
+//! restored worker checks both states against what the restored offsets imply.
 //!
 //! This module owns the job's logic and its state outside the processes:
 //!
@@ -33,9 +35,9 @@ use std::time::{Duration, Instant};
 use rockstate::coordinator::read_job_checkpoint;
 use rockstate::operator_state::{redistribute, OperatorState};
 use rockstate::{
-    ChangelogOptions, CheckpointOptions, CheckpointStorage, JobOwner, KeyedBackend, LocalStorage,
-    ManualClock, RestoreFrom, ScopedStorage, SharedFetches, StateDescriptor, SystemClock,
-    TtlConfig, ValueState,
+    ChangelogOptions, CheckpointOptions, CheckpointStorage, JobOwner, KeyedBackend, ListState,
+    LocalStorage, ManualClock, RestoreFrom, ScopedStorage, SharedFetches, StateDescriptor,
+    SystemClock, TtlConfig, ValueState,
 };
 use sst_format::{JobCheckpoint, RedistributionMode};
 use timely::dataflow::operators::generic::operator::source;
@@ -182,19 +184,49 @@ pub fn impressions_state(backend: &KeyedBackend) -> Result<ValueState<(u32, u32)
     )?)
 }
 
+/// The per-(user, ad) impression times, a list the job keeps beside the counters so the crash
+/// loops check list state too: a key's odd impressions `add` their time, its even ones
+/// rewrite the whole list with `update` (a run, docs/decisions/0033-list-runs.md). 24 h TTL,
+/// as the counters.
+pub fn times_state(backend: &KeyedBackend) -> Result<ListState<(u32, u32), (), u64>> {
+    Ok(backend.list_state(
+        StateDescriptor::new("times").with_ttl(TtlConfig::new(Duration::from_secs(86_400))),
+    )?)
+}
+
+/// Calls `f` with each impression `(user, ad, time)` before `offsets` (each `(partition,
+/// next index)`), partition by partition.
+fn each_before(p: &JobParams, offsets: &[(u32, u64)], mut f: impl FnMut(u32, u32, u64)) {
+    for &(part, next) in offsets {
+        let mut i = u64::from(part);
+        while i < next.min(p.impressions) {
+            let (user, ad, time) = impression(p, i);
+            f(user, ad, time);
+            i += u64::from(p.partitions);
+        }
+    }
+}
+
 /// Per-(user, ad) counts of the impressions before `offsets` (each `(partition, next
 /// index)`).
 pub fn counts_before(p: &JobParams, offsets: &[(u32, u64)]) -> BTreeMap<(u32, u32), u64> {
     let mut counts = BTreeMap::new();
-    for &(part, next) in offsets {
-        let mut i = u64::from(part);
-        while i < next.min(p.impressions) {
-            let (user, ad, _) = impression(p, i);
-            *counts.entry((user, ad)).or_insert(0) += 1;
-            i += u64::from(p.partitions);
-        }
-    }
+    each_before(p, offsets, |user, ad, _| {
+        *counts.entry((user, ad)).or_insert(0) += 1
+    });
     counts
+}
+
+/// Per-(user, ad) times of the impressions before `offsets`, sorted.
+pub fn times_before(p: &JobParams, offsets: &[(u32, u64)]) -> BTreeMap<(u32, u32), Vec<u64>> {
+    let mut times: BTreeMap<(u32, u32), Vec<u64>> = BTreeMap::new();
+    each_before(p, offsets, |user, ad, time| {
+        times.entry((user, ad)).or_default().push(time)
+    });
+    for t in times.values_mut() {
+        t.sort_unstable();
+    }
+    times
 }
 
 /// The alerts of the whole input, sorted: what a crash-free run outputs exactly once.
@@ -504,16 +536,18 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
         None => builder.open()?,
     };
     let counts = impressions_state(&backend)?;
+    let times = times_state(&backend)?;
     if let (Some(RestoreFrom::Handles { checkpoint_id, .. }), false) =
         (&ctx.plan.restore, p.no_checkpoints)
     {
-        check_restored(ctx, &counts, &backend, index, *checkpoint_id)?;
+        check_restored(ctx, (&counts, &times), &backend, index, *checkpoint_id)?;
     }
     ctx.activity.restoring.fetch_sub(1, Ordering::Relaxed);
     let offsets_after: OffsetsAfter = Rc::default();
     let logic = FreqCap {
         worker: index as u32,
         counts,
+        times,
         clock,
         staged: BTreeMap::new(),
         pending: BTreeMap::new(),
@@ -566,17 +600,21 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
     Ok(())
 }
 
-/// Compares worker `index`'s restored counters with what the restored offsets imply; a
-/// difference is written to `<job dir>/mismatch-run-<n>-worker-<index>`.
+/// Compares worker `index`'s restored counters and impression times with what the restored
+/// offsets imply; a difference is written to `<job dir>/mismatch-run-<n>-worker-<index>`.
 fn check_restored(
     ctx: &ProcessCtx,
-    counts: &ValueState<(u32, u32), (), u64>,
+    (counts, times): (
+        &ValueState<(u32, u32), (), u64>,
+        &ListState<(u32, u32), (), u64>,
+    ),
     backend: &KeyedBackend,
     index: usize,
     checkpoint_id: u64,
 ) -> Result<()> {
     let p = &ctx.args.params;
     let expected = counts_before(p, &ctx.plan.all_offsets());
+    let expected_times = times_before(p, &ctx.plan.all_offsets());
     let mut differ = Vec::new();
     for user in 0..p.users {
         for ad in 0..p.ads {
@@ -587,6 +625,14 @@ fn check_restored(
             let want = expected.get(&(user, ad)).copied().unwrap_or(0);
             if restored != want {
                 differ.push(format!("{user} {ad} restored {restored} expected {want}\n"));
+            }
+            let mut restored_times = times.get(&(user, ad), &())?;
+            restored_times.sort_unstable();
+            let want_times = expected_times.get(&(user, ad)).cloned().unwrap_or_default();
+            if restored_times != want_times {
+                differ.push(format!(
+                    "{user} {ad} restored times {restored_times:?} expected {want_times:?}\n"
+                ));
             }
         }
     }
@@ -662,6 +708,8 @@ fn impressions_source<'scope>(
 struct FreqCap {
     worker: u32,
     counts: ValueState<(u32, u32), (), u64>,
+    /// The impression times per key ([`times_state`]).
+    times: ListState<(u32, u32), (), u64>,
     /// Processing time for TTL: the impression's time.
     clock: ManualClock,
     /// Alerts raised per epoch, not yet in a checkpoint.
@@ -684,6 +732,13 @@ impl EpochLogic<Impression> for FreqCap {
             self.clock.set(time);
             let n = self.counts.get(&(user, ad), &())?.unwrap_or(0) + 1;
             self.counts.put(&(user, ad), &(), &n)?;
+            if n % 2 == 1 {
+                self.times.add(&(user, ad), &(), &time)?;
+            } else {
+                let mut all = self.times.get(&(user, ad), &())?;
+                all.push(time);
+                self.times.update(&(user, ad), &(), &all)?;
+            }
             if n == CAP + 1 {
                 staged.push((user, ad));
             }
