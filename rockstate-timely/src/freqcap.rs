@@ -540,7 +540,7 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
     if let (Some(RestoreFrom::Handles { checkpoint_id, .. }), false) =
         (&ctx.plan.restore, p.no_checkpoints)
     {
-        check_restored(ctx, (&counts, &times), &backend, index, *checkpoint_id)?;
+        check_restored(ctx, &counts, &times, &backend, index, *checkpoint_id)?;
     }
     ctx.activity.restoring.fetch_sub(1, Ordering::Relaxed);
     let offsets_after: OffsetsAfter = Rc::default();
@@ -604,10 +604,8 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
 /// offsets imply; a difference is written to `<job dir>/mismatch-run-<n>-worker-<index>`.
 fn check_restored(
     ctx: &ProcessCtx,
-    (counts, times): (
-        &ValueState<(u32, u32), (), u64>,
-        &ListState<(u32, u32), (), u64>,
-    ),
+    counts: &ValueState<(u32, u32), (), u64>,
+    times: &ListState<(u32, u32), (), u64>,
     backend: &KeyedBackend,
     index: usize,
     checkpoint_id: u64,
