@@ -131,17 +131,17 @@ pub struct DbOptions {
     /// Keeps, per state and key group, a key at least as large as every stored key of the
     /// group, so a point read of a key above it answers "absent" without asking RocksDB, and
     /// a list or map read (or the scan a list `update` makes) of a key above it is empty
-    /// without an iterator. Default on. Every key starts with its key group, so in ascending key spaces (sequence
-    /// numbers, event times, new ids) a lookup of a new key lies above every stored key of
-    /// its group, yet RocksDB would still probe the filter of every flushed file (each spans
-    /// all groups) and search each level's files; without the prefix, the files' key ranges
-    /// would rule it out. Lookups of keys below the bound (existing keys, random missing
-    /// ones) pay one hash lookup and key comparison more; writes pay one bound update per
-    /// key group and write-cache drain (with the cache off, one per put, under the lock
-    /// point reads share). A bound is learned from RocksDB (one reverse seek in the group) on
-    /// the first read of its group after the backend opens or after SST ingestion (restore,
-    /// rescale); memory is one key per state and key group read or written (`key_bounds`
-    /// module docs).
+    /// without an iterator. Default on. Every key starts with its key group, so in ascending
+    /// key spaces (sequence numbers, event times, new ids) a lookup of a new key lies above
+    /// every stored key of its group, yet RocksDB would still probe the filter of every
+    /// flushed file (each spans all groups) and search each level's files; without the
+    /// prefix, the files' key ranges would rule it out. Lookups of keys below the bound
+    /// (existing keys, random missing ones) pay one hash lookup and key comparison more;
+    /// writes pay one bound update per key group and write-cache drain (with the cache off,
+    /// one per put, under the lock point reads share). A bound is learned from RocksDB (one
+    /// reverse seek in the group) on the first read of its group after the backend opens or
+    /// after SST ingestion (restore, rescale); memory is one key per state and key group read
+    /// or written (`key_bounds` module docs).
     pub key_bounds: bool,
     /// Bytes of memory in which a backend keeps the values it most recently wrote to RocksDB
     /// or read from it, to answer point reads without RocksDB (`value_cache` module docs):

@@ -469,17 +469,13 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                 // holds a run of elements (`state::list`); restore numbers the entries afresh
                 // in file order and keeps the mark.
                 StateKind::List => {
-                    let run = match e.suffix {
-                        [_, _, _, _, _, _, _, _] => false,
-                        [_, _, _, _, _, _, _, _, crate::state::LIST_RUN_MARK] => true,
-                        _ => {
-                            return Err(sst_format::Error::Corrupt {
-                                what: format!(
-                                    "savepoint list entry with a suffix of {} bytes",
-                                    e.suffix.len()
-                                ),
-                            })
-                        }
+                    let Some(run) = crate::state::list_entry_holds_run(e.suffix) else {
+                        return Err(sst_format::Error::Corrupt {
+                            what: format!(
+                                "savepoint list entry with a suffix of {} bytes",
+                                e.suffix.len()
+                            ),
+                        });
                     };
                     seq.next().map(|n| {
                         key.extend_from_slice(&n.to_be_bytes());

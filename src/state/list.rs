@@ -33,6 +33,17 @@ pub(crate) const RUN_MARK: u8 = 0x01;
 /// a TTL refresh rewrites at most this much per entry.
 pub(crate) const RUN_BYTES: usize = 64 << 10;
 
+/// What a list entry whose key ends in `suffix` (after `[kg][key][ns]`) holds: `Some(false)`
+/// one element (the 8-byte sequence number alone), `Some(true)` a run (the sequence number
+/// and [`RUN_MARK`]), `None` for any other suffix (corrupt).
+pub(crate) fn holds_run(suffix: &[u8]) -> Option<bool> {
+    match suffix {
+        [_, _, _, _, _, _, _, _] => Some(false),
+        [_, _, _, _, _, _, _, _, RUN_MARK] => Some(true),
+        _ => None,
+    }
+}
+
 /// Calls `f` on each element of the entry whose key ends in `suffix` (after `[kg][key][ns]`)
 /// and whose payload is `payload`, until `f` returns `Ok(false)`; returns whether to go on.
 fn visit_entry(
@@ -40,9 +51,9 @@ fn visit_entry(
     payload: &[u8],
     f: &mut impl FnMut(&[u8]) -> Result<bool>,
 ) -> Result<bool> {
-    match suffix {
-        [_, _, _, _, _, _, _, _] => f(payload),
-        [_, _, _, _, _, _, _, _, RUN_MARK] => {
+    match holds_run(suffix) {
+        Some(false) => f(payload),
+        Some(true) => {
             let mut rest = payload;
             while !rest.is_empty() {
                 let (len, used) = codec::read_varint(rest)?;
@@ -63,7 +74,7 @@ fn visit_entry(
             }
             Ok(true)
         }
-        _ => Err(Error::decode(
+        None => Err(Error::decode(
             "list entry",
             format!("key suffix of {} bytes", suffix.len()),
         )),

@@ -56,7 +56,7 @@ pub struct StatesArgs {
     /// Overrides of the memory budget as JSON, e.g. `{"total_bytes":134217728}`.
     #[arg(long)]
     budget: Option<String>,
-    /// Overrides of the RocksDB options as JSON, e.g. `{"prefix_filters":false}`.
+    /// Overrides of the RocksDB options as JSON, e.g. `{"block_size":4096}`.
     #[arg(long)]
     options: Option<String>,
     /// Runs only the phases whose name contains this (the fills always run).
