@@ -484,6 +484,10 @@ impl KeyedBackend {
             // entries there would only take the room of values that point reads find
             // (docs/decisions/0033-list-runs.md).
             cf.keep_out_of_value_cache()?;
+            if ttl.is_none() {
+                // Such lists are updated blindly with a head (docs/decisions/0034).
+                cf.drop_dead_list_entries(self.inner.max_parallelism)?;
+            }
         }
         let core = Arc::new(self.new_core(table, requested, ttl));
         states.insert(name.to_string(), Arc::clone(&core));
@@ -623,7 +627,10 @@ impl KeyedBackend {
 
     /// Visits every stored entry of registered state `name` in key group `key_group`, in key
     /// order, until `f` returns `Ok(false)` (savepoints and rescaling walk state this way).
-    /// Values are as stored: TTL states' values start with their 8-byte timestamp.
+    /// Values are as stored: TTL states' values start with their 8-byte timestamp. A list's
+    /// entries are as stored too: after a blind `update` its head (empty suffix, a value of
+    /// the head's 8-byte sequence number and a run) and, until a read deletes them or a
+    /// compaction drops them, the entries the head replaced (docs/decisions/0034).
     pub fn scan_key_group(
         &self,
         name: &str,

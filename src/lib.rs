@@ -35,6 +35,7 @@ mod heap;
 mod key_bounds;
 pub mod keygroup;
 pub mod layout;
+mod list_entry;
 mod meta;
 pub mod metrics;
 pub mod operator_state;

@@ -36,6 +36,7 @@ use crate::codec;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
+use crate::list_entry::{self, Entry, ListCursor};
 use crate::meta::SequenceAllocator;
 use crate::operator_state::OperatorState;
 use crate::state::{self, StateCore, StateKind, StateMeta};
@@ -469,7 +470,7 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                 // holds a run of elements (`state::list`); restore numbers the entries afresh
                 // in file order and keeps the mark.
                 StateKind::List => {
-                    let Some(run) = crate::state::list_entry_holds_run(e.suffix) else {
+                    let Some(run) = crate::list_entry::holds_run(e.suffix) else {
                         return Err(sst_format::Error::Corrupt {
                             what: format!(
                                 "savepoint list entry with a suffix of {} bytes",
@@ -480,7 +481,7 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                     seq.next().map(|n| {
                         key.extend_from_slice(&n.to_be_bytes());
                         if run {
-                            key.push(crate::state::LIST_RUN_MARK);
+                            key.push(crate::list_entry::RUN_MARK);
                         }
                     })
                 }
@@ -574,12 +575,30 @@ impl FullSnapshot {
             b.reset(g);
         }
         for (index, s) in self.states.iter().enumerate() {
+            // A list without TTL may hold heads (blind updates): a head goes out as a run
+            // under its own sequence number, the entries it made dead not at all, so the
+            // savepoint holds each list as a read returns it (`crate::list_entry`).
+            let mut lists = (s.meta.kind == StateKind::List && !s.meta.ttl).then(ListCursor::new);
+            let mut head_suffix = [0u8; list_entry::SEQ_BYTES + 1];
+            head_suffix[list_entry::SEQ_BYTES] = list_entry::RUN_MARK;
             state::scan_key_groups(&s.table, self.max_parallelism, first, last, |e| {
                 if let Some((ttl_ms, now)) = s.expiry {
                     if ttl::stored_is_expired(e.value, ttl_ms, now) {
                         return Ok(true);
                     }
                 }
+                let (suffix, value) = match &mut lists {
+                    None => (e.suffix, e.value),
+                    Some(c) => match c.next((e.key, e.namespace), e.suffix, e.value)? {
+                        Entry::Dead => return Ok(true),
+                        Entry::Live { seq, payload, .. } if e.suffix.is_empty() => {
+                            head_suffix[..list_entry::SEQ_BYTES]
+                                .copy_from_slice(&seq.to_be_bytes());
+                            (&head_suffix[..], payload)
+                        }
+                        Entry::Live { .. } => (e.suffix, e.value),
+                    },
+                };
                 // The scan's bounds keep every entry in `first..=last`; a stored key whose
                 // prefix says otherwise is corrupt data, reported rather than misfiled.
                 let block = e
@@ -598,8 +617,8 @@ impl FullSnapshot {
                         state: index as u32,
                         key: e.key,
                         namespace: e.namespace,
-                        suffix: e.suffix,
-                        value: e.value,
+                        suffix,
+                        value,
                     })
                     .map_err(Error::format)?;
                 Ok(true)

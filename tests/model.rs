@@ -303,6 +303,9 @@ fn run(ops: Vec<Op>, kind: BackendKind, caches: Caches) {
                         // A list entry holds one element, or a run of them (`add_all` and
                         // `update` write one per call), each framed by its varint length.
                         ("list", 9) => run_elements(e.value),
+                        // A list's head (a blind `update`, RocksDB): its sequence number, then
+                        // a run. The reads above deleted the entries it made dead.
+                        ("list", 0) => run_elements(&e.value[8..]),
                         _ => 1,
                     };
                     Ok(true)

@@ -7,8 +7,8 @@ use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
 use super::budget::MemoryBudget;
+use super::compaction_filter::FilterRegistry;
 use super::rocks_error;
-use super::ttl_filter::FilterRegistry;
 use super::Cf;
 use crate::error::{Error, Result};
 use crate::options::DbOptions;

@@ -8,7 +8,7 @@
 //! | `baseline` | [`RawRocksDb`], raw RocksDB for benchmarks to compare against |
 //! | `budget` | [`MemoryBudget`] and the shares of it granted to open databases |
 //! | `options` | RocksDB options built from [`DbOptions`] |
-//! | `ttl_filter` | the TTL compaction filter |
+//! | `compaction_filter` | the compaction filter: TTL expiry, dead list entries |
 //! | `front` | the open RocksDB handle and the write cache, value cache and key bounds in front of it; every read of RocksDB's data goes through its drain |
 //! | `maintenance` | reads of whole column families and databases: scans, properties, flushes, compaction, metrics, RocksDB checkpoints |
 //! | `files` | file-level changes: dropping files, range deletion, ingestion, live files, ingestion of other databases' files |
@@ -16,12 +16,12 @@
 
 mod baseline;
 mod budget;
+mod compaction_filter;
 mod files;
 mod front;
 mod maintenance;
 mod options;
 mod sst_writer;
-mod ttl_filter;
 
 #[cfg(test)]
 mod tests;
@@ -36,13 +36,13 @@ pub use budget::MemoryBudget;
 
 /// The name of RocksDB's default column family, which holds the backend's own metadata.
 pub(crate) const DEFAULT_CF_NAME: &str = rocksdb::DEFAULT_COLUMN_FAMILY_NAME;
+pub(crate) use compaction_filter::TtlFilter;
 pub(crate) use files::{ingest_db_generated, ForeignFiles, LiveSst};
 pub use options::lower_compaction_priority;
 pub(crate) use sst_writer::write_ssts;
-pub(crate) use ttl_filter::TtlFilter;
 
+use compaction_filter::{CfFilter, FilterRegistry};
 use front::{FrontSettings, Open, Rocks};
-use ttl_filter::FilterRegistry;
 
 use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, ErrorKind, Result};
@@ -377,9 +377,21 @@ impl Cf {
         self.db
             .filters
             .write()
-            .insert(self.name.to_string(), Arc::new(filter));
+            .insert(self.name.to_string(), Arc::new(CfFilter::Ttl(filter)));
         let secs = periodic_secs.to_string();
         open.set_options_cf(self.slot, &[("periodic_compaction_seconds", secs.as_str())])
+    }
+
+    /// Makes this column family's compactions drop the list entries a head made dead
+    /// (`crate::list_entry`); its keys are split with `max_parallelism`. Used from the next
+    /// compaction on.
+    pub(crate) fn drop_dead_list_entries(&self, max_parallelism: u32) -> Result<()> {
+        drop(self.db.opened()?);
+        self.db.filters.write().insert(
+            self.name.to_string(),
+            Arc::new(CfFilter::DeadListEntries { max_parallelism }),
+        );
+        Ok(())
     }
 }
 

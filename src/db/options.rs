@@ -12,8 +12,8 @@ use rocksdb::{
 };
 
 use super::budget::MemoryBudget;
+use super::compaction_filter::{FilterFactory, FilterRegistry};
 use super::rocks_error;
-use super::ttl_filter::{FilterRegistry, TtlFilterFactory};
 use crate::error::Result;
 use crate::options::{Compression, DbOptions};
 
@@ -109,7 +109,7 @@ pub(super) fn state_cf_options(
     let mut opts = cf_options(o, budget)?;
     if name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
         opts = partition_files(o, opts, partition_prefix)?;
-        opts.set_compaction_filter_factory(TtlFilterFactory {
+        opts.set_compaction_filter_factory(FilterFactory {
             cf: name.to_string(),
             registry: Arc::clone(registry),
         });

@@ -4,7 +4,11 @@
 //! `update` wrote together, each framed by its varint length (docs/decisions/0033). Elements
 //! written together share their write time, so a run expires as a whole exactly when each of
 //! its elements would have, and one entry per call is what makes replacing or filling a list
-//! one write instead of one per element.
+//! one write instead of one per element. On RocksDB without TTL, `update` is blind: its first
+//! run becomes the list's *head*, an entry under `[kg][key][ns]` itself that sorts first and
+//! makes every older entry of the list dead (`crate::list_entry`, docs/decisions/0034), so
+//! replacing a list reads nothing. Reads skip and delete dead entries; the compaction filter
+//! drops them.
 //!
 //! Why (B) and not (A) (one framed value extended by a merge operator): (B) needs no read and no
 //! merge to append, reads a list with one short scan, has no 2^31-byte list limit (runs are cut
@@ -23,63 +27,14 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use super::{with_encoded, StateCore};
 use crate::codec;
-use crate::error::{Error, Result};
-
-/// The last byte of a run entry's key, after the 8-byte sequence number.
-pub(crate) const RUN_MARK: u8 = 0x01;
+use crate::error::Result;
+use crate::list_entry::{self, Entry, ListCursor, RUN_MARK};
+use crate::store::Table;
 
 /// A run holds at most this many stored bytes; longer writes are cut into several runs (and a
 /// larger element goes into an entry of its own), so no entry nears RocksDB's value limit and
 /// a TTL refresh rewrites at most this much per entry.
 pub(crate) const RUN_BYTES: usize = 64 << 10;
-
-/// What a list entry whose key ends in `suffix` (after `[kg][key][ns]`) holds: `Some(false)`
-/// one element (the 8-byte sequence number alone), `Some(true)` a run (the sequence number
-/// and [`RUN_MARK`]), `None` for any other suffix (corrupt).
-pub(crate) fn holds_run(suffix: &[u8]) -> Option<bool> {
-    match suffix {
-        [_, _, _, _, _, _, _, _] => Some(false),
-        [_, _, _, _, _, _, _, _, RUN_MARK] => Some(true),
-        _ => None,
-    }
-}
-
-/// Calls `f` on each element of the entry whose key ends in `suffix` (after `[kg][key][ns]`)
-/// and whose payload is `payload`, until `f` returns `Ok(false)`; returns whether to go on.
-fn visit_entry(
-    suffix: &[u8],
-    payload: &[u8],
-    f: &mut impl FnMut(&[u8]) -> Result<bool>,
-) -> Result<bool> {
-    match holds_run(suffix) {
-        Some(false) => f(payload),
-        Some(true) => {
-            let mut rest = payload;
-            while !rest.is_empty() {
-                let (len, used) = codec::read_varint(rest)?;
-                let rest_after = &rest[used..];
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|&l| l <= rest_after.len())
-                    .ok_or_else(|| {
-                        Error::decode(
-                            "list run",
-                            format!("element of {len} bytes, {} left", rest_after.len()),
-                        )
-                    })?;
-                if !f(&rest_after[..len])? {
-                    return Ok(false);
-                }
-                rest = &rest_after[len..];
-            }
-            Ok(true)
-        }
-        None => Err(Error::decode(
-            "list entry",
-            format!("key suffix of {} bytes", suffix.len()),
-        )),
-    }
-}
 
 /// List state over serialized bytes.
 #[derive(Clone)]
@@ -89,6 +44,7 @@ pub struct RawListState {
 
 impl RawListState {
     /// Visits the elements of `key` in `ns` in insertion order until `f` returns `Ok(false)`.
+    /// Entries a head made dead are skipped and deleted after the scan.
     pub fn for_each(
         &self,
         key: &[u8],
@@ -96,8 +52,30 @@ impl RawListState {
         mut f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
-        self.core
-            .scan_prefix(&prefix, |suffix, v| visit_entry(suffix, v, &mut f))
+        let mut cursor = ListCursor::new();
+        let mut dead: Vec<Vec<u8>> = Vec::new();
+        self.core.scan_prefix(&prefix, |suffix, v| {
+            match cursor.next((&[], &[]), suffix, v)? {
+                Entry::Live { run, payload, .. } => {
+                    list_entry::visit_elements(run, payload, &mut f)
+                }
+                Entry::Dead => {
+                    dead.push(suffix.to_vec());
+                    Ok(true)
+                }
+            }
+        })?;
+        if dead.is_empty() {
+            return Ok(());
+        }
+        let mut batch = self.core.table.batch();
+        let mut k = super::KeyBuf::from_slice(&prefix);
+        for suffix in &dead {
+            k.truncate(prefix.len());
+            k.extend_from_slice(suffix);
+            batch.delete(&k);
+        }
+        batch.commit()
     }
 
     /// The elements of `key` in `ns`; empty when there are none.
@@ -138,9 +116,18 @@ impl RawListState {
         self.write_elements(key, ns, elements, true)
     }
 
-    /// One batch that (when `replace`) deletes the current elements, then appends `elements`:
+    /// Whether `update` replaces a list blindly, with a head instead of reading the old
+    /// entries to delete them (docs/decisions/0034-blind-list-updates.md): on RocksDB, whose
+    /// compaction filter drops the entries a head made dead, and without TTL, where an expired
+    /// head removed before its dead entries would let them be read again.
+    fn blind_updates(&self) -> bool {
+        matches!(self.core.table, Table::Rocks(_)) && self.core.ttl.is_none()
+    }
+
+    /// One batch that (when `replace`) replaces the current elements, else appends `elements`:
     /// runs of consecutive elements up to [`RUN_BYTES`], an element alone where no other fits
-    /// beside it.
+    /// beside it. A blind replacement writes its first run as the list's head; one with no
+    /// elements, or one that is not blind, deletes the entries it finds instead.
     fn write_elements<'a>(
         &self,
         key: &[u8],
@@ -150,22 +137,21 @@ impl RawListState {
     ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
         let mut batch = self.core.table.batch();
-        if replace {
-            let end = codec::prefix_end(&prefix);
-            self.core.table.scan(&prefix, end.as_deref(), |k, _| {
-                batch.delete(k);
-                Ok(true)
-            })?;
+        let blind = replace && self.blind_updates();
+        if replace && !blind {
+            self.delete_entries(&prefix, &mut batch)?;
         }
         let limit = RUN_BYTES.min(self.core.max_value_bytes);
         let mut pending: Vec<&[u8]> = Vec::new();
         let mut framed = 0usize;
         let mut run = Vec::new();
+        let mut head = blind;
         for element in elements {
             self.core.check_value("list element", element)?;
             let size = element.len() + varint_len(element.len());
             if !pending.is_empty() && framed + size > limit {
-                self.put_run(&mut batch, &prefix, &pending, &mut run)?;
+                self.put_run(&mut batch, &prefix, &pending, &mut run, head)?;
+                head = false;
                 pending.clear();
                 framed = 0;
             }
@@ -173,28 +159,52 @@ impl RawListState {
             framed += size;
         }
         if !pending.is_empty() {
-            self.put_run(&mut batch, &prefix, &pending, &mut run)?;
+            self.put_run(&mut batch, &prefix, &pending, &mut run, head)?;
+        } else if head {
+            // Replaced by nothing: a head with no elements would stay behind for good.
+            self.delete_entries(&prefix, &mut batch)?;
         }
         batch.commit()
     }
 
-    /// Adds to `batch` one entry holding `elements` (at least one): the element itself under
-    /// an 8-byte sequence suffix when alone, else a run under the suffix and [`RUN_MARK`].
+    /// Adds to `batch` a delete of every entry stored under `prefix`.
+    fn delete_entries(&self, prefix: &[u8], batch: &mut crate::store::TableBatch) -> Result<()> {
+        let end = codec::prefix_end(prefix);
+        self.core.table.scan(prefix, end.as_deref(), |k, _| {
+            batch.delete(k);
+            Ok(true)
+        })
+    }
+
+    /// Adds to `batch` one entry holding `elements` (at least one): as the list's head when
+    /// `head` (its key `prefix` itself, its payload the sequence number and the run); else the
+    /// element itself under an 8-byte sequence suffix when alone, or a run under the suffix
+    /// and [`RUN_MARK`].
     fn put_run(
         &self,
         batch: &mut crate::store::TableBatch,
         prefix: &[u8],
         elements: &[&[u8]],
         run: &mut Vec<u8>,
+        head: bool,
     ) -> Result<()> {
+        let seq = self.core.list_seq.next()?.to_be_bytes();
+        if head {
+            run.clear();
+            run.extend_from_slice(&seq);
+            frame_run_into(elements, run);
+            self.core.batch_put_payload(batch, prefix, run);
+            return Ok(());
+        }
         let mut k = super::KeyBuf::from_slice(prefix);
-        k.extend_from_slice(&self.core.list_seq.next()?.to_be_bytes());
+        k.extend_from_slice(&seq);
         if let [element] = elements {
             self.core.batch_put_payload(batch, &k, element);
             return Ok(());
         }
         k.push(RUN_MARK);
-        frame_run(elements, run);
+        run.clear();
+        frame_run_into(elements, run);
         self.core.batch_put_payload(batch, &k, run);
         Ok(())
     }
@@ -285,10 +295,9 @@ impl<K: Serialize, N: Serialize, T: Serialize + DeserializeOwned> ListState<K, N
     }
 }
 
-/// Writes `elements` into `run` (cleared first) as a run's payload: each element as its
-/// varint length and its bytes, in order.
-fn frame_run(elements: &[&[u8]], run: &mut Vec<u8>) {
-    run.clear();
+/// Appends `elements` to `run` as a run's payload: each element as its varint length and its
+/// bytes, in order.
+fn frame_run_into(elements: &[&[u8]], run: &mut Vec<u8>) {
     for element in elements {
         codec::write_varint(run, element.len() as u64);
         run.extend_from_slice(element);
@@ -310,6 +319,19 @@ fn encode_all<T: Serialize>(elements: &[T]) -> Result<Vec<Vec<u8>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
+
+    /// Reads one entry as the first of its list.
+    fn visit_entry(
+        suffix: &[u8],
+        payload: &[u8],
+        f: &mut impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<bool> {
+        match ListCursor::new().next((&[], &[]), suffix, payload)? {
+            Entry::Live { run, payload, .. } => list_entry::visit_elements(run, payload, f),
+            Entry::Dead => Ok(true),
+        }
+    }
 
     #[test]
     fn varint_len_matches_the_encoding() {
@@ -356,7 +378,7 @@ mod tests {
         ) {
             let refs: Vec<&[u8]> = elements.iter().map(Vec::as_slice).collect();
             let mut run = Vec::new();
-            frame_run(&refs, &mut run);
+            frame_run_into(&refs, &mut run);
             let framed: usize = refs.iter().map(|e| e.len() + varint_len(e.len())).sum();
             proptest::prop_assert_eq!(run.len(), framed);
             let mut suffix = vec![7u8; 9];

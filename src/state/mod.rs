@@ -18,7 +18,6 @@ use serde::Serialize;
 use smallvec::SmallVec;
 
 pub use aggregating::{AggregateFunction, AggregatingState};
-pub(crate) use list::{holds_run as list_entry_holds_run, RUN_MARK as LIST_RUN_MARK};
 pub use list::{ListState, RawListState};
 pub use map::{MapState, RawMapState};
 pub use reducing::ReducingState;
