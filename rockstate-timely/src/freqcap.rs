@@ -1,7 +1,7 @@
 //! The frequency-capping job on timely: impressions `(user, ad, time)` from a deterministic
 //! partitioned source, a per-(user, ad) impression counter (`ValueState<u64>`, 24 h TTL) and
-//! list of impression times (`ListState<u64>`, written by `add` and by `update`, so as single
-//! elements and as runs) in each worker's rockstate backend, and an alert `(user, ad)` when a
+//! list of impression times (`ListState<u64>`, no TTL, written by `add` and by `update`, so as
+//! single elements, runs and list heads) in each worker's rockstate backend, and an alert `(user, ad)` when a
 //! counter first exceeds [`CAP`], written through a two-phase-commit sink into files. A
 //! restored worker checks both states against what the restored offsets imply.
 //!
@@ -186,12 +186,12 @@ pub fn impressions_state(backend: &KeyedBackend) -> Result<ValueState<(u32, u32)
 
 /// The per-(user, ad) impression times, a list the job keeps beside the counters so the crash
 /// loops check list state too: a key's odd impressions `add` their time, its even ones
-/// rewrite the whole list with `update` (a run, docs/decisions/0033-list-runs.md). 24 h TTL,
-/// as the counters.
+/// rewrite the whole list with `update` (a run, docs/decisions/0033-list-runs.md). No TTL, so
+/// on RocksDB each `update` is blind: it writes the list's head and leaves the entries it
+/// replaced for reads and compactions to remove (docs/decisions/0034-blind-list-updates.md),
+/// and every kill, restore and rescale of the loops carries heads and dead entries.
 pub fn times_state(backend: &KeyedBackend) -> Result<ListState<(u32, u32), (), u64>> {
-    Ok(backend.list_state(
-        StateDescriptor::new("times").with_ttl(TtlConfig::new(Duration::from_secs(86_400))),
-    )?)
+    Ok(backend.list_state(StateDescriptor::new("times"))?)
 }
 
 /// Calls `f` with each impression `(user, ad, time)` before `offsets` (each `(partition,
