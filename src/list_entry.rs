@@ -213,6 +213,38 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Lists met one after another, each an optional head and then entries in key order:
+        /// an entry is dead exactly when its list has a head with a larger sequence number,
+        /// and any bytes at all classify or fail with `Decode`, never panic.
+        #[test]
+        fn an_entry_is_dead_exactly_when_its_lists_head_is_newer(
+            lists in proptest::collection::vec(
+                (proptest::option::of(0u64..50), proptest::collection::btree_set(0u64..50, 0..8)),
+                1..6,
+            ),
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+        ) {
+            let mut c = ListCursor::new();
+            for (i, (head_seq, seqs)) in lists.iter().enumerate() {
+                let key = [i as u8];
+                if let Some(h) = head_seq {
+                    let stored = head(*h, b"\x01h");
+                    let live = c.next((&key, b""), &[], &stored).unwrap();
+                    proptest::prop_assert!(!matches!(live, Entry::Dead));
+                }
+                for &seq in seqs {
+                    let got = c.next((&key, b""), &suffix(seq, seq % 2 == 0), b"\x01e").unwrap();
+                    let want_dead = head_seq.is_some_and(|h| seq < h);
+                    proptest::prop_assert_eq!(matches!(got, Entry::Dead), want_dead, "seq {}", seq);
+                }
+            }
+            if let Err(e) = c.next((b"j", b""), &junk, &junk) {
+                proptest::prop_assert!(matches!(e, Error::Decode { .. }), "{}", e);
+            }
+        }
+    }
+
     #[test]
     fn holds_run_refuses_the_heads_empty_suffix() {
         assert_eq!(holds_run(&[]), None);
