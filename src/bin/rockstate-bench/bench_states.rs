@@ -136,11 +136,18 @@ pub fn run(args: &StatesArgs) -> rockstate::Result<()> {
         };
         let files = levels(|p| backend.state_property(state, p).ok().flatten());
         let (ops, secs) = w.phase(phase)?;
+        // What the state holds once the phase's writes are flushed and compacted, untimed:
+        // RocksDB's estimate of its entries (on lists, dead entries a blind `update` left
+        // until a read or a compaction removes them count too) and its live SST bytes.
+        backend.wait_for_compactions()?;
+        let property = |p: &str| backend.state_property(state, p).ok().flatten().unwrap_or(0);
         Line::new()
             .text("solo_phase", *phase)
             .num("rockstate_ops_s", ops as f64 / secs, 0)
             .int("ops", ops)
             .text("files_before", &files)
+            .int("entries_after", property("rocksdb.estimate-num-keys"))
+            .int("sst_bytes_after", property("rocksdb.live-sst-files-size"))
             .print();
     }
     Ok(())
