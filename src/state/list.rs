@@ -124,10 +124,12 @@ impl RawListState {
         matches!(self.core.table, Table::Rocks(_)) && self.core.ttl.is_none()
     }
 
-    /// One batch that (when `replace`) replaces the current elements, else appends `elements`:
-    /// runs of consecutive elements up to [`RUN_BYTES`], an element alone where no other fits
-    /// beside it. A blind replacement writes its first run as the list's head; one with no
-    /// elements, or one that is not blind, deletes the entries it finds instead.
+    /// One atomic write that (when `replace`) replaces the current elements, else appends
+    /// `elements`: runs of consecutive elements up to [`RUN_BYTES`], an element alone where no
+    /// other fits beside it. A blind replacement writes its first run as the list's head; one
+    /// with no elements, or one that is not blind, deletes the entries it finds instead. A
+    /// write of one entry and nothing else (a list of up to 64 KiB replaced blindly or
+    /// appended) is a plain put; anything more goes in one batch.
     fn write_elements<'a>(
         &self,
         key: &[u8],
@@ -144,13 +146,17 @@ impl RawListState {
         let limit = RUN_BYTES.min(self.core.max_value_bytes);
         let mut pending: Vec<&[u8]> = Vec::new();
         let mut framed = 0usize;
-        let mut run = Vec::new();
+        // The last entry built, held back so a write of one entry needs no batch.
+        let mut held: Option<(super::KeyBuf, Vec<u8>)> = None;
         let mut head = blind;
         for element in elements {
             self.core.check_value("list element", element)?;
             let size = element.len() + varint_len(element.len());
             if !pending.is_empty() && framed + size > limit {
-                self.put_run(&mut batch, &prefix, &pending, &mut run, head)?;
+                let entry = self.entry(&prefix, &pending, head)?;
+                if let Some((k, payload)) = held.replace(entry) {
+                    self.core.batch_put_payload(&mut batch, &k, &payload);
+                }
                 head = false;
                 pending.clear();
                 framed = 0;
@@ -159,12 +165,22 @@ impl RawListState {
             framed += size;
         }
         if !pending.is_empty() {
-            self.put_run(&mut batch, &prefix, &pending, &mut run, head)?;
+            let entry = self.entry(&prefix, &pending, head)?;
+            if let Some((k, payload)) = held.replace(entry) {
+                self.core.batch_put_payload(&mut batch, &k, &payload);
+            }
         } else if head {
             // Replaced by nothing: a head with no elements would stay behind for good.
             self.delete_entries(&prefix, &mut batch)?;
         }
-        batch.commit()
+        match held {
+            Some((k, payload)) if batch.len() == 0 => self.core.put_payload(&k, &payload),
+            Some((k, payload)) => {
+                self.core.batch_put_payload(&mut batch, &k, &payload);
+                batch.commit()
+            }
+            None => batch.commit(),
+        }
     }
 
     /// Adds to `batch` a delete of every entry stored under `prefix`.
@@ -176,37 +192,32 @@ impl RawListState {
         })
     }
 
-    /// Adds to `batch` one entry holding `elements` (at least one): as the list's head when
-    /// `head` (its key `prefix` itself, its payload the sequence number and the run); else the
-    /// element itself under an 8-byte sequence suffix when alone, or a run under the suffix
-    /// and [`RUN_MARK`].
-    fn put_run(
+    /// The key and payload of one entry holding `elements` (at least one), under a fresh
+    /// sequence number: the list's head when `head` (its key `prefix` itself, its payload the
+    /// sequence number and the run); else the element itself under an 8-byte sequence suffix
+    /// when alone, or a run under the suffix and [`RUN_MARK`].
+    fn entry(
         &self,
-        batch: &mut crate::store::TableBatch,
         prefix: &[u8],
         elements: &[&[u8]],
-        run: &mut Vec<u8>,
         head: bool,
-    ) -> Result<()> {
+    ) -> Result<(super::KeyBuf, Vec<u8>)> {
         let seq = self.core.list_seq.next()?.to_be_bytes();
-        if head {
-            run.clear();
-            run.extend_from_slice(&seq);
-            frame_run_into(elements, run);
-            self.core.batch_put_payload(batch, prefix, run);
-            return Ok(());
-        }
         let mut k = super::KeyBuf::from_slice(prefix);
+        let mut payload = Vec::new();
+        if head {
+            payload.extend_from_slice(&seq);
+            frame_run_into(elements, &mut payload);
+            return Ok((k, payload));
+        }
         k.extend_from_slice(&seq);
         if let [element] = elements {
-            self.core.batch_put_payload(batch, &k, element);
-            return Ok(());
+            payload.extend_from_slice(element);
+            return Ok((k, payload));
         }
         k.push(RUN_MARK);
-        run.clear();
-        frame_run_into(elements, run);
-        self.core.batch_put_payload(batch, &k, run);
-        Ok(())
+        frame_run_into(elements, &mut payload);
+        Ok((k, payload))
     }
 
     /// Removes every element of `key` in `ns`.

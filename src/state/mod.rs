@@ -292,6 +292,10 @@ impl StateCore {
 
     /// Adds a put of `payload` under the full key `k` to `batch`.
     pub(crate) fn batch_put_payload(&self, batch: &mut TableBatch, k: &[u8], payload: &[u8]) {
+        if self.ttl.is_none() {
+            batch.put(k, payload);
+            return;
+        }
         batch.put(k, &self.stamp(payload));
     }
 
