@@ -243,3 +243,37 @@ fn lists_with_ttl_and_on_the_heap_update_by_reading() {
         check(&l, &want, &format!("{kind:?}"));
     }
 }
+
+#[test]
+fn a_long_update_writes_its_first_run_as_the_head_and_the_rest_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = KeyedBackend::builder(dir.path()).open().unwrap();
+    let l = list(&b);
+    let key = b"long";
+    l.add(key, b"", b"old").unwrap();
+    // About 200 KiB framed, one element larger than a run among them: the head holds the
+    // first run, the rest follow it under larger sequence numbers.
+    let mut long: Vec<Vec<u8>> = (0..200u32)
+        .map(|i| {
+            let mut e = vec![3u8; 1024];
+            e[..4].copy_from_slice(&i.to_be_bytes());
+            e
+        })
+        .collect();
+    long.insert(100, vec![9u8; 100 << 10]);
+    l.update(key, b"", long.iter().map(Vec::as_slice)).unwrap();
+    l.add(key, b"", b"tail").unwrap();
+    let mut want = long.clone();
+    want.push(el("tail"));
+    assert_eq!(l.get(key, b"").unwrap(), want);
+    let stored = entries(&b);
+    assert_eq!(heads(&b), 1);
+    assert!(stored.len() >= 5, "{stored:?}");
+    // A head that is one element larger than a run.
+    let big = vec![vec![5u8; 100 << 10], el("after")];
+    l.update(key, b"", big.iter().map(Vec::as_slice)).unwrap();
+    assert_eq!(l.get(key, b"").unwrap(), big);
+    b.compact_state("l").unwrap();
+    assert_eq!(entries(&b).len(), 2, "the head and the run after it");
+    assert_eq!(l.get(key, b"").unwrap(), big);
+}
