@@ -115,7 +115,7 @@ fn seq_of(suffix: &[u8]) -> u64 {
 }
 
 /// A head's payload split into its sequence number and its run.
-pub(crate) fn split_head(payload: &[u8]) -> Result<(u64, &[u8])> {
+fn split_head(payload: &[u8]) -> Result<(u64, &[u8])> {
     if payload.len() < SEQ_BYTES {
         return Err(Error::decode(
             "list head",

@@ -63,6 +63,18 @@ fn write_history(l: &RawListState) -> BTreeMap<u32, Vec<Vec<u8>>> {
     want
 }
 
+/// A fresh RocksDB backend in `dir` with [`write_history`] written: per list the head, three
+/// dead entries (a, b, the run c d) and z.
+fn with_history(
+    dir: &std::path::Path,
+) -> (KeyedBackend, RawListState, BTreeMap<u32, Vec<Vec<u8>>>) {
+    let b = KeyedBackend::builder(dir).open().unwrap();
+    let l = list(&b);
+    let want = write_history(&l);
+    assert_eq!(entries(&b).len(), 200 * 5);
+    (b, l, want)
+}
+
 fn check(l: &RawListState, want: &BTreeMap<u32, Vec<Vec<u8>>>, what: &str) {
     for (k, list) in want {
         assert_eq!(
@@ -76,11 +88,7 @@ fn check(l: &RawListState, want: &BTreeMap<u32, Vec<Vec<u8>>>, what: &str) {
 #[test]
 fn an_update_writes_a_head_and_reads_skip_then_delete_what_it_replaced() {
     let dir = tempfile::tempdir().unwrap();
-    let b = KeyedBackend::builder(dir.path()).open().unwrap();
-    let l = list(&b);
-    let want = write_history(&l);
-    // Per list: the head, three dead entries (a, b, the run c d) and z.
-    assert_eq!(entries(&b).len(), 200 * 5);
+    let (b, l, want) = with_history(dir.path());
     assert_eq!(heads(&b), 200);
     check(&l, &want, "first read");
     assert_eq!(entries(&b).len(), 200 * 2, "reads delete the dead entries");
@@ -109,10 +117,7 @@ fn an_update_writes_a_head_and_reads_skip_then_delete_what_it_replaced() {
 #[test]
 fn a_compaction_drops_dead_entries_of_lists_never_read() {
     let dir = tempfile::tempdir().unwrap();
-    let b = KeyedBackend::builder(dir.path()).open().unwrap();
-    let l = list(&b);
-    let want = write_history(&l);
-    assert_eq!(entries(&b).len(), 200 * 5);
+    let (b, l, want) = with_history(dir.path());
     b.compact_state("l").unwrap();
     // The head and z stay: z was written after the head, the rest before it.
     assert_eq!(entries(&b).len(), 200 * 2);

@@ -1,9 +1,9 @@
 //! The frequency-capping job on timely: impressions `(user, ad, time)` from a deterministic
 //! partitioned source, a per-(user, ad) impression counter (`ValueState<u64>`, 24 h TTL) and
 //! list of impression times (`ListState<u64>`, no TTL, written by `add` and by `update`, so as
-//! single elements, runs and list heads) in each worker's rockstate backend, and an alert `(user, ad)` when a
-//! counter first exceeds [`CAP`], written through a two-phase-commit sink into files. A
-//! restored worker checks both states against what the restored offsets imply.
+//! single elements, runs and list heads) in each worker's rockstate backend, and an alert
+//! `(user, ad)` when a counter first exceeds [`CAP`], written through a two-phase-commit sink
+//! into files. A restored worker checks both states against what the restored offsets imply.
 //!
 //! This module owns the job's logic and its state outside the processes:
 //!

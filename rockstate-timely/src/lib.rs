@@ -16,8 +16,8 @@
 //!   completion is broadcast back so every worker notifies its backend and commits its staged
 //!   sink output (two-phase commit).
 //! - [`freqcap`] owns the frequency-capping job built on it: a deterministic partitioned
-//!   source whose offsets live in operator state, per-(user, ad) counters and impression-time
-//!   lists with a TTL, alerts through a two-phase-commit sink into files, and the restart
+//!   source whose offsets live in operator state, per-(user, ad) counters with a TTL and
+//!   impression-time lists without, alerts through a two-phase-commit sink into files, and the restart
 //!   plan (key-group ranges recomputed, offsets and pending sink transactions redistributed)
 //!   for any worker count.
 //! - [`launcher`] owns the multi-process run: it starts the job's OS processes on 127.0.0.1,

@@ -36,6 +36,15 @@ use crate::store::Table;
 /// a TTL refresh rewrites at most this much per entry.
 pub(crate) const RUN_BYTES: usize = 64 << 10;
 
+/// Whether a list state stored in `table` (with TTL when `ttl`) is updated blindly, with a
+/// head instead of reading the old entries to delete them
+/// (docs/decisions/0034-blind-list-updates.md): on RocksDB, whose compaction filter then drops
+/// the entries a head made dead (the backend installs it by the same rule), and without TTL,
+/// where an expired head removed before its dead entries would let them be read again.
+pub(crate) fn writes_heads(table: &Table, ttl: bool) -> bool {
+    matches!(table, Table::Rocks(_)) && !ttl
+}
+
 /// List state over serialized bytes.
 #[derive(Clone)]
 pub struct RawListState {
@@ -116,14 +125,6 @@ impl RawListState {
         self.write_elements(key, ns, elements, true)
     }
 
-    /// Whether `update` replaces a list blindly, with a head instead of reading the old
-    /// entries to delete them (docs/decisions/0034-blind-list-updates.md): on RocksDB, whose
-    /// compaction filter drops the entries a head made dead, and without TTL, where an expired
-    /// head removed before its dead entries would let them be read again.
-    fn blind_updates(&self) -> bool {
-        matches!(self.core.table, Table::Rocks(_)) && self.core.ttl.is_none()
-    }
-
     /// One atomic write that (when `replace`) replaces the current elements, else appends
     /// `elements`: runs of consecutive elements up to [`RUN_BYTES`], an element alone where no
     /// other fits beside it. A blind replacement writes its first run as the list's head; one
@@ -139,7 +140,7 @@ impl RawListState {
     ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
         let mut batch = self.core.table.batch();
-        let blind = replace && self.blind_updates();
+        let blind = replace && writes_heads(&self.core.table, self.core.ttl.is_some());
         if replace && !blind {
             self.delete_entries(&prefix, &mut batch)?;
         }
