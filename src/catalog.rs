@@ -393,6 +393,13 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
                 l.segments
                     .iter()
                     .map(|s| (&s.remote_name, s.size, s.crc32, Contents::Segment(s)))
+            }))
+            .chain(c.manifest.changelog.iter().flat_map(|l| {
+                l.tables.iter().flat_map(|t| {
+                    t.files
+                        .iter()
+                        .map(|f| (&f.remote_name, f.size, f.crc32, Contents::Table))
+                })
             }));
         for (remote, size, crc32, contents) in files {
             if !seen.insert(remote.as_str()) {
@@ -436,6 +443,11 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
                             v.problems
                                 .push(problem(remote, format!("log segment: {e}")));
                         }
+                    } else if let Contents::Table = contents {
+                        if let Err(e) = sst_format::read_sst_meta(&local) {
+                            v.problems
+                                .push(problem(remote, format!("log table SST: {e}")));
+                        }
                     } else if let Contents::Sst(expected) = contents {
                         match sst_format::read_sst_meta(&local) {
                             Err(e) => v.problems.push(problem(remote, format!("SST: {e}"))),
@@ -466,6 +478,8 @@ enum Contents<'a> {
     Private,
     /// A changelog segment: its own checks, first sequence number and entry count.
     Segment(&'a LogSegmentFile),
+    /// A file of a log table: an SST's footer and properties.
+    Table,
 }
 
 /// Why [`classify`] deletes an object.
@@ -744,21 +758,34 @@ pub fn gc_apply(storage: &dyn CheckpointStorage, plan: &GcPlan) -> Result<Vec<Ob
     Ok(deleted)
 }
 
-/// Every shared object `m` references: its SSTs, then its changelog segments.
+/// Every shared object `m` references: its SSTs, then its changelog segments, then the
+/// files of its log tables.
 pub fn shared_objects(m: &CheckpointManifest) -> impl Iterator<Item = &str> {
-    m.shared_files.iter().map(|f| f.remote_name.as_str()).chain(
-        m.changelog
-            .iter()
-            .flat_map(|c| c.segments.iter().map(|s| s.remote_name.as_str())),
-    )
+    let log = m.changelog.iter();
+    m.shared_files
+        .iter()
+        .map(|f| f.remote_name.as_str())
+        .chain(
+            log.clone()
+                .flat_map(|c| c.segments.iter().map(|s| s.remote_name.as_str())),
+        )
+        .chain(log.flat_map(|c| {
+            c.tables
+                .iter()
+                .flat_map(|t| t.files.iter().map(|f| f.remote_name.as_str()))
+        }))
 }
 
 /// Bytes of every shared object `m` references (see [`shared_objects`]).
 pub fn shared_objects_bytes(m: &CheckpointManifest) -> u64 {
+    let log = m.changelog.iter();
     m.shared_files.iter().map(|f| f.size).sum::<u64>()
-        + m.changelog
-            .iter()
+        + log
+            .clone()
             .flat_map(|c| c.segments.iter().map(|s| s.size))
+            .sum::<u64>()
+        + log
+            .flat_map(|c| c.tables.iter().flat_map(|t| t.files.iter().map(|f| f.size)))
             .sum::<u64>()
 }
 

@@ -2,7 +2,8 @@
 //! keeps its path scheme in one module). `docs/checkpoint-format.md` describes the same layout.
 //!
 //! ```text
-//! <root>/shared/<id>-<ms>-<16 hex>.sst       SSTs: uploaded by an attempt of checkpoint <id>
+//! <root>/shared/<id>-<ms>-<16 hex>.sst       SSTs (RocksDB's, and the files of changelog log
+//!                                            tables): uploaded by an attempt of checkpoint <id>
 //!                                            whose put began at <ms> (uploader's clock); never
 //!                                            reused (older `shared/<32 hex>.sst` names are read)
 //! <root>/shared/<id>-<ms>-<16 hex>.log       changelog segments (docs/changelog-format.md),
@@ -16,7 +17,8 @@
 //! Local staging: `<staging root>/<backend-id>/snap-<id>/` (a RocksDB checkpoint directory);
 //! after a successful upload it becomes the local copy `<staging root>/<backend-id>/local-<id>/`
 //! (local recovery, see `checkpoint::local_recovery`); changelog segments cut and not yet
-//! covered by a materialization sit in `<staging root>/<backend-id>/log/`.
+//! covered by a materialization sit in `<staging root>/<backend-id>/log/`, and the log tables
+//! an upload builds in `log/tables-<id>/` until they are uploaded.
 
 use std::path::{Path, PathBuf};
 
@@ -240,6 +242,17 @@ pub(crate) const LOG_DIR_NAME: &str = "log";
 /// `<first sequence number>-<end sequence number>.rscl`.
 pub(crate) fn log_dir(staging_root: &Path, backend_id: &str) -> PathBuf {
     staging_root.join(backend_id).join(LOG_DIR_NAME)
+}
+
+/// Changelog mode: where the async phase of checkpoint `checkpoint_id` writes the log
+/// tables it uploads, `<log dir>/tables-<id>/` (removed once they are uploaded, and with the
+/// log directory otherwise).
+pub(crate) fn table_build_dir(
+    staging_root: &Path,
+    backend_id: &str,
+    checkpoint_id: u64,
+) -> PathBuf {
+    log_dir(staging_root, backend_id).join(format!("tables-{checkpoint_id}"))
 }
 
 /// Name prefix of local-copy directories.

@@ -6,9 +6,15 @@
 //! backend. A source so replayed is its checkpoint's state exactly, as if the checkpoint had
 //! uploaded its files; everything after (rescale, open, the checks) is the same for both.
 //!
-//! Two steps: [`prepare`] needs no database (download, check, sort, and write the keyed
-//! entries into SST files), so `crate::restore` runs it while the materialization
-//! downloads; [`apply`] opens the database and ingests those files. A keyed state's entry is
+//! The log's *tables* (manifest version 4, `sst_format::LogTable`) hold the changes of runs
+//! of segments already sorted into one SST per column family: a restore fetches and ingests
+//! them in place of the segments they cover and replays only the segments after them.
+//! [`build_table`] makes one from segments (the checkpoint's async phase uploads it).
+//!
+//! Two steps: [`prepare`] needs no database (download and check the tables; download,
+//! check, sort, and write the remaining segments' keyed entries into SST files), so
+//! `crate::restore` runs it while the materialization downloads; [`apply`] opens the
+//! database and ingests those files. A keyed state's entry is
 //! applied only when its key group is in the restore's target; the backend's own metadata
 //! (column family `default`: state registrations, the list-sequence high-water mark) is
 //! applied whole. A long log goes in batches of segments
@@ -19,7 +25,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use sst_format::{Changelog, CheckpointManifest, LogEntry, LogSegment, LogSegmentFile};
+use sst_format::{Changelog, CheckpointManifest, LogEntry, LogSegment, LogSegmentFile, LogTable};
 
 use crate::db::{write_ssts, Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
 use crate::error::{Error, Result};
@@ -34,6 +40,12 @@ use crate::storage::CheckpointStorage;
 pub(crate) struct ReplayCounts {
     /// Segments applied.
     pub(crate) segments: usize,
+    /// Stored bytes of those segments.
+    pub(crate) segment_bytes: u64,
+    /// Log tables ingested in place of the segments they cover.
+    pub(crate) tables: usize,
+    /// Bytes of their files.
+    pub(crate) table_bytes: u64,
     /// Entries applied.
     pub(crate) applied: u64,
     /// Keyed entries of key groups outside the target, not applied.
@@ -47,6 +59,8 @@ pub(crate) struct ReplayCounts {
 pub(crate) struct Prepared {
     /// Holds the batches' SST files until they are ingested (moved into the database).
     scratch: tempfile::TempDir,
+    /// The log tables' files, per table (in log order) `(column family, file)`.
+    tables: Vec<Vec<(String, PathBuf)>>,
     batches: Vec<Batch>,
     /// Segments, batches and the sorted batches' entries; the entry-by-entry batches' entries
     /// are counted as they are applied.
@@ -69,9 +83,11 @@ enum Batch {
     Entries(Vec<LogSegment>),
 }
 
-/// Prepares the log segments `m` (the manifest object `name`) names for [`apply`], without
-/// the database, so it can run while the materialization downloads: keyed entries only of
-/// the groups in `target`. The segments go in batches of consecutive segments holding at most
+/// Prepares the log `m` (the manifest object `name`) names for [`apply`], without the
+/// database, so it can run while the materialization downloads: its tables fetched and
+/// checked, then the segments after them, keyed entries only of the groups in `target`
+/// (a table holds every group of the source; the rescale surgery after the replay drops the
+/// others). The segments go in batches of consecutive segments holding at most
 /// `batch_bytes` stored bytes (at least one segment each): a batch is downloaded, checked,
 /// sorted and written into SST files under a scratch directory in `scratch_in` (on the
 /// database's file system, so ingestion moves them) before the next one is downloaded, so
@@ -93,14 +109,24 @@ pub(crate) fn prepare(
         return Ok(None);
     };
     check_sequence(name, log)?;
+    let after_tables = check_tables(name, log)?;
     let scratch = tempfile::Builder::new()
         .prefix("replay-")
         .tempdir_in(scratch_in)
         .map_err(|e| Error::io(scratch_in, e))?;
     let mut counts = ReplayCounts::default();
+    let tables = fetch_tables(storage, &log.tables, scratch.path(), threads)?;
+    counts.tables = log.tables.len();
+    counts.table_bytes = log
+        .tables
+        .iter()
+        .flat_map(|t| t.files.iter().map(|f| f.size))
+        .sum();
     let mut prepared = Vec::new();
-    for (i, batch) in batches(&log.segments, batch_bytes).into_iter().enumerate() {
-        let segments = fetch(storage, batch, threads)?;
+    let rest = &log.segments[after_tables..];
+    for (i, batch) in batches(rest, batch_bytes).into_iter().enumerate() {
+        let segments = fetch(storage, batch, threads, |_| None)?;
+        counts.segment_bytes += batch.iter().map(|s| s.size).sum::<u64>();
         let ranged = segments.iter().any(|seg| {
             seg.entries()
                 .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
@@ -120,12 +146,14 @@ pub(crate) fn prepare(
                 options,
                 budget,
                 &files,
+                replay_threads(),
                 &mut counts,
             )?
         });
     }
     Ok(Some(Prepared {
         scratch,
+        tables,
         batches: prepared,
         counts,
         target,
@@ -135,9 +163,10 @@ pub(crate) fn prepare(
 }
 
 /// Applies a [`prepare`]d log (of the manifest object `name`) onto the downloaded
-/// materialization in `dir`, batch after batch, each above everything before it: metadata
-/// entries through the memtable, the SST files ingested per state in one call. The database
-/// is closed before this returns.
+/// materialization in `dir`: the tables one after another, each file ingested into its
+/// column family, then the segments' batches, each above everything before it (metadata
+/// entries through the memtable, the SST files ingested per state in one call). The
+/// database is closed before this returns.
 pub(crate) fn apply(
     prepared: Prepared,
     dir: &Path,
@@ -153,6 +182,24 @@ pub(crate) fn apply(
         Some(KeyLayout::new(prepared.max_parallelism, prepared.source)),
     )?;
     let result = (|| {
+        for table in &prepared.tables {
+            for (cf, file) in table {
+                let cf = if cf == DEFAULT_CF_NAME {
+                    db.default_cf()?
+                } else if cf.starts_with(STATE_CF_PREFIX) {
+                    match db.cf(cf)? {
+                        Some(c) => c,
+                        None => db.create_cf(cf)?,
+                    }
+                } else {
+                    return Err(corrupt(
+                        name,
+                        format!("log table names column family `{cf}`, neither a state's nor the metadata's"),
+                    ));
+                };
+                cf.ingest(std::slice::from_ref(file))?;
+            }
+        }
         for batch in &prepared.batches {
             match batch {
                 Batch::Sorted { meta, states } => {
@@ -217,6 +264,190 @@ fn check_sequence(name: &str, log: &Changelog) -> Result<()> {
     Ok(())
 }
 
+/// Checks the tables of `log` (the manifest object `name`), whose segments
+/// [`check_sequence`] checked: the first starts at the materialization's sequence number,
+/// each next one where the one before ended, each ends where a segment ends, and a table
+/// names each column family at most once. Returns the index of the first segment after the
+/// tables.
+fn check_tables(name: &str, log: &Changelog) -> Result<usize> {
+    let mut at = log.materialized_seq;
+    let mut next = 0usize;
+    for t in &log.tables {
+        if t.first_seq != at || t.end_seq <= t.first_seq {
+            return Err(corrupt(
+                name,
+                format!(
+                    "log table {}..{} does not follow the log before it, which ends at {at}",
+                    t.first_seq, t.end_seq
+                ),
+            ));
+        }
+        // The segments it covers: up to the one ending at its end.
+        loop {
+            let Some(s) = log.segments.get(next) else {
+                return Err(corrupt(
+                    name,
+                    format!("log table {}..{} ends past the log", t.first_seq, t.end_seq),
+                ));
+            };
+            let end = s.first_seq.saturating_add(s.entries);
+            next += 1;
+            if end == t.end_seq {
+                break;
+            }
+            if end > t.end_seq {
+                return Err(corrupt(
+                    name,
+                    format!(
+                        "log table {}..{} ends inside segment {}",
+                        t.first_seq, t.end_seq, s.remote_name
+                    ),
+                ));
+            }
+        }
+        let mut families: Vec<&str> = t.files.iter().map(|f| f.column_family.as_str()).collect();
+        families.sort_unstable();
+        if families.windows(2).any(|w| w[0] == w[1]) {
+            return Err(corrupt(
+                name,
+                format!(
+                    "log table {}..{} names a column family twice",
+                    t.first_seq, t.end_seq
+                ),
+            ));
+        }
+        at = t.end_seq;
+    }
+    Ok(next)
+}
+
+/// Fetches every file of `tables` into `dir` and checks it against the manifest (size,
+/// CRC-32, and an SST's footer and properties); per table, `(column family, file)`.
+fn fetch_tables(
+    storage: &dyn CheckpointStorage,
+    tables: &[LogTable],
+    dir: &Path,
+    threads: usize,
+) -> Result<Vec<Vec<(String, PathBuf)>>> {
+    let jobs: Vec<(PathBuf, &sst_format::LogTableFile)> = tables
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| {
+            t.files
+                .iter()
+                .enumerate()
+                .map(move |(j, f)| (dir.join(format!("table-{i}-{j}.sst")), f))
+        })
+        .collect();
+    run_parallel(&jobs, threads, |(path, f)| {
+        let digest = match storage.get_file(&f.remote_name, path) {
+            Ok(d) => d,
+            Err(Error::ObjectNotFound { .. }) => {
+                return Err(corrupt(&f.remote_name, "missing from storage".into()))
+            }
+            Err(e) => return Err(e),
+        };
+        if digest.size != f.size {
+            return Err(corrupt(
+                &f.remote_name,
+                format!("{} bytes, manifest says {}", digest.size, f.size),
+            ));
+        }
+        if digest.crc32 != f.crc32 {
+            return Err(corrupt(
+                &f.remote_name,
+                format!("crc32 {:08x}, manifest says {:08x}", digest.crc32, f.crc32),
+            ));
+        }
+        sst_format::read_sst_meta(path)
+            .map_err(|e| corrupt(&f.remote_name, format!("not a valid SST: {e}")))?;
+        Ok(())
+    })?;
+    let mut out: Vec<Vec<(String, PathBuf)>> = tables.iter().map(|_| Vec::new()).collect();
+    let mut jobs = jobs.into_iter();
+    for (i, t) in tables.iter().enumerate() {
+        for _ in &t.files {
+            if let Some((path, f)) = jobs.next() {
+                out[i].push((f.column_family.clone(), path));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Builds the log table of `segments` (consecutive, of a backend owning `source` of
+/// `max_parallelism`; `name` names them in errors) in `dir`: per column family they change,
+/// one SST of the last change of every key, in column-family name order. Written on the
+/// calling thread (the checkpoint's async phase, beside the backend's own work).
+pub(crate) fn build_table(
+    name: &str,
+    segments: &[LogSegment],
+    source: KeyGroupRange,
+    max_parallelism: u32,
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    dir: &Path,
+) -> Result<Vec<(String, PathBuf)>> {
+    let mut counts = ReplayCounts::default();
+    let Batch::Sorted { mut meta, states } = sort_batch(
+        name,
+        segments,
+        source,
+        max_parallelism,
+        options,
+        budget,
+        dir,
+        1,
+        &mut counts,
+    )?
+    else {
+        return Err(Error::Internal("a log table of a range deletion".into()));
+    };
+    if counts.skipped != 0 {
+        return Err(Error::Internal(format!(
+            "{} log entries outside the backend's key groups {source}",
+            counts.skipped
+        )));
+    }
+    let mut out = Vec::new();
+    if !meta.is_empty() {
+        // Stable: a key's changes stay in log order, and the last one wins.
+        meta.sort_by(|a, b| a.0.cmp(&b.0));
+        let file = dir.join("meta.sst");
+        let written = write_ssts(options, budget, &[file.as_path()], |sinks| {
+            let Some(sink) = sinks.first_mut() else {
+                return Ok(());
+            };
+            for (j, (key, value)) in meta.iter().enumerate() {
+                if meta.get(j + 1).is_some_and(|next| next.0 == *key) {
+                    continue;
+                }
+                match value {
+                    Some(v) => sink.put(key, v)?,
+                    None => sink.delete(key)?,
+                }
+            }
+            Ok(())
+        })?;
+        if written.first().is_some_and(Option::is_some) {
+            out.push((DEFAULT_CF_NAME.to_string(), file));
+        }
+    }
+    for (state, files) in states {
+        match files.as_slice() {
+            [] => {}
+            [file] => out.push((state, file.clone())),
+            _ => {
+                return Err(Error::Internal(
+                    "a log table written in more than one file per state".into(),
+                ))
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
 /// `CheckpointCorrupt` for `file`.
 fn corrupt(file: &str, detail: String) -> Error {
     Error::CheckpointCorrupt {
@@ -244,14 +475,20 @@ fn batches(segments: &[LogSegmentFile], batch_bytes: u64) -> Vec<&[LogSegmentFil
 }
 
 /// Downloads `files` (log segments, in log order) and checks each against its manifest entry
-/// (size, CRC-32, the segment's own checks, its first sequence number and entry count).
-fn fetch(
+/// (size, CRC-32, the segment's own checks, its first sequence number and entry count). A
+/// segment `local` gives a file for is read from that file instead (the writer's own copy).
+pub(crate) fn fetch(
     storage: &dyn CheckpointStorage,
     files: &[LogSegmentFile],
     threads: usize,
+    local: impl Fn(&LogSegmentFile) -> Option<PathBuf> + Sync,
 ) -> Result<Vec<LogSegment>> {
     run_parallel(files, threads, |s| {
-        let bytes = match storage.get_bytes(&s.remote_name) {
+        let fetched = match local(s) {
+            Some(path) => std::fs::read(&path).map_err(|e| Error::io(&path, e)),
+            None => storage.get_bytes(&s.remote_name),
+        };
+        let bytes = match fetched {
             Ok(b) => b,
             Err(Error::ObjectNotFound { .. }) => {
                 return Err(corrupt(&s.remote_name, "missing from storage".into()))
@@ -351,7 +588,8 @@ enum Route {
 /// group's changes keep log order), then cut into runs of whole groups with about equal
 /// counts, one per thread ([`replay_threads`]). Each run is sorted group by group (small
 /// sorts over keys that sit near each other) and written into its own SST on its own thread;
-/// a state's files cover disjoint key ranges, so RocksDB takes them in one ingestion.
+/// a state's files cover disjoint key ranges, so RocksDB takes them in one ingestion. With
+/// one thread a state's changes go into one file.
 #[allow(clippy::too_many_arguments)]
 fn sort_batch(
     name: &str,
@@ -361,9 +599,9 @@ fn sort_batch(
     options: &DbOptions,
     budget: &MemoryBudget,
     files: &Path,
+    threads: usize,
     counts: &mut ReplayCounts,
 ) -> Result<Batch> {
-    let threads = replay_threads();
     let mut meta = Vec::new();
     let mut keyed: Vec<(String, Vec<Change<'_>>)> = Vec::new();
     for seg in segments {

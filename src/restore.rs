@@ -417,7 +417,7 @@ fn restore_pinned<T>(
             // Changelog mode: each source's prepared log is applied onto it, so every source
             // holds its checkpoint's state before the surgery.
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
-            for (i, ((name, (m, dir, _, _)), prepared)) in
+            for (i, ((name, (_, dir, _, _)), prepared)) in
                 names.zip(&dirs).zip(prepared).enumerate()
             {
                 let Some(prepared) = prepared else {
@@ -432,12 +432,10 @@ fn restore_pinned<T>(
                     fetched_late.extend(rescale::drop_skipped(source, &rescale_target)?);
                     source.skipped = &[];
                 }
-                report.log_bytes += m
-                    .changelog
-                    .iter()
-                    .flat_map(|c| c.segments.iter().map(|s| s.size))
-                    .sum::<u64>();
                 let counts = crate::replay::apply(prepared, dir, name, &p.options, &budget)?;
+                report.log_bytes += counts.segment_bytes;
+                report.log_tables += counts.tables;
+                report.log_table_bytes += counts.table_bytes;
                 report.log_batches += counts.batches;
                 report.log_segments += counts.segments;
                 report.log_entries_replayed += counts.applied;
@@ -740,6 +738,18 @@ pub(crate) fn validate_manifest(name: &str, m: &CheckpointManifest) -> Result<()
             || validate_object_name(&s.remote_name).is_err()
         {
             return Err(bad(format!("bad log segment name `{}`", s.remote_name)));
+        }
+    }
+    let table_files = m
+        .changelog
+        .iter()
+        .flat_map(|c| c.tables.iter().flat_map(|t| t.files.iter()));
+    for f in table_files {
+        if !layout::is_shared_name(&f.remote_name)
+            || !f.remote_name.ends_with(".sst")
+            || validate_object_name(&f.remote_name).is_err()
+        {
+            return Err(bad(format!("bad log table file name `{}`", f.remote_name)));
         }
     }
     if !locals.contains("CURRENT") || !locals.iter().any(|n| n.starts_with("MANIFEST-")) {

@@ -20,13 +20,14 @@
 //! and the log checkpoint's upload. Restore replays the segments (`crate::restore`);
 //! docs/changelog-format.md has the segment format, docs/checkpoint-format.md the layout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sst_format::{Changelog, CheckpointManifest, LogSegmentFile};
+use sst_format::{Changelog, CheckpointManifest, LogSegmentFile, LogTable};
 
 use super::layout;
 use super::registry::Checkpointer;
@@ -65,6 +66,16 @@ pub struct ChangelogOptions {
     /// checkpoint --keys 1000000 --value-bytes 100 --rounds 50 --mode changelog --changelog
     /// '{"replay_batch_bytes":8388608}'`). Read by the restoring backend. Default 256 MiB.
     pub replay_batch_bytes: u64,
+    /// Log tables (`sst_format::LogTable`): once the segments after the log's last table hold
+    /// this many stored bytes, the log checkpoint that sees it also uploads their changes
+    /// sorted into one SST per column family, which a restore ingests instead of replaying
+    /// those segments. 0: no tables (a restore replays the whole log). Default 4 MiB.
+    pub table_bytes: u64,
+    /// Log tables: this many consecutive tables of one level are merged into one table of
+    /// the next level (built from their segments), so a log holds at most `table_fanout - 1`
+    /// tables per level and each change is uploaded once per level it reaches. At least 2.
+    /// Default 4.
+    pub table_fanout: u32,
 }
 
 impl Default for ChangelogOptions {
@@ -77,6 +88,8 @@ impl Default for ChangelogOptions {
             max_log_buffer_bytes: 64 << 20,
             compress: true,
             replay_batch_bytes: 256 << 20,
+            table_bytes: 4 << 20,
+            table_fanout: 4,
         }
     }
 }
@@ -88,6 +101,12 @@ impl ChangelogOptions {
             return Err(Error::InvalidOption {
                 name: "changelog.max_log_buffer_bytes",
                 detail: format!("{} is below 4096", self.max_log_buffer_bytes),
+            });
+        }
+        if self.table_fanout < 2 {
+            return Err(Error::InvalidOption {
+                name: "changelog.table_fanout",
+                detail: format!("{} is below 2", self.table_fanout),
             });
         }
         Ok(())
@@ -223,6 +242,15 @@ pub(crate) struct LogPlan {
     /// Every segment from `materialized_seq` on, in log order (those not yet uploaded as
     /// local files).
     pub(crate) segments: Vec<Planned>,
+    /// The table options log tables are written with (the database's).
+    pub(crate) table_writer: TableWriter,
+}
+
+/// What log tables are written with: the database's table options on its memory budget.
+#[derive(Debug, Clone)]
+pub(crate) struct TableWriter {
+    pub(crate) options: crate::options::DbOptions,
+    pub(crate) budget: crate::db::MemoryBudget,
 }
 
 /// The directory of a backend's local segment files.
@@ -267,6 +295,7 @@ pub(crate) fn plan(
     end_seq: u64,
     complete: bool,
     now_ms: u64,
+    table_writer: TableWriter,
 ) -> Option<LogPlan> {
     let opts = &cp.options.changelog;
     let base = base?;
@@ -318,6 +347,7 @@ pub(crate) fn plan(
         materialization_id: c.materialization_id,
         materialized_seq: c.materialized_seq,
         segments,
+        table_writer,
     })
 }
 
@@ -425,6 +455,7 @@ pub(crate) fn rebase(
         materialization_id: c.materialization_id,
         materialized_seq: from,
         segments,
+        table_writer: plan.table_writer.clone(),
     })
 }
 
@@ -525,8 +556,286 @@ pub(crate) fn log_part(
             materialization_id: plan.materialization_id,
             materialized_seq: plan.materialized_seq,
             segments,
+            tables: Vec::new(),
         },
         uploaded,
         reused,
     ))
+}
+
+/// The local file of each segment of `plan` this backend cut, by first sequence number.
+pub(crate) fn local_files(plan: &LogPlan) -> HashMap<u64, (PathBuf, u64, u32)> {
+    plan.segments
+        .iter()
+        .filter_map(|p| match p {
+            Planned::Local(s) => {
+                Some((s.first_seq, (s.file.path().to_path_buf(), s.size, s.crc32)))
+            }
+            Planned::Stored(_) => None,
+        })
+        .collect()
+}
+
+/// One log table a log checkpoint names (see [`table_slots`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TableSlot {
+    /// Named by the base: referenced as it is.
+    Keep(LogTable),
+    /// To be built from the log's segments in `segments` and uploaded.
+    Build {
+        first_seq: u64,
+        end_seq: u64,
+        level: u8,
+        segments: Range<usize>,
+    },
+}
+
+impl TableSlot {
+    fn first_seq(&self) -> u64 {
+        match self {
+            TableSlot::Keep(t) => t.first_seq,
+            TableSlot::Build { first_seq, .. } => *first_seq,
+        }
+    }
+
+    fn end_seq(&self) -> u64 {
+        match self {
+            TableSlot::Keep(t) => t.end_seq,
+            TableSlot::Build { end_seq, .. } => *end_seq,
+        }
+    }
+
+    fn level(&self) -> u8 {
+        match self {
+            TableSlot::Keep(t) => t.level,
+            TableSlot::Build { level, .. } => *level,
+        }
+    }
+}
+
+/// The tables of a log checkpoint whose log (segments, from its materialization on) is
+/// `log`, on top of `base`: the base's tables while they follow one another from the
+/// materialization on and end at segment boundaries of `log`; then, if the segments after
+/// them hold at least `options.table_bytes` stored bytes, a new level-1 table over all of
+/// them; then, while the last `options.table_fanout` tables share a level, one table of the
+/// next level in their place. Only the tables of the result that the base lacks are built,
+/// so a table a merge replaces in the same checkpoint is never built.
+pub(crate) fn table_slots(
+    log: &Changelog,
+    base: &CheckpointManifest,
+    options: &ChangelogOptions,
+) -> Vec<TableSlot> {
+    if options.table_bytes == 0 {
+        return Vec::new();
+    }
+    // The index of the first segment after each segment boundary.
+    let mut after: HashMap<u64, usize> = HashMap::new();
+    after.insert(log.materialized_seq, 0);
+    for (i, s) in log.segments.iter().enumerate() {
+        after.insert(s.first_seq.saturating_add(s.entries), i + 1);
+    }
+    let mut chain: Vec<TableSlot> = Vec::new();
+    let mut at = log.materialized_seq;
+    let same_log = |c: &&Changelog| {
+        (c.materialization_id, c.materialized_seq) == (log.materialization_id, log.materialized_seq)
+    };
+    for t in base
+        .changelog
+        .iter()
+        .filter(same_log)
+        .flat_map(|c| &c.tables)
+    {
+        if t.first_seq != at || t.end_seq <= at || !after.contains_key(&t.end_seq) {
+            break;
+        }
+        at = t.end_seq;
+        chain.push(TableSlot::Keep(t.clone()));
+    }
+    let from = after.get(&at).copied().unwrap_or(log.segments.len());
+    let untabled: u64 = log.segments[from..].iter().map(|s| s.size).sum();
+    if from < log.segments.len() && untabled >= options.table_bytes {
+        let last = &log.segments[log.segments.len() - 1];
+        chain.push(TableSlot::Build {
+            first_seq: at,
+            end_seq: last.first_seq.saturating_add(last.entries),
+            level: 1,
+            segments: from..log.segments.len(),
+        });
+    }
+    let fanout = options.table_fanout.max(2) as usize;
+    while chain.len() >= fanout {
+        let tail = &chain[chain.len() - fanout..];
+        let level = tail[0].level();
+        if level == u8::MAX || tail.iter().any(|t| t.level() != level) {
+            break;
+        }
+        let (first_seq, end_seq) = (tail[0].first_seq(), tail[fanout - 1].end_seq());
+        let (Some(&start), Some(&end)) = (after.get(&first_seq), after.get(&end_seq)) else {
+            break;
+        };
+        chain.truncate(chain.len() - fanout);
+        chain.push(TableSlot::Build {
+            first_seq,
+            end_seq,
+            level: level + 1,
+            segments: start..end,
+        });
+    }
+    chain
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log from sequence number 100 of segments of the given sizes, 10 entries each.
+    fn log_of(sizes: &[u64]) -> Changelog {
+        Changelog {
+            materialization_id: 1,
+            materialized_seq: 100,
+            segments: sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &size)| LogSegmentFile {
+                    remote_name: format!("shared/{i}.log"),
+                    size,
+                    crc32: 0,
+                    first_seq: 100 + 10 * i as u64,
+                    entries: 10,
+                    key_groups: None,
+                })
+                .collect(),
+            tables: Vec::new(),
+        }
+    }
+
+    fn base_with(tables: Vec<LogTable>) -> CheckpointManifest {
+        let mut log = log_of(&[]);
+        log.tables = tables;
+        CheckpointManifest {
+            checkpoint_id: 1,
+            backend_id: "b".into(),
+            key_group_start: 0,
+            key_group_end: 127,
+            max_parallelism: 128,
+            states: Vec::new(),
+            shared_files: Vec::new(),
+            private_files: Vec::new(),
+            operator_state: Vec::new(),
+            created_at_ms: 0,
+            changelog: Some(log),
+        }
+    }
+
+    fn table(first_seq: u64, end_seq: u64, level: u8) -> LogTable {
+        LogTable {
+            first_seq,
+            end_seq,
+            level,
+            files: Vec::new(),
+        }
+    }
+
+    fn options(table_bytes: u64, table_fanout: u32) -> ChangelogOptions {
+        ChangelogOptions {
+            table_bytes,
+            table_fanout,
+            ..ChangelogOptions::default()
+        }
+    }
+
+    /// `(first_seq, end_seq, level, built)` of each slot.
+    fn shape(slots: &[TableSlot]) -> Vec<(u64, u64, u8, bool)> {
+        slots
+            .iter()
+            .map(|s| {
+                let built = matches!(s, TableSlot::Build { .. });
+                (s.first_seq(), s.end_seq(), s.level(), built)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_table_waits_for_its_bytes_then_covers_every_untabled_segment() {
+        let log = log_of(&[3, 3, 3]);
+        let none = base_with(Vec::new());
+        assert!(table_slots(&log, &none, &options(10, 4)).is_empty());
+        assert_eq!(
+            shape(&table_slots(&log, &none, &options(9, 4))),
+            [(100, 130, 1, true)]
+        );
+        match &table_slots(&log, &none, &options(9, 4))[0] {
+            TableSlot::Build { segments, .. } => assert_eq!(*segments, 0..3),
+            other => panic!("{other:?}"),
+        }
+        assert!(table_slots(&log, &none, &options(0, 4)).is_empty());
+    }
+
+    #[test]
+    fn the_bases_tables_are_kept_and_merged_by_level() {
+        let log = log_of(&[5; 8]);
+        // Three level-1 tables and one more due: the four merge into one level-2 table.
+        let base = base_with(vec![
+            table(100, 110, 1),
+            table(110, 120, 1),
+            table(120, 130, 1),
+        ]);
+        let slots = table_slots(&log, &base, &options(5, 4));
+        assert_eq!(shape(&slots), [(100, 180, 2, true)]);
+        match &slots[0] {
+            TableSlot::Build { segments, .. } => assert_eq!(*segments, 0..8),
+            other => panic!("{other:?}"),
+        }
+        // Below the bytes: the base's tables kept as they are.
+        let slots = table_slots(&log, &base, &options(1000, 4));
+        assert_eq!(
+            shape(&slots),
+            [
+                (100, 110, 1, false),
+                (110, 120, 1, false),
+                (120, 130, 1, false)
+            ]
+        );
+        // A level-2 table stays beside new level-1 ones.
+        let base = base_with(vec![table(100, 140, 2), table(140, 150, 1)]);
+        assert_eq!(
+            shape(&table_slots(&log, &base, &options(5, 4))),
+            [
+                (100, 140, 2, false),
+                (140, 150, 1, false),
+                (150, 180, 1, true)
+            ]
+        );
+        // Merges cascade: fan-out 2, tables of levels 2 and 1 and a new level 1.
+        let base = base_with(vec![table(100, 140, 2), table(140, 160, 1)]);
+        assert_eq!(
+            shape(&table_slots(&log, &base, &options(5, 2))),
+            [(100, 180, 3, true)]
+        );
+    }
+
+    #[test]
+    fn tables_that_do_not_fit_the_log_are_dropped_from_the_first_misfit_on() {
+        let log = log_of(&[5; 4]);
+        // The second table ends inside a segment: it and everything after it go, and the
+        // segments after the first table get a table of their own.
+        let base = base_with(vec![
+            table(100, 110, 1),
+            table(110, 125, 1),
+            table(125, 130, 1),
+        ]);
+        assert_eq!(
+            shape(&table_slots(&log, &base, &options(5, 4))),
+            [(100, 110, 1, false), (110, 140, 1, true)]
+        );
+        // Another materialization: none of the base's tables is kept.
+        let mut other = base_with(vec![table(100, 110, 1)]);
+        if let Some(c) = other.changelog.as_mut() {
+            c.materialization_id = 2;
+        }
+        assert_eq!(
+            shape(&table_slots(&log, &other, &options(5, 4))),
+            [(100, 140, 1, true)]
+        );
+    }
 }

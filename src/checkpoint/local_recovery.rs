@@ -60,10 +60,16 @@ pub struct RestoreReport {
     /// Rescaling: ingestions of another source's SST files (one per state) that RocksDB
     /// refused, so that state took the fallback.
     pub sst_ingestions_refused: usize,
-    /// Changelog mode: log segments downloaded and replayed onto the materializations.
+    /// Changelog mode: log segments downloaded and replayed onto the materializations (those
+    /// after the log's tables).
     pub log_segments: usize,
     /// Bytes of those segments.
     pub log_bytes: u64,
+    /// Changelog mode: log tables ingested in place of the segments they cover
+    /// (`sst_format::LogTable`).
+    pub log_tables: usize,
+    /// Bytes of their files.
+    pub log_table_bytes: u64,
     /// Batches those segments were downloaded and replayed in (see
     /// `ChangelogOptions::replay_batch_bytes`), summed over the replayed sources.
     pub log_batches: usize,

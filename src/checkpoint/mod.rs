@@ -140,6 +140,10 @@ pub struct CheckpointStats {
     pub materialized: bool,
     /// Changelog mode: bytes of the log segments uploaded (part of `bytes_uploaded`).
     pub log_bytes_uploaded: u64,
+    /// Changelog mode: log tables built and uploaded (`ChangelogOptions::table_bytes`).
+    pub log_tables_built: usize,
+    /// Bytes of their files (part of `bytes_uploaded`).
+    pub log_table_bytes_uploaded: u64,
 }
 
 /// What [`crate::KeyedBackend::sweep_orphans`] deleted.
@@ -407,6 +411,7 @@ pub(crate) fn begin_snapshot(
                     materialization_id: checkpoint_id,
                     materialized_seq: end_seq,
                     segments: Vec::new(),
+                    tables: Vec::new(),
                 });
                 changelog::materialization_started(
                     &pending.cp,
@@ -450,12 +455,23 @@ fn cut_log(
         .cut_changelog()?
         .ok_or_else(|| Error::Internal("changelog not started".into()))?;
     changelog::keep_cut(cp, &cut, &src.db.cf_names()?)?;
-    Ok(
-        match changelog::plan(cp, id, base, cut.end_seq, cut.complete, cp.clock.now_ms()) {
-            Some(plan) => Cut::Log(plan),
-            None => Cut::Materialize(cut.end_seq),
-        },
-    )
+    let writer = changelog::TableWriter {
+        options: src.db.options().clone(),
+        budget: src.db.budget().clone(),
+    };
+    let planned = changelog::plan(
+        cp,
+        id,
+        base,
+        cut.end_seq,
+        cut.complete,
+        cp.clock.now_ms(),
+        writer,
+    );
+    Ok(match planned {
+        Some(plan) => Cut::Log(plan),
+        None => Cut::Materialize(cut.end_seq),
+    })
 }
 
 /// Starts the database's changelog, numbered where the checkpointer's log book says.

@@ -162,7 +162,7 @@ impl PendingSnapshot {
             None => (plan, planned_base.as_ref()),
         };
         let mut new_shared = Vec::new();
-        let (log, log_bytes, segments_reused) = changelog::log_part(plan, base, |segment| {
+        let (mut log, log_bytes, segments_reused) = changelog::log_part(plan, base, |segment| {
             let name = layout::new_log_name(id, cp.clock.now_ms());
             cp.protect(id, std::slice::from_ref(&name));
             let digest = put_recorded(uploaded, &name, || {
@@ -177,6 +177,8 @@ impl PendingSnapshot {
             new_shared.push(name.clone());
             Ok((name, digest.size, digest.crc32))
         })?;
+        let (tables_built, table_bytes) =
+            self.log_tables(plan, base, &mut log, uploaded, &mut new_shared)?;
         let mut private_files = Vec::new();
         let mut private_bytes = 0u64;
         for (local_name, bytes) in &plan.materialized.private {
@@ -200,12 +202,97 @@ impl PendingSnapshot {
             sync_duration: self.sync_duration,
             files_uploaded: new_shared.len() + private_files.len(),
             files_reused: base.shared_files.len() + segments_reused,
-            bytes_uploaded: log_bytes + private_bytes,
+            bytes_uploaded: log_bytes + table_bytes + private_bytes,
             log_bytes_uploaded: log_bytes,
+            log_tables_built: tables_built,
+            log_table_bytes_uploaded: table_bytes,
             ..CheckpointStats::default()
         };
         let manifest = self.manifest(base.shared_files.clone(), private_files, Some(log));
         self.commit(manifest, uploaded, new_shared, stats, start)
+    }
+
+    /// Gives `log` (this log checkpoint's, its segments uploaded) its tables
+    /// ([`changelog::table_slots`]): the base's it keeps, and the new ones built from their
+    /// segments (this backend's own files where it still has them, else fetched and checked)
+    /// and uploaded. Returns how many were built and the bytes uploaded.
+    fn log_tables(
+        &self,
+        plan: &LogPlan,
+        base: &CheckpointManifest,
+        log: &mut sst_format::Changelog,
+        uploaded: &Mutex<Vec<String>>,
+        new_shared: &mut Vec<String>,
+    ) -> Result<(usize, u64)> {
+        let cp = &self.cp;
+        let slots = changelog::table_slots(log, base, &cp.options.changelog);
+        let mut tables = Vec::with_capacity(slots.len());
+        let (mut built, mut bytes) = (0usize, 0u64);
+        let locals = changelog::local_files(plan);
+        let dir = layout::table_build_dir(&cp.staging_root, &cp.backend_id, self.id);
+        for slot in slots {
+            let (first_seq, end_seq, level, range) = match slot {
+                changelog::TableSlot::Keep(t) => {
+                    tables.push(t);
+                    continue;
+                }
+                changelog::TableSlot::Build {
+                    first_seq,
+                    end_seq,
+                    level,
+                    segments,
+                } => (first_seq, end_seq, level, segments),
+            };
+            let sources = log
+                .segments
+                .get(range)
+                .ok_or_else(|| Error::Internal("a log table over segments the log lacks".into()))?;
+            let segments = crate::replay::fetch(cp.storage.as_ref(), sources, 1, |s| {
+                locals
+                    .get(&s.first_seq)
+                    .filter(|(_, size, crc32)| (*size, *crc32) == (s.size, s.crc32))
+                    .map(|(path, _, _)| path.clone())
+            })?;
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            let result = (|| {
+                let files = crate::replay::build_table(
+                    &layout::metadata_name(self.id, &cp.backend_id),
+                    &segments,
+                    self.key_groups,
+                    self.max_parallelism,
+                    &plan.table_writer.options,
+                    &plan.table_writer.budget,
+                    &dir,
+                )?;
+                let mut out = Vec::with_capacity(files.len());
+                for (column_family, path) in files {
+                    let name = layout::new_shared_name(self.id, cp.clock.now_ms());
+                    cp.protect(self.id, std::slice::from_ref(&name));
+                    let digest =
+                        put_recorded(uploaded, &name, || cp.storage.put_file(&name, &path))?;
+                    new_shared.push(name.clone());
+                    bytes += digest.size;
+                    out.push(sst_format::LogTableFile {
+                        column_family,
+                        remote_name: name,
+                        size: digest.size,
+                        crc32: digest.crc32,
+                    });
+                }
+                Ok::<_, Error>(out)
+            })();
+            let _ = fs::remove_dir_all(&dir);
+            tables.push(sst_format::LogTable {
+                first_seq,
+                end_seq,
+                level,
+                files: result?,
+            });
+            built += 1;
+        }
+        log.tables = tables;
+        Ok((built, bytes))
     }
 
     /// This checkpoint's manifest, naming `shared_files`, `private_files` and `changelog`.

@@ -253,6 +253,16 @@ impl Db {
         &self.path
     }
 
+    /// The options the database was opened with.
+    pub(crate) fn options(&self) -> &DbOptions {
+        &self.options
+    }
+
+    /// The memory budget the database draws on.
+    pub(crate) fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
     /// The column family `name`, if it exists (`Ok(None)`), on an open database.
     pub(crate) fn cf(self: &Arc<Self>, name: &str) -> Result<Option<Cf>> {
         let slot = self.opened()?.slot(name);

@@ -75,11 +75,11 @@ pub use job::{
 };
 pub use manifest::{
     decode_manifest, decode_manifest_body, encode_manifest, MANIFEST_MAGIC, MANIFEST_VERSION,
-    MANIFEST_VERSION_1, MANIFEST_VERSION_2, MAX_MANIFEST_BODY_BYTES,
+    MANIFEST_VERSION_1, MANIFEST_VERSION_2, MANIFEST_VERSION_3, MAX_MANIFEST_BODY_BYTES,
 };
 pub use meta::{
-    Changelog, CheckpointManifest, LogSegmentFile, OperatorListState, PrivateFile,
-    RedistributionMode, SharedFile, SstKeyRange, StateKind, StateMeta,
+    Changelog, CheckpointManifest, LogSegmentFile, LogTable, LogTableFile, OperatorListState,
+    PrivateFile, RedistributionMode, SharedFile, SstKeyRange, StateKind, StateMeta,
 };
 pub use properties::TableProperties;
 pub use savepoint::{

@@ -5,7 +5,8 @@
 //! ```text
 //! offset  size  field
 //! 0       4     magic "RSTM"
-//! 4       2     format version, u16 little-endian (MANIFEST_VERSION = 3; 2 and 1 are still read)
+//! 4       2     format version, u16 little-endian (MANIFEST_VERSION = 4; 3, 2 and 1 are still
+//!               read)
 //! 6       4     body length N, u32 little-endian
 //! 10      N     body = zstd(postcard(CheckpointManifest))
 //! 10+N    4     CRC-32 (IEEE, as computed by crc32fast) of the N body bytes, u32 little-endian
@@ -13,8 +14,9 @@
 //!
 //! The decoder checks, in order: magic, version, header length, total length (exactly
 //! `14 + N`), CRC, then decompresses (at most [`MAX_MANIFEST_BODY_BYTES`]) and decodes the
-//! body, which must be consumed exactly. The body types live in [`crate::meta`]; version 2's
-//! body differs only in lacking `CheckpointManifest::changelog`, version 1's also in lacking
+//! body, which must be consumed exactly. The body types live in [`crate::meta`]; version 3's
+//! body differs only in lacking `Changelog::tables`, version 2's in lacking
+//! `CheckpointManifest::changelog` altogether, version 1's also in lacking
 //! `SharedFile::key_range`, and each is decoded by its own types here.
 //! `docs/manifest-format.md` documents every byte.
 
@@ -24,15 +26,22 @@ use serde::Deserialize;
 
 use crate::coding::fixed32;
 use crate::error::{Error, Result};
-use crate::meta::{CheckpointManifest, OperatorListState, PrivateFile, SharedFile, StateMeta};
+use crate::meta::{
+    Changelog, CheckpointManifest, LogSegmentFile, OperatorListState, PrivateFile, SharedFile,
+    StateMeta,
+};
 use crate::sst::SstUniqueId;
 
 /// First four bytes of every manifest.
 pub const MANIFEST_MAGIC: [u8; 4] = *b"RSTM";
 
-/// The manifest format version this build writes (it reads it, [`MANIFEST_VERSION_2`] and
-/// [`MANIFEST_VERSION_1`]).
-pub const MANIFEST_VERSION: u16 = 3;
+/// The manifest format version this build writes (it reads it, [`MANIFEST_VERSION_3`],
+/// [`MANIFEST_VERSION_2`] and [`MANIFEST_VERSION_1`]).
+pub const MANIFEST_VERSION: u16 = 4;
+
+/// The third manifest format version, still decoded: its changelog has no sorted tables
+/// (`Changelog::tables` is empty).
+pub const MANIFEST_VERSION_3: u16 = 3;
 
 /// The second manifest format version, still decoded: it has no changelog
 /// (`CheckpointManifest::changelog` is `None`).
@@ -103,7 +112,14 @@ pub fn decode_manifest(bytes: &[u8]) -> Result<CheckpointManifest> {
         });
     }
     let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if ![MANIFEST_VERSION, MANIFEST_VERSION_2, MANIFEST_VERSION_1].contains(&version) {
+    if ![
+        MANIFEST_VERSION,
+        MANIFEST_VERSION_3,
+        MANIFEST_VERSION_2,
+        MANIFEST_VERSION_1,
+    ]
+    .contains(&version)
+    {
         return Err(Error::UnknownManifestVersion(version));
     }
     let body_len = fixed32(bytes, 6).ok_or(Error::Truncated {
@@ -141,6 +157,10 @@ pub fn decode_manifest(bytes: &[u8]) -> Result<CheckpointManifest> {
         let raw = decompress_limited(body, MAX_MANIFEST_BODY_BYTES)?;
         return Ok(take_all::<ManifestV2>(&raw)?.into());
     }
+    if version == MANIFEST_VERSION_3 {
+        let raw = decompress_limited(body, MAX_MANIFEST_BODY_BYTES)?;
+        return Ok(take_all::<ManifestV3>(&raw)?.into());
+    }
     decode_manifest_body(body)
 }
 
@@ -165,8 +185,56 @@ fn take_all<'de, T: Deserialize<'de>>(raw: &'de [u8]) -> Result<T> {
     Ok(value)
 }
 
+/// The version-3 body: [`CheckpointManifest`] whose changelog has no tables. Field order is
+/// the format (docs/manifest-format.md §4).
+#[derive(Deserialize)]
+struct ManifestV3 {
+    checkpoint_id: u64,
+    backend_id: String,
+    key_group_start: u16,
+    key_group_end: u16,
+    max_parallelism: u32,
+    states: Vec<StateMeta>,
+    shared_files: Vec<SharedFile>,
+    private_files: Vec<PrivateFile>,
+    operator_state: Vec<OperatorListState>,
+    created_at_ms: u64,
+    changelog: Option<ChangelogV3>,
+}
+
+/// A version-3 changelog: segments only.
+#[derive(Deserialize)]
+struct ChangelogV3 {
+    materialization_id: u64,
+    materialized_seq: u64,
+    segments: Vec<LogSegmentFile>,
+}
+
+impl From<ManifestV3> for CheckpointManifest {
+    fn from(m: ManifestV3) -> Self {
+        CheckpointManifest {
+            checkpoint_id: m.checkpoint_id,
+            backend_id: m.backend_id,
+            key_group_start: m.key_group_start,
+            key_group_end: m.key_group_end,
+            max_parallelism: m.max_parallelism,
+            states: m.states,
+            shared_files: m.shared_files,
+            private_files: m.private_files,
+            operator_state: m.operator_state,
+            created_at_ms: m.created_at_ms,
+            changelog: m.changelog.map(|c| Changelog {
+                materialization_id: c.materialization_id,
+                materialized_seq: c.materialized_seq,
+                segments: c.segments,
+                tables: Vec::new(),
+            }),
+        }
+    }
+}
+
 /// The version-2 body: [`CheckpointManifest`] without the changelog. Field order is the
-/// format (docs/manifest-format.md §4).
+/// format (docs/manifest-format.md §5).
 #[derive(Deserialize)]
 struct ManifestV2 {
     checkpoint_id: u64,
@@ -200,7 +268,7 @@ impl From<ManifestV2> for CheckpointManifest {
 }
 
 /// The version-1 body: [`CheckpointManifest`] with version-1 shared files. Field order is the
-/// format (docs/manifest-format.md §5).
+/// format (docs/manifest-format.md §6).
 #[derive(Deserialize)]
 struct ManifestV1 {
     checkpoint_id: u64,

@@ -1,6 +1,7 @@
 //! The body types of the checkpoint manifest (`chk-<id>/_metadata`, docs/manifest-format.md),
-//! version 3 (version 2 lacked [`CheckpointManifest::changelog`], version 1 also
-//! [`SharedFile::key_range`]; their layouts live on in `crate::manifest` as their decoders).
+//! version 4 (version 3 lacked [`Changelog::tables`], version 2 the whole
+//! [`CheckpointManifest::changelog`], version 1 also [`SharedFile::key_range`]; their layouts
+//! live on in `crate::manifest` as their decoders).
 //!
 //! This module owns the *content* of a manifest; [`crate::manifest`] owns its *framing*
 //! (magic, version, length, zstd, CRC). The types are serialized with postcard, which encodes
@@ -42,7 +43,8 @@ pub struct CheckpointManifest {
     pub changelog: Option<Changelog>,
 }
 
-/// The log part of a changelog-mode checkpoint (manifest version 3).
+/// The log part of a changelog-mode checkpoint (manifest version 3; `tables` since version
+/// 4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Changelog {
     /// The checkpoint whose sync phase cut the materialization (the manifest's files).
@@ -53,6 +55,42 @@ pub struct Changelog {
     /// The segments holding the changes from `materialized_seq` on: in sequence order, each
     /// starting where the one before it ended, the first at `materialized_seq`.
     pub segments: Vec<LogSegmentFile>,
+    /// The same changes from `materialized_seq` on, up to some segment boundary, as sorted
+    /// tables a restore ingests instead of replaying those segments (version 4; empty in
+    /// every manifest of version 3): in sequence order, each starting where the one before
+    /// it ended, the first at `materialized_seq`, each ending where a segment ends.
+    pub tables: Vec<LogTable>,
+}
+
+/// The changes of a run of consecutive log segments, `[first_seq, end_seq)`, as sorted
+/// tables: per column family one SST holding the last change of every key the run changed
+/// (a delete as a point tombstone), so ingesting the tables above the state before the run
+/// gives the state after it (manifest version 4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogTable {
+    /// Sequence number of the run's first change (where its first segment starts).
+    pub first_seq: u64,
+    /// Sequence number after its last change (where its last segment ends).
+    pub end_seq: u64,
+    /// How many merges built it: 1 for a table built from segments not in a table before,
+    /// one more than the level of the tables a merge replaced. The writer's merge policy
+    /// reads it; a restore does not.
+    pub level: u8,
+    /// One SST per column family the run changed, in column-family name order.
+    pub files: Vec<LogTableFile>,
+}
+
+/// One uploaded SST of a [`LogTable`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogTableFile {
+    /// The column family it goes into (`default`, or a keyed state's).
+    pub column_family: String,
+    /// Object name under the storage root (`shared/<id>-<ms>-<16 hex>.sst`).
+    pub remote_name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// CRC-32 (IEEE) of the whole object.
+    pub crc32: u32,
 }
 
 /// One uploaded changelog segment (docs/changelog-format.md).

@@ -1,6 +1,6 @@
-//! The checkpoint manifest codec: round trips, the pinned version-3 encoding (with and without
-//! a changelog), committed version-1 and version-2 files still decoding, and one test per typed
-//! error.
+//! The checkpoint manifest codec: round trips, the pinned version-4 encoding (with and without
+//! a changelog, with and without log tables), committed version-1, -2 and -3 files still
+//! decoding, and one test per typed error.
 
 use std::io::Read;
 
@@ -8,8 +8,9 @@ use proptest::prelude::*;
 use serde::Serialize;
 use sst_format::{
     decode_manifest, decode_manifest_body, encode_manifest, Changelog, CheckpointManifest, Error,
-    LogSegmentFile, OperatorListState, PrivateFile, RedistributionMode, SharedFile, SstKeyRange,
-    SstUniqueId, StateKind, StateMeta, MANIFEST_MAGIC, MANIFEST_VERSION, MANIFEST_VERSION_2,
+    LogSegmentFile, LogTable, LogTableFile, OperatorListState, PrivateFile, RedistributionMode,
+    SharedFile, SstKeyRange, SstUniqueId, StateKind, StateMeta, MANIFEST_MAGIC, MANIFEST_VERSION,
+    MANIFEST_VERSION_2, MANIFEST_VERSION_3,
 };
 
 /// A manifest exercising every field and every enum variant of version 1 (what the committed
@@ -145,7 +146,35 @@ fn sample_v3() -> CheckpointManifest {
                 key_groups: None,
             },
         ],
+        tables: Vec::new(),
     });
+    m
+}
+
+/// [`sample_v3`] whose first segment is also a log table of two column families (version 4).
+fn sample_v4() -> CheckpointManifest {
+    let mut m = sample_v3();
+    if let Some(c) = m.changelog.as_mut() {
+        c.tables.push(LogTable {
+            first_seq: 1_000_000,
+            end_seq: 1_000_120,
+            level: 1,
+            files: vec![
+                LogTableFile {
+                    column_family: "default".into(),
+                    remote_name: "shared/3-1700000000130-0000000000000003.sst".into(),
+                    size: 1_200,
+                    crc32: 0x1234_5678,
+                },
+                LogTableFile {
+                    column_family: "s:clicks".into(),
+                    remote_name: "shared/3-1700000000130-0000000000000004.sst".into(),
+                    size: 3_900,
+                    crc32: 0x9abc_def0,
+                },
+            ],
+        });
+    }
     m
 }
 
@@ -243,7 +272,8 @@ fn pinned_manifest() -> CheckpointManifest {
     }
 }
 
-/// The postcard encoding of [`pinned_manifest`] (version 3, no changelog), byte by byte.
+/// The postcard encoding of [`pinned_manifest`] (version 4, no changelog: also its version-3
+/// encoding), byte by byte.
 #[rustfmt::skip]
 const PINNED_BODY: &[u8] = &[
         0xac, 0x02,             // checkpoint_id 300 (varint)
@@ -282,12 +312,12 @@ const PINNED_BODY: &[u8] = &[
 /// through it). Changing the body types changes these bytes: that is a format break and needs
 /// a new MANIFEST_VERSION.
 #[test]
-fn v3_body_encoding_is_pinned() {
+fn v4_body_encoding_is_pinned() {
     let m = pinned_manifest();
     assert_eq!(postcard::to_stdvec(&m).unwrap(), PINNED_BODY);
     let framed = encode_manifest(&m).unwrap();
     assert_eq!(&framed[..4], b"RSTM");
-    assert_eq!(&framed[4..6], &[3, 0]);
+    assert_eq!(&framed[4..6], &[4, 0]);
     let n = u32::from_le_bytes(framed[6..10].try_into().unwrap()) as usize;
     assert_eq!(framed.len(), 10 + n + 4);
     let crc = crc32fast::hash(&framed[10..10 + n]);
@@ -296,9 +326,11 @@ fn v3_body_encoding_is_pinned() {
 }
 
 /// The same manifest with a changelog of one segment (the segment pinned by
-/// `tests/changelog.rs`): the body is the one above up to `created_at_ms`, then the changelog.
+/// `tests/changelog.rs`) and one log table over it: the body is the one above up to
+/// `created_at_ms`, then the changelog. Without the table's bytes (the version-3 layout of
+/// the same changelog, whose tables are empty) it decodes from a version-3 file.
 #[test]
-fn v3_body_with_changelog_is_pinned() {
+fn v4_body_with_changelog_is_pinned() {
     let mut m = pinned_manifest();
     m.changelog = Some(Changelog {
         materialization_id: 7,
@@ -310,6 +342,17 @@ fn v3_body_with_changelog_is_pinned() {
             first_seq: 300,
             entries: 3,
             key_groups: Some((5, 5)),
+        }],
+        tables: vec![LogTable {
+            first_seq: 300,
+            end_seq: 303,
+            level: 1,
+            files: vec![LogTableFile {
+                column_family: "s".into(),
+                remote_name: "t".into(),
+                size: 900,
+                crc32: 1,
+            }],
         }],
     });
     #[rustfmt::skip]
@@ -327,21 +370,44 @@ fn v3_body_with_changelog_is_pinned() {
         0x05,                         //       smallest key group 5
         0x05,                         //       largest key group 5
     ];
-    let expected = [&PINNED_BODY[..PINNED_BODY.len() - 1], changelog].concat();
+    #[rustfmt::skip]
+    let tables: &[u8] = &[
+        0x01,                         //   tables: 1 element
+        0xac, 0x02,                   //     first_seq 300
+        0xaf, 0x02,                   //     end_seq 303
+        0x01,                         //     level 1
+        0x01,                         //     files: 1 element
+        0x01, b's',                   //       column_family
+        0x01, b't',                   //       remote_name
+        0x84, 0x07,                   //       size 900
+        0x01,                         //       crc32 1
+    ];
+    let head = &PINNED_BODY[..PINNED_BODY.len() - 1];
+    let expected = [head, changelog, tables].concat();
     assert_eq!(postcard::to_stdvec(&m).unwrap(), expected);
     let framed = encode_manifest(&m).unwrap();
-    assert_eq!(&framed[4..6], &[3, 0]);
+    assert_eq!(&framed[4..6], &[4, 0]);
     assert_eq!(raw_body(&framed), expected);
     assert_eq!(decode_manifest(&framed).unwrap(), m);
+    // No tables: one byte 00; the version-3 body is the same without it.
+    let mut no_tables = m.clone();
+    if let Some(c) = no_tables.changelog.as_mut() {
+        c.tables.clear();
+    }
+    let v4 = [head, changelog, &[0x00]].concat();
+    assert_eq!(postcard::to_stdvec(&no_tables).unwrap(), v4);
+    let v3 = [head, changelog].concat();
+    let v3_file = frame_version(MANIFEST_VERSION_3, &zstd::bulk::compress(&v3, 3).unwrap());
+    assert_eq!(decode_manifest(&v3_file).unwrap(), no_tables);
     // key_groups None is the single byte 00.
-    if let Some(c) = m.changelog.as_mut() {
+    if let Some(c) = no_tables.changelog.as_mut() {
         c.segments[0].key_groups = None;
     }
-    let none = [&expected[..expected.len() - 3], &[0x00]].concat();
-    assert_eq!(postcard::to_stdvec(&m).unwrap(), none);
+    let none = [head, &changelog[..changelog.len() - 3], &[0x00, 0x00]].concat();
+    assert_eq!(postcard::to_stdvec(&no_tables).unwrap(), none);
 }
 
-/// The version-2 layout of the pinned manifest is the version-3 body without its last byte
+/// The version-2 layout of the pinned manifest is the version-4 body without its last byte
 /// (the `None` of `changelog`), and decodes from a version-2 file with `changelog: None`.
 #[test]
 fn v2_body_encoding_is_pinned() {
@@ -386,36 +452,53 @@ fn committed_v2_manifest_still_decodes() {
     assert_eq!(decode_manifest(&empty).unwrap().changelog, None);
 }
 
-/// The committed version-3 sample with a changelog decodes.
+/// The committed version-3 sample with a changelog still decodes, with no log tables.
 #[test]
-fn committed_v3_manifest_decodes() {
+fn committed_v3_manifest_still_decodes() {
     let bytes = committed("v3_changelog.rstm");
     assert_eq!(&bytes[4..6], &[3, 0], "a version-3 file");
     assert_eq!(decode_manifest(&bytes).unwrap(), sample_v3());
 }
 
+/// The committed version-4 sample with a changelog and a log table decodes.
+#[test]
+fn committed_v4_manifest_decodes() {
+    let bytes = committed("v4_tables.rstm");
+    assert_eq!(&bytes[4..6], &[4, 0], "a version-4 file");
+    assert_eq!(decode_manifest(&bytes).unwrap(), sample_v4());
+}
+
 /// Each version decodes with its own layout only: a body under another version's label is
 /// refused (the layouts differ: version 2 adds a byte to every shared file, version 3 one or
-/// more at the end).
+/// more at the end, version 4 one or more at the end of a changelog). The one exception: a
+/// manifest without a changelog has the same body in versions 3 and 4.
 #[test]
 fn versions_are_not_interchangeable() {
     let v1 = committed("v1_sample.rstm");
     let v2 = encode_v2(&sample_v2());
-    let v3_none = encode_manifest(&sample_v2()).unwrap();
-    let v3_some = encode_manifest(&sample_v3()).unwrap();
+    let v3_some = committed("v3_changelog.rstm");
+    let v4_none = encode_manifest(&sample_v2()).unwrap();
+    let v4_some = encode_manifest(&sample_v3()).unwrap();
+    let v4_tables = encode_manifest(&sample_v4()).unwrap();
     let relabelled = |file: &[u8], version: u8| {
         let mut f = file.to_vec();
         f[4] = version;
         decode_manifest(&f)
     };
-    for (name, file, own) in [
-        ("v1", &v1, 1u8),
-        ("v2", &v2, 2),
-        ("v3 without changelog", &v3_none, 3),
-        ("v3 with changelog", &v3_some, 3),
+    assert_eq!(relabelled(&v4_none, 3).unwrap(), sample_v2());
+    for (name, file, own, same) in [
+        ("v1", &v1, 1u8, None),
+        ("v2", &v2, 2, None),
+        ("v3 with changelog", &v3_some, 3, None),
+        ("v4 without changelog", &v4_none, 4, Some(3u8)),
+        ("v4 with changelog", &v4_some, 4, None),
+        ("v4 with tables", &v4_tables, 4, None),
     ] {
         assert!(relabelled(file, own).is_ok(), "{name} as itself");
-        for other in [1u8, 2, 3].into_iter().filter(|&v| v != own) {
+        for other in [1u8, 2, 3, 4]
+            .into_iter()
+            .filter(|&v| v != own && Some(v) != same)
+        {
             assert!(
                 matches!(relabelled(file, other), Err(Error::Decode(_))),
                 "{name} labelled {other}"
@@ -426,7 +509,7 @@ fn versions_are_not_interchangeable() {
 
 #[test]
 fn roundtrip_and_determinism() {
-    let m = sample_v3();
+    let m = sample_v4();
     let a = encode_manifest(&m).unwrap();
     let b = encode_manifest(&m).unwrap();
     assert_eq!(a, b, "encoding is deterministic");
@@ -464,7 +547,7 @@ fn bad_magic() {
 
 #[test]
 fn unknown_version() {
-    for v in [0u16, 4, 0xffff] {
+    for v in [0u16, 5, 0xffff] {
         let mut a = encode_manifest(&sample()).unwrap();
         a[4..6].copy_from_slice(&v.to_le_bytes());
         match decode_manifest(&a) {
@@ -548,7 +631,8 @@ fn body_decode_failure() {
 
 #[test]
 fn every_single_byte_change_is_an_error() {
-    let a = encode_manifest(&sample()).unwrap();
+    // With log tables, so no other version's layout reads the same body.
+    let a = encode_manifest(&sample_v4()).unwrap();
     let mut buf = a.clone();
     for pos in 0..a.len() {
         for v in 0..=255u8 {
@@ -668,16 +752,38 @@ fn arb_manifest() -> impl Strategy<Value = CheckpointManifest> {
                 key_groups,
             },
         );
+    let table_file = (".{0,12}", ".{0,40}", any::<u64>(), any::<u32>()).prop_map(
+        |(column_family, remote_name, size, crc32)| LogTableFile {
+            column_family,
+            remote_name,
+            size,
+            crc32,
+        },
+    );
+    let table = (
+        any::<u64>(),
+        any::<u64>(),
+        any::<u8>(),
+        prop::collection::vec(table_file, 0..4),
+    )
+        .prop_map(|(first_seq, end_seq, level, files)| LogTable {
+            first_seq,
+            end_seq,
+            level,
+            files,
+        });
     let changelog = (
         any::<u64>(),
         any::<u64>(),
         prop::collection::vec(segment, 0..6),
+        prop::collection::vec(table, 0..4),
     )
         .prop_map(
-            |(materialization_id, materialized_seq, segments)| Changelog {
+            |(materialization_id, materialized_seq, segments, tables)| Changelog {
                 materialization_id,
                 materialized_seq,
                 segments,
+                tables,
             },
         );
     (
@@ -742,8 +848,8 @@ proptest! {
     }
 }
 
-/// Rewrites the committed version-3 sample manifests of the fuzz seed corpus (the version-1
-/// and version-2 samples are frozen: no build writes those versions any more). Run with
+/// Rewrites the committed version-4 sample manifests of the fuzz seed corpus (the version-1,
+/// -2 and -3 samples are frozen: no build writes those versions any more). Run with
 /// `ROCKSTATE_REGENERATE_MANIFEST_SEEDS=1 cargo test -p sst-format --test manifest -- --ignored`.
 #[test]
 #[ignore = "rewrites committed seed files; set ROCKSTATE_REGENERATE_MANIFEST_SEEDS=1"]
@@ -757,13 +863,13 @@ fn regenerate_manifest_seeds() {
     );
     std::fs::create_dir_all(dir).unwrap();
     let write = |name: &str, bytes: &[u8]| std::fs::write(format!("{dir}/{name}"), bytes).unwrap();
-    write("v3_changelog.rstm", &encode_manifest(&sample_v3()).unwrap());
-    // A bare version-3 body (zstd frame) for the body decoder, and an unknown version.
-    let s = encode_manifest(&sample_v3()).unwrap();
-    write("body_sample_v3.zst", &s[10..s.len() - 4]);
-    write("version4.rstm", &{
+    write("v4_tables.rstm", &encode_manifest(&sample_v4()).unwrap());
+    // A bare version-4 body (zstd frame) for the body decoder, and an unknown version.
+    let s = encode_manifest(&sample_v4()).unwrap();
+    write("body_sample_v4.zst", &s[10..s.len() - 4]);
+    write("version5.rstm", &{
         let mut v = s.clone();
-        v[4] = 4;
+        v[4] = 5;
         v
     });
 }

@@ -184,6 +184,8 @@ impl Run<'_> {
             .int("reused_files", stats.files_reused as u64)
             .int("state_bytes", stats.state_bytes)
             .int("materialized", u64::from(stats.materialized))
+            .int("log_tables_built", stats.log_tables_built as u64)
+            .int("log_table_bytes", stats.log_table_bytes_uploaded)
             .print_above(&self.bar);
         Ok(stats)
     }
@@ -514,6 +516,8 @@ fn compare_changelog_restore(
         .num("changelog_ms", ms(c), 1)
         .num("sst_only_ms", ms(s), 1)
         .num("ratio", c.as_secs_f64() / s.as_secs_f64(), 3)
+        .int("log_tables", report.log_tables as u64)
+        .int("log_table_bytes", report.log_table_bytes)
         .int("log_segments", report.log_segments as u64)
         .int("log_batches", report.log_batches as u64)
         .int("log_bytes", report.log_bytes)
