@@ -115,42 +115,52 @@ pub(crate) fn prepare(
         .tempdir_in(scratch_in)
         .map_err(|e| Error::io(scratch_in, e))?;
     let mut counts = ReplayCounts::default();
-    let tables = fetch_tables(storage, &log.tables, scratch.path(), threads)?;
     counts.tables = log.tables.len();
     counts.table_bytes = log
         .tables
         .iter()
         .flat_map(|t| t.files.iter().map(|f| f.size))
         .sum();
-    let mut prepared = Vec::new();
-    let rest = &log.segments[after_tables..];
-    for (i, batch) in batches(rest, batch_bytes).into_iter().enumerate() {
-        let segments = fetch(storage, batch, threads, |_| None)?;
-        counts.segment_bytes += batch.iter().map(|s| s.size).sum::<u64>();
-        let ranged = segments.iter().any(|seg| {
-            seg.entries()
-                .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
-        });
-        counts.segments += segments.len();
-        counts.batches += 1;
-        prepared.push(if ranged {
-            Batch::Entries(segments)
-        } else {
-            let files = scratch.path().join(format!("batch-{i}"));
-            std::fs::create_dir(&files).map_err(|e| Error::io(&files, e))?;
-            sort_batch(
-                name,
-                &segments,
-                target,
-                m.max_parallelism,
-                options,
-                budget,
-                &files,
-                replay_threads(),
-                &mut counts,
-            )?
-        });
-    }
+    // The tables are fetched (and their CRCs computed) beside the segments' preparation.
+    let (tables, prepared) = std::thread::scope(|scope| {
+        let tables = scope.spawn(|| fetch_tables(storage, &log.tables, scratch.path(), threads));
+        let prepared = (|| {
+            let mut prepared = Vec::new();
+            let rest = &log.segments[after_tables..];
+            for (i, batch) in batches(rest, batch_bytes).into_iter().enumerate() {
+                let segments = fetch(storage, batch, threads, |_| None)?;
+                counts.segment_bytes += batch.iter().map(|s| s.size).sum::<u64>();
+                let ranged = segments.iter().any(|seg| {
+                    seg.entries()
+                        .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
+                });
+                counts.segments += segments.len();
+                counts.batches += 1;
+                prepared.push(if ranged {
+                    Batch::Entries(segments)
+                } else {
+                    let files = scratch.path().join(format!("batch-{i}"));
+                    std::fs::create_dir(&files).map_err(|e| Error::io(&files, e))?;
+                    sort_batch(
+                        name,
+                        &segments,
+                        target,
+                        m.max_parallelism,
+                        options,
+                        budget,
+                        &files,
+                        replay_threads(),
+                        &mut counts,
+                    )?
+                });
+            }
+            Ok::<_, Error>(prepared)
+        })();
+        let tables = tables
+            .join()
+            .map_err(|_| Error::Internal("the log table fetch panicked".into()))?;
+        Ok::<_, Error>((tables?, prepared?))
+    })?;
     Ok(Some(Prepared {
         scratch,
         tables,
@@ -163,9 +173,7 @@ pub(crate) fn prepare(
 }
 
 /// Applies a [`prepare`]d log (of the manifest object `name`) onto the downloaded
-/// materialization in `dir`: the tables one after another, each file ingested into its
-/// column family, then the segments' batches, each above everything before it (metadata
-/// entries through the memtable, the SST files ingested per state in one call). The
+/// materialization in `dir` (see [`apply_onto`]), opened with the source's key layout. The
 /// database is closed before this returns.
 pub(crate) fn apply(
     prepared: Prepared,
@@ -174,13 +182,26 @@ pub(crate) fn apply(
     options: &DbOptions,
     budget: &MemoryBudget,
 ) -> Result<ReplayCounts> {
-    let mut counts = prepared.counts;
     let db = Db::open(
         dir,
         options,
         budget,
         Some(KeyLayout::new(prepared.max_parallelism, prepared.source)),
     )?;
+    let result = apply_onto(prepared, &db, name);
+    let closed = db.close();
+    let counts = result?;
+    closed?;
+    Ok(counts)
+}
+
+/// Applies a [`prepare`]d log (of the manifest object `name`) onto `db`, the downloaded
+/// materialization open: the tables one after another, each file ingested into its column
+/// family, then the segments' batches, each above everything before it (metadata entries
+/// through the memtable, the SST files ingested per state in one call). A plain restore
+/// applies the log onto the database it hands to the backend, so RocksDB opens once.
+pub(crate) fn apply_onto(prepared: Prepared, db: &Arc<Db>, name: &str) -> Result<ReplayCounts> {
+    let mut counts = prepared.counts;
     let result = (|| {
         for table in &prepared.tables {
             for (cf, file) in table {
@@ -223,7 +244,7 @@ pub(crate) fn apply(
                 Batch::Entries(segments) => {
                     for seg in segments {
                         apply_segment(
-                            &db,
+                            db,
                             name,
                             seg,
                             prepared.target,
@@ -236,10 +257,8 @@ pub(crate) fn apply(
         }
         Ok(())
     })();
-    let closed = db.close();
     drop(prepared.scratch);
     result?;
-    closed?;
     Ok(counts)
 }
 

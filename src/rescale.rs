@@ -156,8 +156,10 @@ struct Plan {
     rewrite: Vec<KeyGroupRange>,
 }
 
-/// Checks `base` (already in the target directory) and, unless its range is the target's and
-/// there are no `others`, rebuilds it for `target`, merging `others`. Returns the base
+/// Checks `base` (already in the target directory; `opened`: its database, when the caller
+/// opened it already with `target`'s options and key layout, and it has no skipped files)
+/// and, unless its range is the target's and there are no `others`, rebuilds it for
+/// `target`, merging `others`. Returns the base
 /// database open as the backend uses it (`target`'s options, budget and key layout), so the
 /// restore hands it to the backend instead of closing and opening it again: an open of
 /// RocksDB writes and syncs a new MANIFEST, OPTIONS file and WAL and reads every table file's
@@ -165,6 +167,7 @@ struct Plan {
 /// time (`rockstate-bench rescale --keys 200000`, docs/rescale.md §2 step 6).
 pub(crate) fn rescale(
     base: &Source<'_>,
+    opened: Option<Arc<Db>>,
     others: &[Source<'_>],
     target: &Target<'_>,
 ) -> Result<(RescaleStats, Arc<Db>)> {
@@ -174,10 +177,17 @@ pub(crate) fn rescale(
     let claimed = claimed_range(base)?;
     // Only the parts of the base's claimed range outside the target are clipped.
     let clips = clip_ranges(claimed, target.key_groups, m);
-    let db = if base.skipped.is_empty() {
-        Db::open(base.dir, target.options, target.budget, layout)?
-    } else {
-        open_without_skipped(base, target, layout, &clips, &mut stats)?
+    let db = match opened {
+        Some(db) if base.skipped.is_empty() => db,
+        Some(_) => {
+            return Err(Error::Internal(
+                "a base opened before the rescale with files skipped".into(),
+            ))
+        }
+        None if base.skipped.is_empty() => {
+            Db::open(base.dir, target.options, target.budget, layout)?
+        }
+        None => open_without_skipped(base, target, layout, &clips, &mut stats)?,
     };
     let base_states = check_source(&db, base, m)?;
     let mut list_seq = read_list_seq(&db.default_cf()?)?;

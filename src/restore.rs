@@ -34,7 +34,7 @@ use crate::checkpoint::owner::{read_record, record_ids};
 use crate::checkpoint::registry::{list_committed, RestoredBase};
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
 use crate::clock::Clock;
-use crate::db::{Db, MemoryBudget};
+use crate::db::{Db, KeyLayout, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::layout;
@@ -322,10 +322,26 @@ fn restore_pinned<T>(
             None => MemoryBudget::process_default()?,
         };
         // Changelog mode: each source's log after its materialization is fetched, sorted and
-        // written into SST files while the materializations download (`crate::replay`).
-        let (counts, prepared) = std::thread::scope(|scope| {
-            let download =
-                scope.spawn(|| download_all(storage, &dirs, p.transfer_threads, &p.shared_fetches));
+        // written into SST files while the materializations download (`crate::replay`). A
+        // plain restore with a log to apply opens its database as soon as the files are in,
+        // while the log may still be in preparation (its private files read first: the open
+        // writes a new MANIFEST), and the log goes onto the database the backend gets.
+        let open_early = !rescaling
+            && manifest
+                .changelog
+                .as_ref()
+                .is_some_and(|c| !c.segments.is_empty());
+        let (counts, early, prepared) = std::thread::scope(|scope| {
+            let download = scope.spawn(|| {
+                let counts = download_all(storage, &dirs, p.transfer_threads, &p.shared_fetches)?;
+                if !open_early {
+                    return Ok((counts, None));
+                }
+                let private = read_private(&manifest, &target)?;
+                let layout = KeyLayout::new(p.max_parallelism, key_groups);
+                let db = Db::open(&target, &p.options, &budget, Some(layout))?;
+                Ok::<_, Error>((counts, Some((private, db))))
+            });
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
             let prepared: Result<Vec<Option<crate::replay::Prepared>>> = names
                 .zip(&dirs)
@@ -346,9 +362,13 @@ fn restore_pinned<T>(
             let downloaded = download
                 .join()
                 .map_err(|_| Error::Internal("the download thread panicked".into()))?;
-            Ok::<_, Error>((downloaded?, prepared?))
+            let (counts, early) = downloaded?;
+            Ok::<_, Error>((counts, early, prepared?))
         })?;
-        let mut log_private = None;
+        let (mut log_private, base_db) = match early {
+            Some((private, db)) => (Some(private), Some(db)),
+            None => (None, None),
+        };
         (report.files_skipped, report.bytes_skipped) = counts.skipped;
         // If a manifest left storage while it was read (an owner that did not see the pin
         // yet), its files may be gone too: restore them, but reuse none of them.
@@ -365,14 +385,8 @@ fn restore_pinned<T>(
             // A plain restore of a changelog-mode checkpoint keeps its private files, read
             // before anything opens the database, so the restored backend's log checkpoints
             // continue on its materialization.
-            if !rescaling && manifest.changelog.is_some() {
-                let mut private = Vec::new();
-                for f in &manifest.private_files {
-                    let path = target.join(&f.local_name);
-                    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-                    private.push((f.local_name.clone(), bytes));
-                }
-                log_private = Some(private);
+            if !rescaling && manifest.changelog.is_some() && log_private.is_none() {
+                log_private = Some(read_private(&manifest, &target)?);
             }
             let mut base = rescale::Source {
                 name: &metadata_name,
@@ -415,7 +429,8 @@ fn restore_pinned<T>(
             };
             let mut fetched_late = Vec::new();
             // Changelog mode: each source's prepared log is applied onto it, so every source
-            // holds its checkpoint's state before the surgery.
+            // holds its checkpoint's state before the surgery (a plain restore's onto the
+            // database opened early).
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
             for (i, ((name, (_, dir, _, _)), prepared)) in
                 names.zip(&dirs).zip(prepared).enumerate()
@@ -432,7 +447,10 @@ fn restore_pinned<T>(
                     fetched_late.extend(rescale::drop_skipped(source, &rescale_target)?);
                     source.skipped = &[];
                 }
-                let counts = crate::replay::apply(prepared, dir, name, &p.options, &budget)?;
+                let counts = match (i, &base_db) {
+                    (0, Some(db)) => crate::replay::apply_onto(prepared, db, name)?,
+                    _ => crate::replay::apply(prepared, dir, name, &p.options, &budget)?,
+                };
                 report.log_bytes += counts.segment_bytes;
                 report.log_tables += counts.tables;
                 report.log_table_bytes += counts.table_bytes;
@@ -441,7 +459,8 @@ fn restore_pinned<T>(
                 report.log_entries_replayed += counts.applied;
                 report.log_entries_skipped += counts.skipped;
             }
-            let (mut stats, db) = rescale::rescale(&base, &other_sources, &rescale_target)?;
+            let (mut stats, db) =
+                rescale::rescale(&base, base_db, &other_sources, &rescale_target)?;
             stats.fetched_late.extend(fetched_late);
             for &(_, size) in &stats.fetched_late {
                 report.files_skipped -= 1;
@@ -512,6 +531,18 @@ fn restore_pinned<T>(
         local.retire_backend();
     }
     Ok((backend, report))
+}
+
+/// The private files of `m` as downloaded into `dir`, `(local name, bytes)`: a plain restore
+/// of a changelog-mode checkpoint keeps them for the restored backend's log checkpoints.
+fn read_private(m: &CheckpointManifest, dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut private = Vec::new();
+    for f in &m.private_files {
+        let path = dir.join(&f.local_name);
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        private.push((f.local_name.clone(), bytes));
+    }
+    Ok(private)
 }
 
 fn range_of(m: &CheckpointManifest) -> Option<KeyGroupRange> {
