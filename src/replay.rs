@@ -52,6 +52,9 @@ pub(crate) struct ReplayCounts {
     pub(crate) skipped: u64,
     /// Batches the segments were downloaded and applied in.
     pub(crate) batches: usize,
+    /// Entries applied through the memtable (a batch holding a range deletion) rather than
+    /// by ingestion: the database holds them durably only once flushed.
+    pub(crate) memtable_writes: u64,
 }
 
 /// A source's log made ready to apply (see [`prepare`]): per batch, in log order, what goes
@@ -72,10 +75,10 @@ pub(crate) struct Prepared {
 
 /// One batch of a [`Prepared`] log.
 enum Batch {
-    /// The metadata entries (value `None`: a delete), in log order, and per keyed state (by
+    /// The metadata entries' last changes as one SST file (if any), and per keyed state (by
     /// column-family name) its SST files over disjoint key ranges.
     Sorted {
-        meta: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        meta: Option<PathBuf>,
         states: Vec<(String, Vec<PathBuf>)>,
     },
     /// A batch holding a range deletion (the format allows it; the recorder never writes
@@ -203,35 +206,41 @@ pub(crate) fn apply(
 pub(crate) fn apply_onto(prepared: Prepared, db: &Arc<Db>, name: &str) -> Result<ReplayCounts> {
     let mut counts = prepared.counts;
     let result = (|| {
-        for table in &prepared.tables {
-            for (cf, file) in table {
-                let cf = if cf == DEFAULT_CF_NAME {
-                    db.default_cf()?
-                } else if cf.starts_with(STATE_CF_PREFIX) {
-                    match db.cf(cf)? {
-                        Some(c) => c,
-                        None => db.create_cf(cf)?,
-                    }
-                } else {
-                    return Err(corrupt(
-                        name,
-                        format!("log table names column family `{cf}`, neither a state's nor the metadata's"),
-                    ));
-                };
-                cf.ingest(std::slice::from_ref(file))?;
+        // Per column family its tables' files, in log order, in one ingestion: RocksDB gives
+        // files that overlap one another levels and sequence numbers that let a later file
+        // win (`IngestExternalFile`'s contract), and one ingestion writes RocksDB's MANIFEST
+        // once instead of once per table.
+        let mut by_cf: Vec<(&str, Vec<PathBuf>)> = Vec::new();
+        for (cf, file) in prepared.tables.iter().flatten() {
+            match by_cf.iter_mut().find(|(name, _)| *name == cf.as_str()) {
+                Some((_, files)) => files.push(file.clone()),
+                None => by_cf.push((cf.as_str(), vec![file.clone()])),
             }
+        }
+        for (cf, files) in &by_cf {
+            let cf = if *cf == DEFAULT_CF_NAME {
+                db.default_cf()?
+            } else if cf.starts_with(STATE_CF_PREFIX) {
+                match db.cf(cf)? {
+                    Some(c) => c,
+                    None => db.create_cf(cf)?,
+                }
+            } else {
+                return Err(corrupt(
+                    name,
+                    format!(
+                        "log table names column family `{cf}`, neither a state's nor the \
+                         metadata's"
+                    ),
+                ));
+            };
+            cf.ingest(files)?;
         }
         for batch in &prepared.batches {
             match batch {
                 Batch::Sorted { meta, states } => {
-                    if !meta.is_empty() {
-                        let cf = db.default_cf()?;
-                        for (key, value) in meta {
-                            match value {
-                                Some(v) => cf.put(key, v)?,
-                                None => cf.delete(key)?,
-                            }
-                        }
+                    if let Some(file) = meta {
+                        db.default_cf()?.ingest(std::slice::from_ref(file))?;
                     }
                     for (state, files) in states {
                         let cf = match db.cf(state)? {
@@ -242,6 +251,7 @@ pub(crate) fn apply_onto(prepared: Prepared, db: &Arc<Db>, name: &str) -> Result
                     }
                 }
                 Batch::Entries(segments) => {
+                    let before = counts.applied;
                     for seg in segments {
                         apply_segment(
                             db,
@@ -252,6 +262,7 @@ pub(crate) fn apply_onto(prepared: Prepared, db: &Arc<Db>, name: &str) -> Result
                             &mut counts,
                         )?;
                     }
+                    counts.memtable_writes += counts.applied - before;
                 }
             }
         }
@@ -408,7 +419,7 @@ pub(crate) fn build_table(
     dir: &Path,
 ) -> Result<Vec<(String, PathBuf)>> {
     let mut counts = ReplayCounts::default();
-    let Batch::Sorted { mut meta, states } = sort_batch(
+    let Batch::Sorted { meta, states } = sort_batch(
         name,
         segments,
         source,
@@ -429,28 +440,8 @@ pub(crate) fn build_table(
         )));
     }
     let mut out = Vec::new();
-    if !meta.is_empty() {
-        // Stable: a key's changes stay in log order, and the last one wins.
-        meta.sort_by(|a, b| a.0.cmp(&b.0));
-        let file = dir.join("meta.sst");
-        let written = write_ssts(options, budget, &[file.as_path()], |sinks| {
-            let Some(sink) = sinks.first_mut() else {
-                return Ok(());
-            };
-            for (j, (key, value)) in meta.iter().enumerate() {
-                if meta.get(j + 1).is_some_and(|next| next.0 == *key) {
-                    continue;
-                }
-                match value {
-                    Some(v) => sink.put(key, v)?,
-                    None => sink.delete(key)?,
-                }
-            }
-            Ok(())
-        })?;
-        if written.first().is_some_and(Option::is_some) {
-            out.push((DEFAULT_CF_NAME.to_string(), file));
-        }
+    if let Some(file) = meta {
+        out.push((DEFAULT_CF_NAME.to_string(), file));
     }
     for (state, files) in states {
         match files.as_slice() {
@@ -599,7 +590,7 @@ enum Route {
     State(usize),
 }
 
-/// The sorted path of a batch: the metadata entries kept (few), the keyed entries of the
+/// The sorted path of a batch: the metadata entries' last changes written into one SST, the keyed entries of the
 /// target written into sorted SSTs under `files`, the last entry of each key (the log's
 /// order decides) only.
 ///
@@ -672,6 +663,7 @@ fn sort_batch(
             counts.applied += 1;
         }
     }
+    let meta = write_meta(&mut meta, options, budget, &files.join("meta.sst"))?;
     let mut states = Vec::with_capacity(keyed.len());
     for (i, (state, changes)) in keyed.into_iter().enumerate() {
         let (mut laid, bounds) = by_group(changes, target);
@@ -720,6 +712,40 @@ fn sort_batch(
         states.push((state, state_files));
     }
     Ok(Batch::Sorted { meta, states })
+}
+
+/// Writes the last change of each key of `meta` (metadata entries in log order, `None` a
+/// delete) into a sorted SST at `file`; `None` (and no file) when `meta` is empty.
+fn write_meta(
+    meta: &mut [(Vec<u8>, Option<Vec<u8>>)],
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    file: &Path,
+) -> Result<Option<PathBuf>> {
+    if meta.is_empty() {
+        return Ok(None);
+    }
+    // Stable: a key's changes stay in log order, and the last one wins.
+    meta.sort_by(|a, b| a.0.cmp(&b.0));
+    let written = write_ssts(options, budget, &[file], |sinks| {
+        let Some(sink) = sinks.first_mut() else {
+            return Ok(());
+        };
+        for (j, (key, value)) in meta.iter().enumerate() {
+            if meta.get(j + 1).is_some_and(|next| next.0 == *key) {
+                continue;
+            }
+            match value {
+                Some(v) => sink.put(key, v)?,
+                None => sink.delete(key)?,
+            }
+        }
+        Ok(())
+    })?;
+    Ok(written
+        .first()
+        .is_some_and(Option::is_some)
+        .then(|| file.to_path_buf()))
 }
 
 /// `CheckpointCorrupt` for a segment of `name` naming column family `cf`, neither a state's

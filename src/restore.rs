@@ -325,7 +325,11 @@ fn restore_pinned<T>(
         // written into SST files while the materializations download (`crate::replay`). A
         // plain restore with a log to apply opens its database as soon as the files are in,
         // while the log may still be in preparation (its private files read first: the open
-        // writes a new MANIFEST), and the log goes onto the database the backend gets.
+        // writes a new MANIFEST), and the log goes onto the database the backend gets. The
+        // backend's new identity is written and flushed right after that open, before the
+        // log's files go in: the log then changes the database only by ingestion, which needs
+        // no flush, while a flush after it could wait until compactions took the level-0
+        // files the ingestion added below RocksDB's write-slowdown count.
         let open_early = !rescaling
             && manifest
                 .changelog
@@ -340,7 +344,8 @@ fn restore_pinned<T>(
                 let private = read_private(&manifest, &target)?;
                 let layout = KeyLayout::new(p.max_parallelism, key_groups);
                 let db = Db::open(&target, &p.options, &budget, Some(layout))?;
-                Ok::<_, Error>((counts, Some((private, db))))
+                let identity = crate::checkpoint::write_identity(&db)?;
+                Ok::<_, Error>((counts, Some((private, db, identity))))
             });
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
             let prepared: Result<Vec<Option<crate::replay::Prepared>>> = names
@@ -365,9 +370,9 @@ fn restore_pinned<T>(
             let (counts, early) = downloaded?;
             Ok::<_, Error>((counts, early, prepared?))
         })?;
-        let (mut log_private, base_db) = match early {
-            Some((private, db)) => (Some(private), Some(db)),
-            None => (None, None),
+        let (mut log_private, base_db, mut identity) = match early {
+            Some((private, db, identity)) => (Some(private), Some(db), Some(identity)),
+            None => (None, None, None),
         };
         (report.files_skipped, report.bytes_skipped) = counts.skipped;
         // If a manifest left storage while it was read (an owner that did not see the pin
@@ -448,7 +453,14 @@ fn restore_pinned<T>(
                     source.skipped = &[];
                 }
                 let counts = match (i, &base_db) {
-                    (0, Some(db)) => crate::replay::apply_onto(prepared, db, name)?,
+                    (0, Some(db)) => {
+                        let counts = crate::replay::apply_onto(prepared, db, name)?;
+                        if counts.memtable_writes > 0 {
+                            // Not all by ingestion: the backend's open flushes.
+                            identity = None;
+                        }
+                        counts
+                    }
                     _ => crate::replay::apply(prepared, dir, name, &p.options, &budget)?,
                 };
                 report.log_bytes += counts.segment_bytes;
@@ -484,6 +496,7 @@ fn restore_pinned<T>(
                 reusable,
                 claimed: claim,
                 log_private,
+                identity,
             },
         })?;
         let mut have: Vec<_> = states.iter().map(to_manifest_state).collect();

@@ -68,14 +68,19 @@ pub struct ChangelogOptions {
     pub replay_batch_bytes: u64,
     /// Log tables (`sst_format::LogTable`): once the segments after the log's last table hold
     /// this many stored bytes, the log checkpoint that sees it also uploads their changes
-    /// sorted into one SST per column family, which a restore ingests instead of replaying
-    /// those segments. 0: no tables (a restore replays the whole log). Default 4 MiB.
+    /// sorted into one SST per column family (a level-1 table), which a restore ingests
+    /// instead of replaying those segments. 0: no tables (a restore replays the whole log).
+    /// Default 512 KiB: a checkpoint whose change compresses to that much tables it at once,
+    /// smaller ones gather that much first (each table is one more object per column family).
     pub table_bytes: u64,
     /// Log tables: this many consecutive tables of one level are merged into one table of
-    /// the next level (built from their segments), so a log holds at most `table_fanout - 1`
-    /// tables per level and each change is uploaded once per level it reaches. At least 2.
-    /// Default 4.
+    /// the next level (built from their segments again), as far as
+    /// `table_upload_percent` allows, so a restore ingests few tables. At least 2. Default 4.
     pub table_fanout: u32,
+    /// Log tables: the merges a log checkpoint makes upload at most this percentage of the
+    /// bytes of the segments it uploads itself (or `table_bytes`, if more), so a merge never
+    /// makes one checkpoint's upload many times its change. Default 500.
+    pub table_upload_percent: u32,
 }
 
 impl Default for ChangelogOptions {
@@ -88,8 +93,9 @@ impl Default for ChangelogOptions {
             max_log_buffer_bytes: 64 << 20,
             compress: true,
             replay_batch_bytes: 256 << 20,
-            table_bytes: 4 << 20,
+            table_bytes: 512 << 10,
             table_fanout: 4,
+            table_upload_percent: 500,
         }
     }
 }
@@ -614,16 +620,20 @@ impl TableSlot {
 }
 
 /// The tables of a log checkpoint whose log (segments, from its materialization on) is
-/// `log`, on top of `base`: the base's tables while they follow one another from the
-/// materialization on and end at segment boundaries of `log`; then, if the segments after
-/// them hold at least `options.table_bytes` stored bytes, a new level-1 table over all of
-/// them; then, while the last `options.table_fanout` tables share a level, one table of the
-/// next level in their place. Only the tables of the result that the base lacks are built,
-/// so a table a merge replaces in the same checkpoint is never built.
+/// `log` and which uploaded `own_bytes` of segments itself, on top of `base`: the base's
+/// tables while they follow one another from the materialization on and end at segment
+/// boundaries of `log`; then, if the segments after them hold at least
+/// `options.table_bytes` stored bytes, a new level-1 table over all of them; then, while
+/// the last `options.table_fanout` tables share a level and the tables to build stay within
+/// the upload budget (`table_upload_percent` of `own_bytes`, at least `table_bytes`; a
+/// table counts the stored bytes of its segments), one table of the next level in their
+/// place. Only the tables of the result that the base lacks are built, so a table a merge
+/// replaces in the same checkpoint is never built.
 pub(crate) fn table_slots(
     log: &Changelog,
     base: &CheckpointManifest,
     options: &ChangelogOptions,
+    own_bytes: u64,
 ) -> Vec<TableSlot> {
     if options.table_bytes == 0 {
         return Vec::new();
@@ -663,6 +673,19 @@ pub(crate) fn table_slots(
         });
     }
     let fanout = options.table_fanout.max(2) as usize;
+    let budget = (u128::from(own_bytes) * u128::from(options.table_upload_percent) / 100)
+        .max(u128::from(options.table_bytes));
+    // What the built tables of a chain upload, counted as their segments' stored bytes.
+    let cost = |chain: &[TableSlot]| -> u128 {
+        chain
+            .iter()
+            .filter_map(|t| match t {
+                TableSlot::Build { segments, .. } => Some(segments.clone()),
+                TableSlot::Keep(_) => None,
+            })
+            .flat_map(|r| log.segments[r].iter().map(|s| u128::from(s.size)))
+            .sum()
+    };
     while chain.len() >= fanout {
         let tail = &chain[chain.len() - fanout..];
         let level = tail[0].level();
@@ -673,13 +696,17 @@ pub(crate) fn table_slots(
         let (Some(&start), Some(&end)) = (after.get(&first_seq), after.get(&end_seq)) else {
             break;
         };
-        chain.truncate(chain.len() - fanout);
-        chain.push(TableSlot::Build {
+        let mut merged = chain[..chain.len() - fanout].to_vec();
+        merged.push(TableSlot::Build {
             first_seq,
             end_seq,
             level: level + 1,
             segments: start..end,
         });
+        if cost(&merged) > budget {
+            break;
+        }
+        chain = merged;
     }
     chain
 }
@@ -744,6 +771,15 @@ mod tests {
         }
     }
 
+    /// [`table_slots`] with a budget no merge here exceeds.
+    fn slots_of(
+        log: &Changelog,
+        base: &CheckpointManifest,
+        o: &ChangelogOptions,
+    ) -> Vec<TableSlot> {
+        table_slots(log, base, o, u64::MAX / 1000)
+    }
+
     /// `(first_seq, end_seq, level, built)` of each slot.
     fn shape(slots: &[TableSlot]) -> Vec<(u64, u64, u8, bool)> {
         slots
@@ -759,16 +795,16 @@ mod tests {
     fn a_table_waits_for_its_bytes_then_covers_every_untabled_segment() {
         let log = log_of(&[3, 3, 3]);
         let none = base_with(Vec::new());
-        assert!(table_slots(&log, &none, &options(10, 4)).is_empty());
+        assert!(slots_of(&log, &none, &options(10, 4)).is_empty());
         assert_eq!(
-            shape(&table_slots(&log, &none, &options(9, 4))),
+            shape(&slots_of(&log, &none, &options(9, 4))),
             [(100, 130, 1, true)]
         );
-        match &table_slots(&log, &none, &options(9, 4))[0] {
+        match &slots_of(&log, &none, &options(9, 4))[0] {
             TableSlot::Build { segments, .. } => assert_eq!(*segments, 0..3),
             other => panic!("{other:?}"),
         }
-        assert!(table_slots(&log, &none, &options(0, 4)).is_empty());
+        assert!(slots_of(&log, &none, &options(0, 4)).is_empty());
     }
 
     #[test]
@@ -780,14 +816,14 @@ mod tests {
             table(110, 120, 1),
             table(120, 130, 1),
         ]);
-        let slots = table_slots(&log, &base, &options(5, 4));
+        let slots = slots_of(&log, &base, &options(5, 4));
         assert_eq!(shape(&slots), [(100, 180, 2, true)]);
         match &slots[0] {
             TableSlot::Build { segments, .. } => assert_eq!(*segments, 0..8),
             other => panic!("{other:?}"),
         }
         // Below the bytes: the base's tables kept as they are.
-        let slots = table_slots(&log, &base, &options(1000, 4));
+        let slots = slots_of(&log, &base, &options(1000, 4));
         assert_eq!(
             shape(&slots),
             [
@@ -799,7 +835,7 @@ mod tests {
         // A level-2 table stays beside new level-1 ones.
         let base = base_with(vec![table(100, 140, 2), table(140, 150, 1)]);
         assert_eq!(
-            shape(&table_slots(&log, &base, &options(5, 4))),
+            shape(&slots_of(&log, &base, &options(5, 4))),
             [
                 (100, 140, 2, false),
                 (140, 150, 1, false),
@@ -809,8 +845,57 @@ mod tests {
         // Merges cascade: fan-out 2, tables of levels 2 and 1 and a new level 1.
         let base = base_with(vec![table(100, 140, 2), table(140, 160, 1)]);
         assert_eq!(
-            shape(&table_slots(&log, &base, &options(5, 2))),
+            shape(&slots_of(&log, &base, &options(5, 2))),
             [(100, 180, 3, true)]
+        );
+    }
+
+    #[test]
+    fn merges_stay_within_the_upload_budget() {
+        let log = log_of(&[5; 8]);
+        let base = base_with(vec![
+            table(100, 110, 1),
+            table(110, 120, 1),
+            table(120, 130, 1),
+        ]);
+        // The merge of all eight segments costs 40: within 500 % of 8 bytes, not of 7.
+        assert_eq!(
+            shape(&table_slots(&log, &base, &options(5, 4), 8)),
+            [(100, 180, 2, true)]
+        );
+        assert_eq!(
+            shape(&table_slots(&log, &base, &options(5, 4), 7)),
+            [
+                (100, 110, 1, false),
+                (110, 120, 1, false),
+                (120, 130, 1, false),
+                (130, 180, 1, true)
+            ]
+        );
+        // `table_bytes` is the least budget.
+        assert_eq!(
+            shape(&table_slots(&log, &base, &options(40, 4), 0)),
+            [
+                (100, 110, 1, false),
+                (110, 120, 1, false),
+                (120, 130, 1, false)
+            ]
+        );
+        // A checkpoint that uploaded nothing itself still builds its level-1 table, but
+        // merges only within `table_bytes`.
+        let four = log_of(&[5; 4]);
+        assert_eq!(
+            shape(&table_slots(&four, &base, &options(5, 4), 0)),
+            [
+                (100, 110, 1, false),
+                (110, 120, 1, false),
+                (120, 130, 1, false),
+                (130, 140, 1, true)
+            ]
+        );
+        assert_eq!(
+            shape(&table_slots(&four, &base, &options(5, 4), 4)),
+            [(100, 140, 2, true)]
         );
     }
 
@@ -825,7 +910,7 @@ mod tests {
             table(125, 130, 1),
         ]);
         assert_eq!(
-            shape(&table_slots(&log, &base, &options(5, 4))),
+            shape(&slots_of(&log, &base, &options(5, 4))),
             [(100, 110, 1, false), (110, 140, 1, true)]
         );
         // Another materialization: none of the base's tables is kept.
@@ -834,7 +919,7 @@ mod tests {
             c.materialization_id = 2;
         }
         assert_eq!(
-            shape(&table_slots(&log, &other, &options(5, 4))),
+            shape(&slots_of(&log, &other, &options(5, 4))),
             [(100, 140, 1, true)]
         );
     }

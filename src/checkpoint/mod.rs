@@ -280,6 +280,17 @@ pub(crate) enum Ownership {
 
 /// Reads (or, for a new or restored database, creates) the backend id and, with storage,
 /// builds the checkpoint bookkeeping. Called by `BackendBuilder::open`.
+/// Gives the restored database `db` a new backend identity and makes it durable, before
+/// anything else is written (a restore that then changes the database only by ingestion needs
+/// no flush after, when a flush could wait on the compaction of the files it ingested).
+/// Returns the identity, for [`RestoredBase::identity`].
+pub(crate) fn write_identity(db: &Arc<Db>) -> Result<String> {
+    let id = layout::new_backend_id();
+    db.default_cf()?.put(META_BACKEND_ID, id.as_bytes())?;
+    db.flush_all()?;
+    Ok(id)
+}
+
 pub(crate) fn attach(
     meta: &Cf,
     storage: Option<Arc<dyn CheckpointStorage>>,
@@ -294,9 +305,12 @@ pub(crate) fn attach(
         .get_with(META_BACKEND_ID, |b| String::from_utf8(b.to_vec()))?
         .transpose()
         .map_err(|_| Error::decode("backend id", "not UTF-8"))?;
+    let identity = restored.as_ref().and_then(|r| r.identity.clone());
     let backend_id = match (stored, restored.is_some()) {
         (Some(id), false) if layout::valid_local_name(&id) => id,
         (Some(_), false) => return Err(Error::decode("backend id", "invalid characters")),
+        // The restore wrote the new identity and made all it wrote durable itself.
+        (Some(id), true) if identity.as_deref() == Some(id.as_str()) => id,
         // New database, or a restored copy of another backend's: a new identity, made durable
         // now so a reopen of this directory never takes the source backend's name. The flush
         // covers every column family: it also makes a restore's clip tombstones and metadata

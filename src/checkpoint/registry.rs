@@ -44,6 +44,10 @@ pub(crate) struct RestoredBase {
     /// (`(local name, bytes)`, read before anything opened the database), so the restored
     /// backend's log checkpoints continue on the same materialization and log.
     pub(crate) log_private: Option<Vec<(String, Vec<u8>)>>,
+    /// The restored backend's new identity when the restore already wrote it and made
+    /// everything it wrote durable ([`crate::checkpoint::write_identity`]); `None` leaves both
+    /// to the backend's open.
+    pub(crate) identity: Option<String>,
 }
 
 #[derive(Debug, Default)]

@@ -178,7 +178,7 @@ impl PendingSnapshot {
             Ok((name, digest.size, digest.crc32))
         })?;
         let (tables_built, table_bytes) =
-            self.log_tables(plan, base, &mut log, uploaded, &mut new_shared)?;
+            self.log_tables(plan, base, &mut log, log_bytes, uploaded, &mut new_shared)?;
         let mut private_files = Vec::new();
         let mut private_bytes = 0u64;
         for (local_name, bytes) in &plan.materialized.private {
@@ -212,8 +212,8 @@ impl PendingSnapshot {
         self.commit(manifest, uploaded, new_shared, stats, start)
     }
 
-    /// Gives `log` (this log checkpoint's, its segments uploaded) its tables
-    /// ([`changelog::table_slots`]): the base's it keeps, and the new ones built from their
+    /// Gives `log` (this log checkpoint's, `own_bytes` of its segments uploaded by it) its
+    /// tables ([`changelog::table_slots`]): the base's it keeps, and the new ones built from their
     /// segments (this backend's own files where it still has them, else fetched and checked)
     /// and uploaded. Returns how many were built and the bytes uploaded.
     fn log_tables(
@@ -221,11 +221,12 @@ impl PendingSnapshot {
         plan: &LogPlan,
         base: &CheckpointManifest,
         log: &mut sst_format::Changelog,
+        own_bytes: u64,
         uploaded: &Mutex<Vec<String>>,
         new_shared: &mut Vec<String>,
     ) -> Result<(usize, u64)> {
         let cp = &self.cp;
-        let slots = changelog::table_slots(log, base, &cp.options.changelog);
+        let slots = changelog::table_slots(log, base, &cp.options.changelog, own_bytes);
         let mut tables = Vec::with_capacity(slots.len());
         let (mut built, mut bytes) = (0usize, 0u64);
         let locals = changelog::local_files(plan);
