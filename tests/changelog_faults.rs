@@ -13,7 +13,6 @@ use rockstate::{
     CheckpointOptions, CheckpointStorage, Error, Fault, FaultyStorage, KeyedBackend, OpKind,
     RestoreFrom,
 };
-use sst_format::CheckpointManifest;
 
 fn changelog() -> CheckpointOptions {
     changelog_options(100_000)
@@ -84,17 +83,6 @@ fn log_checkpoint(fx: &Fixture) -> (String, String) {
     (b.backend_id().to_string(), segments[0].remote_name.clone())
 }
 
-/// Rewrites the manifest of checkpoint 2 of `backend` in storage, changed by `edit`.
-fn edit_manifest(fx: &Fixture, backend: &str, edit: impl FnOnce(&mut CheckpointManifest)) {
-    let name = rockstate::checkpoint::layout::metadata_name(2, backend);
-    let mut m = sst_format::decode_manifest(&fx.storage.get_bytes(&name).unwrap()).unwrap();
-    edit(&mut m);
-    fx.storage.delete(&name).unwrap();
-    fx.storage
-        .put_bytes(&name, &sst_format::encode_manifest(&m).unwrap())
-        .unwrap();
-}
-
 #[test]
 fn a_damaged_segment_is_refused_at_restore_and_by_verify() {
     let fx = Fixture::new();
@@ -137,7 +125,7 @@ fn a_segment_damaged_behind_a_matching_checksum_is_refused() {
     bytes[40] ^= 0x01;
     std::fs::remove_file(&path).unwrap();
     std::fs::write(&path, &bytes).unwrap();
-    edit_manifest(&fx, &backend, |m| {
+    fx.edit_manifest(2, &backend, |m| {
         m.changelog.as_mut().unwrap().segments[0].crc32 = crc32fast::hash(&bytes);
     });
     match fx.restore("r", RestoreFrom::Latest) {
@@ -156,7 +144,7 @@ fn a_segment_holding_other_entries_than_its_manifest_says_is_refused() {
     // the segment's own numbering with the manifest's.
     let fx = Fixture::new();
     let (backend, name) = log_checkpoint(&fx);
-    edit_manifest(&fx, &backend, |m| {
+    fx.edit_manifest(2, &backend, |m| {
         m.changelog.as_mut().unwrap().segments[0].entries += 1;
     });
     match fx.restore("r", RestoreFrom::Latest) {
@@ -244,7 +232,7 @@ fn a_range_deletion_in_the_log_is_replayed_in_order() {
     let replayed = old.count() + 1;
     let new_name = format!("{}0.log", old_name.trim_end_matches(".log"));
     fx.storage.put_bytes(&new_name, &bytes).unwrap();
-    edit_manifest(&fx, &backend, |m| {
+    fx.edit_manifest(2, &backend, |m| {
         let seg = &mut m.changelog.as_mut().unwrap().segments[0];
         seg.remote_name = new_name;
         seg.size = bytes.len() as u64;

@@ -274,7 +274,7 @@ fn a_table_file_that_is_no_sst_is_refused_even_behind_a_matching_checksum() {
     let bytes = vec![0x5a; 4096];
     std::fs::remove_file(&path).unwrap();
     std::fs::write(&path, &bytes).unwrap();
-    edit_manifest(&fx, &backend, |m| {
+    fx.edit_manifest(3, &backend, |m| {
         let f = &mut m.changelog.as_mut().unwrap().tables[0].files[0];
         (f.size, f.crc32) = (bytes.len() as u64, crc32fast::hash(&bytes));
     });
@@ -287,14 +287,14 @@ fn tables_that_do_not_follow_the_log_are_refused() {
     // The second table starts after a gap.
     let fx = Fixture::new();
     let (backend, _) = tabled_checkpoint(&fx);
-    edit_manifest(&fx, &backend, |m| {
+    fx.edit_manifest(3, &backend, |m| {
         m.changelog.as_mut().unwrap().tables[1].first_seq += 1;
     });
     expect_corrupt(&fx, &meta(&backend), "does not follow");
     // A table ending inside a segment.
     let fx = Fixture::new();
     let (backend, _) = tabled_checkpoint(&fx);
-    edit_manifest(&fx, &backend, |m| {
+    fx.edit_manifest(3, &backend, |m| {
         let l = m.changelog.as_mut().unwrap();
         l.tables.truncate(1);
         l.tables[0].end_seq -= 1;
@@ -303,19 +303,8 @@ fn tables_that_do_not_follow_the_log_are_refused() {
     // A table past the log's end.
     let fx = Fixture::new();
     let (backend, _) = tabled_checkpoint(&fx);
-    edit_manifest(&fx, &backend, |m| {
+    fx.edit_manifest(3, &backend, |m| {
         m.changelog.as_mut().unwrap().tables[1].end_seq += 1;
     });
     expect_corrupt(&fx, &meta(&backend), "past the log");
-}
-
-/// Rewrites the manifest of checkpoint 3 of `backend` in storage, changed by `edit`.
-fn edit_manifest(fx: &Fixture, backend: &str, edit: impl FnOnce(&mut CheckpointManifest)) {
-    let name = rockstate::checkpoint::layout::metadata_name(3, backend);
-    let mut m = sst_format::decode_manifest(&fx.storage.get_bytes(&name).unwrap()).unwrap();
-    edit(&mut m);
-    fx.storage.delete(&name).unwrap();
-    fx.storage
-        .put_bytes(&name, &sst_format::encode_manifest(&m).unwrap())
-        .unwrap();
 }

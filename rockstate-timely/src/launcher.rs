@@ -161,6 +161,9 @@ pub struct RunStart {
     /// Changelog mode: the log segments the restored record's manifests list, which the
     /// run's restores replay onto their materializations (0 without changelog mode).
     pub log_segments: usize,
+    /// Changelog mode: the log tables those manifests list, which the restores ingest in
+    /// place of the segments they cover.
+    pub log_tables: usize,
 }
 
 /// Finds where a run of `job` starts: the newest job record, and the first id above every
@@ -171,7 +174,7 @@ pub fn run_start(job: &Job) -> Result<RunStart> {
     let record = latest_job_checkpoint(storage.as_ref())?;
     let plan = StartPlan::new(&job.params, record.as_ref(), 1)?;
     // Changelog mode only: the restored manifests, for the log segments they list.
-    let mut log_segments = 0;
+    let (mut log_segments, mut log_tables) = (0, 0);
     for manifest in record
         .iter()
         .filter(|_| job.params.changelog.is_some())
@@ -181,7 +184,10 @@ pub fn run_start(job: &Job) -> Result<RunStart> {
         let bytes = storage.get_bytes(manifest)?;
         let decoded = sst_format::decode_manifest(&bytes)
             .map_err(|e| Error::Job(format!("manifest {manifest}: {e}")))?;
-        log_segments += decoded.changelog.map_or(0, |c| c.segments.len());
+        if let Some(c) = decoded.changelog {
+            log_segments += c.segments.len();
+            log_tables += c.tables.len();
+        }
     }
     let first_epoch = JobOwner::open(storage, RETAINED, std::sync::Arc::new(SystemClock))?
         .next_checkpoint_id()?;
@@ -190,6 +196,7 @@ pub fn run_start(job: &Job) -> Result<RunStart> {
         first_epoch,
         epochs: job.params.epochs_left(&plan.all_offsets()),
         log_segments,
+        log_tables,
     })
 }
 
@@ -411,6 +418,8 @@ pub struct KillLog {
     pub log_restores: u32,
     /// The log segments those records list, summed.
     pub log_segments: usize,
+    /// The log tables those records list, summed.
+    pub log_tables: usize,
 }
 
 /// Runs `job` with kills per `args` until a run ends; returns the worker counts of its runs.
@@ -475,6 +484,7 @@ fn run_with_kills(
             if start.log_segments > 0 {
                 log.log_restores += 1;
                 log.log_segments += start.log_segments;
+                log.log_tables += start.log_tables;
             }
         }
         match run_job(job, run, (processes, threads), start, kill_at, timeout)? {
@@ -659,8 +669,9 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
     }
     if args.params.changelog.is_some() {
         println!(
-            "changelog: {} of {} restores replayed log segments ({} segments)",
-            log.log_restores, log.restores, log.log_segments
+            "changelog: {} of {} restores replayed log segments ({} segments listed, {} log \
+             tables ingested in place of the segments they cover)",
+            log.log_restores, log.restores, log.log_segments, log.log_tables
         );
     }
     let (workers, failure) = match outcome {

@@ -251,7 +251,7 @@ struct ManifestV2 {
 
 impl From<ManifestV2> for CheckpointManifest {
     fn from(m: ManifestV2) -> Self {
-        CheckpointManifest {
+        ManifestV3 {
             checkpoint_id: m.checkpoint_id,
             backend_id: m.backend_id,
             key_group_start: m.key_group_start,
@@ -264,6 +264,7 @@ impl From<ManifestV2> for CheckpointManifest {
             created_at_ms: m.created_at_ms,
             changelog: None,
         }
+        .into()
     }
 }
 

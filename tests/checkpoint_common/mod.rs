@@ -137,6 +137,23 @@ impl Fixture {
         sst_format::decode_manifest(&bytes).unwrap()
     }
 
+    /// Rewrites the manifest of checkpoint `id` of `backend` in storage, changed by `edit`
+    /// (re-encoded, so its own checks pass).
+    pub fn edit_manifest(
+        &self,
+        id: u64,
+        backend: &str,
+        edit: impl FnOnce(&mut CheckpointManifest),
+    ) {
+        let name = layout::metadata_name(id, backend);
+        let mut m = self.manifest(id, backend);
+        edit(&mut m);
+        self.storage.delete(&name).unwrap();
+        self.storage
+            .put_bytes(&name, &sst_format::encode_manifest(&m).unwrap())
+            .unwrap();
+    }
+
     /// Committed checkpoint ids of `backend`, ascending.
     pub fn committed_ids(&self, backend: &str) -> Vec<u64> {
         let mut ids: Vec<u64> = self
