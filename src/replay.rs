@@ -191,7 +191,7 @@ pub(crate) fn apply(
         budget,
         Some(KeyLayout::new(prepared.max_parallelism, prepared.source)),
     )?;
-    let result = apply_onto(prepared, &db, name);
+    let result = apply_onto(prepared, &db, name, None);
     let closed = db.close();
     let counts = result?;
     closed?;
@@ -201,9 +201,15 @@ pub(crate) fn apply(
 /// Applies a [`prepare`]d log (of the manifest object `name`) onto `db`, the downloaded
 /// materialization open: the tables one after another, each file ingested into its column
 /// family, then the segments' batches, each above everything before it (metadata entries
-/// through the memtable, the SST files ingested per state in one call). A plain restore
-/// applies the log onto the database it hands to the backend, so RocksDB opens once.
-pub(crate) fn apply_onto(prepared: Prepared, db: &Arc<Db>, name: &str) -> Result<ReplayCounts> {
+/// through the memtable, the SST files ingested per state in one call); then `last`, a file of
+/// the metadata column family, above all of it. A plain restore applies the log onto the
+/// database it hands to the backend, so RocksDB opens once.
+pub(crate) fn apply_onto(
+    prepared: Prepared,
+    db: &Arc<Db>,
+    name: &str,
+    last: Option<&Path>,
+) -> Result<ReplayCounts> {
     let mut counts = prepared.counts;
     let result = (|| {
         // Per column family its tables' files, in log order, in one ingestion: RocksDB gives
@@ -215,6 +221,16 @@ pub(crate) fn apply_onto(prepared: Prepared, db: &Arc<Db>, name: &str) -> Result
             match by_cf.iter_mut().find(|(name, _)| *name == cf.as_str()) {
                 Some((_, files)) => files.push(file.clone()),
                 None => by_cf.push((cf.as_str(), vec![file.clone()])),
+            }
+        }
+        // Without batches after the tables, `last` joins the metadata's ingestion.
+        let mut last = last;
+        if prepared.batches.is_empty() {
+            if let Some(file) = last.take() {
+                match by_cf.iter_mut().find(|(cf, _)| *cf == DEFAULT_CF_NAME) {
+                    Some((_, files)) => files.push(file.to_path_buf()),
+                    None => by_cf.push((DEFAULT_CF_NAME, vec![file.to_path_buf()])),
+                }
             }
         }
         for (cf, files) in &by_cf {
@@ -265,6 +281,9 @@ pub(crate) fn apply_onto(prepared: Prepared, db: &Arc<Db>, name: &str) -> Result
                     counts.memtable_writes += counts.applied - before;
                 }
             }
+        }
+        if let Some(file) = last {
+            db.default_cf()?.ingest(&[file.to_path_buf()])?;
         }
         Ok(())
     })();

@@ -326,10 +326,10 @@ fn restore_pinned<T>(
         // plain restore with a log to apply opens its database as soon as the files are in,
         // while the log may still be in preparation (its private files read first: the open
         // writes a new MANIFEST), and the log goes onto the database the backend gets. The
-        // backend's new identity is written and flushed right after that open, before the
-        // log's files go in: the log then changes the database only by ingestion, which needs
-        // no flush, while a flush after it could wait until compactions took the level-0
-        // files the ingestion added below RocksDB's write-slowdown count.
+        // backend's new identity is ingested after the log: the restore then changes the
+        // database only by ingestion, which needs no flush, while a flush could wait until
+        // compactions took the level-0 files the ingestion added below RocksDB's
+        // write-slowdown count.
         let open_early = !rescaling
             && manifest
                 .changelog
@@ -343,9 +343,10 @@ fn restore_pinned<T>(
                 }
                 let private = read_private(&manifest, &target)?;
                 let layout = KeyLayout::new(p.max_parallelism, key_groups);
+                let file = scratch_root.join("identity.sst");
+                let identity = crate::checkpoint::identity_sst(&p.options, &budget, &file)?;
                 let db = Db::open(&target, &p.options, &budget, Some(layout))?;
-                let identity = crate::checkpoint::write_identity(&db)?;
-                Ok::<_, Error>((counts, Some((private, db, identity))))
+                Ok::<_, Error>((counts, Some((private, db, (identity, file)))))
             });
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
             let prepared: Result<Vec<Option<crate::replay::Prepared>>> = names
@@ -370,10 +371,11 @@ fn restore_pinned<T>(
             let (counts, early) = downloaded?;
             Ok::<_, Error>((counts, early, prepared?))
         })?;
-        let (mut log_private, base_db, mut identity) = match early {
+        let (mut log_private, base_db, identity_file) = match early {
             Some((private, db, identity)) => (Some(private), Some(db), Some(identity)),
             None => (None, None, None),
         };
+        let mut identity = None;
         (report.files_skipped, report.bytes_skipped) = counts.skipped;
         // If a manifest left storage while it was read (an owner that did not see the pin
         // yet), its files may be gone too: restore them, but reuse none of them.
@@ -454,10 +456,12 @@ fn restore_pinned<T>(
                 }
                 let counts = match (i, &base_db) {
                     (0, Some(db)) => {
-                        let counts = crate::replay::apply_onto(prepared, db, name)?;
-                        if counts.memtable_writes > 0 {
-                            // Not all by ingestion: the backend's open flushes.
-                            identity = None;
+                        let last = identity_file.as_ref().map(|(_, f)| f.as_path());
+                        let counts = crate::replay::apply_onto(prepared, db, name, last)?;
+                        // Otherwise not all by ingestion: the backend's open writes another
+                        // identity and flushes.
+                        if counts.memtable_writes == 0 {
+                            identity = identity_file.as_ref().map(|(id, _)| id.clone());
                         }
                         counts
                     }

@@ -46,11 +46,12 @@ pub use owner::{GcStats, JobOwner};
 pub use snapshot::PendingSnapshot;
 
 use crate::clock::Clock;
-use crate::db::{Cf, Db};
+use crate::db::{Cf, Db, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::meta::STATE_CF_PREFIX;
 use crate::operator_state::OperatorState;
+use crate::options::DbOptions;
 use crate::state::StateMeta;
 use crate::storage::CheckpointStorage;
 use registry::{Checkpointer, Completion, RestoredBase};
@@ -278,19 +279,26 @@ pub(crate) enum Ownership {
     Job(Option<Arc<JobOwner>>),
 }
 
-/// Reads (or, for a new or restored database, creates) the backend id and, with storage,
-/// builds the checkpoint bookkeeping. Called by `BackendBuilder::open`.
-/// Gives the restored database `db` a new backend identity and makes it durable, before
-/// anything else is written (a restore that then changes the database only by ingestion needs
-/// no flush after, when a flush could wait on the compaction of the files it ingested).
-/// Returns the identity, for [`RestoredBase::identity`].
-pub(crate) fn write_identity(db: &Arc<Db>) -> Result<String> {
+/// A new backend identity for a restored database, as a one-entry SST of the metadata column
+/// family at `path`, written with `options`' table options: a restore that changes the
+/// database only by ingestion ingests it last, and needs no flush (which could wait on the
+/// compaction of the level-0 files the ingestion added). Returns the identity, for
+/// [`RestoredBase::identity`].
+pub(crate) fn identity_sst(
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    path: &Path,
+) -> Result<String> {
     let id = layout::new_backend_id();
-    db.default_cf()?.put(META_BACKEND_ID, id.as_bytes())?;
-    db.flush_all()?;
+    crate::db::write_ssts(options, budget, &[path], |sinks| match sinks.first_mut() {
+        Some(sink) => sink.put(META_BACKEND_ID, id.as_bytes()),
+        None => Ok(()),
+    })?;
     Ok(id)
 }
 
+/// Reads (or, for a new or restored database, creates) the backend id and, with storage,
+/// builds the checkpoint bookkeeping. Called by `BackendBuilder::open`.
 pub(crate) fn attach(
     meta: &Cf,
     storage: Option<Arc<dyn CheckpointStorage>>,

@@ -45,7 +45,7 @@ pub(crate) struct RestoredBase {
     /// backend's log checkpoints continue on the same materialization and log.
     pub(crate) log_private: Option<Vec<(String, Vec<u8>)>>,
     /// The restored backend's new identity when the restore already wrote it and made
-    /// everything it wrote durable ([`crate::checkpoint::write_identity`]); `None` leaves both
+    /// everything it wrote durable ([`crate::checkpoint::identity_sst`]); `None` leaves both
     /// to the backend's open.
     pub(crate) identity: Option<String>,
 }
