@@ -117,13 +117,15 @@ pub(crate) fn prepare(
         .prefix("replay-")
         .tempdir_in(scratch_in)
         .map_err(|e| Error::io(scratch_in, e))?;
-    let mut counts = ReplayCounts::default();
-    counts.tables = log.tables.len();
-    counts.table_bytes = log
-        .tables
-        .iter()
-        .flat_map(|t| t.files.iter().map(|f| f.size))
-        .sum();
+    let mut counts = ReplayCounts {
+        tables: log.tables.len(),
+        table_bytes: log
+            .tables
+            .iter()
+            .flat_map(|t| t.files.iter().map(|f| f.size))
+            .sum(),
+        ..ReplayCounts::default()
+    };
     // The tables are fetched (and their CRCs computed) beside the segments' preparation.
     let (tables, prepared) = std::thread::scope(|scope| {
         let tables = scope.spawn(|| fetch_tables(storage, &log.tables, scratch.path(), threads));

@@ -59,7 +59,7 @@ fn map_writes(b: &KeyedBackend, model: &mut MapModel, round: u64) {
     let m = b.map_state::<u32, (), u32, u64>("m").unwrap();
     for k in 0..40u32 {
         let uk = (k * 7 + round as u32) % 5;
-        if (k + round as u32) % 4 == 0 {
+        if (k + round as u32).is_multiple_of(4) {
             m.remove(&k, &(), &uk).unwrap();
             if let Some(e) = model.get_mut(&k) {
                 e.remove(&uk);
