@@ -87,12 +87,10 @@ fn log_checkpoint(fx: &Fixture) -> (String, String) {
 fn a_damaged_segment_is_refused_at_restore_and_by_verify() {
     let fx = Fixture::new();
     let (_, name) = log_checkpoint(&fx);
-    let path = fx.local_root().join(&name);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x40;
-    std::fs::remove_file(&path).unwrap();
-    std::fs::write(&path, &bytes).unwrap();
+    fx.damage_object(&name, |b| {
+        let middle = b.len() / 2;
+        b[middle] ^= 0x40;
+    });
     match fx.restore("r", RestoreFrom::Latest) {
         Err(Error::CheckpointCorrupt { file, .. }) => assert_eq!(file, name),
         Err(e) => panic!("{e}"),
@@ -120,11 +118,7 @@ fn a_segment_damaged_behind_a_matching_checksum_is_refused() {
     // computing it): the segment's own checks refuse it.
     let fx = Fixture::new();
     let (backend, name) = log_checkpoint(&fx);
-    let path = fx.local_root().join(&name);
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[40] ^= 0x01;
-    std::fs::remove_file(&path).unwrap();
-    std::fs::write(&path, &bytes).unwrap();
+    let bytes = fx.damage_object(&name, |b| b[40] ^= 0x01);
     fx.edit_manifest(2, &backend, |m| {
         m.changelog.as_mut().unwrap().segments[0].crc32 = crc32fast::hash(&bytes);
     });

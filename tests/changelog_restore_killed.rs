@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::crash::{spawn_child, wait_for};
+use common::crash::kill_child_once_written;
 use common::*;
 use rockstate::{CheckpointOptions, KeyedBackend, LocalStorage, RestoreFrom};
 
@@ -57,9 +57,7 @@ fn killed_after_restore_reopens_as_restored(table_bytes: u64, expect_tables: boo
     drop(source);
 
     let work = fx.dir.path();
-    let id_file = work.join("restored-id");
-    let stderr = work.join("child.stderr");
-    let mut child = spawn_child(
+    let restored_id = kill_child_once_written(
         "restore_child",
         (
             CHILD_ENV,
@@ -69,14 +67,9 @@ fn killed_after_restore_reopens_as_restored(table_bytes: u64, expect_tables: boo
                 fx.local_root().display()
             ),
         ),
-        "ROCKSTATE_CHANGELOG_RESTORE_KILLED_UNUSED",
-        None,
-        &stderr,
+        &work.join("restored-id"),
+        &work.join("child.stderr"),
     );
-    wait_for(&mut child, &stderr, "restored", || id_file.exists());
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let restored_id = fs::read_to_string(&id_file).unwrap();
     assert_ne!(restored_id, source_id);
 
     let storage = Arc::new(LocalStorage::new(fx.local_root()).unwrap());

@@ -242,12 +242,10 @@ fn a_damaged_table_file_is_refused_at_restore_and_by_verify() {
     let fx = Fixture::new();
     let (_, m) = tabled_checkpoint(&fx);
     let name = log(&m).tables[1].files[0].remote_name.clone();
-    let path = fx.local_root().join(&name);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x40;
-    std::fs::remove_file(&path).unwrap();
-    std::fs::write(&path, &bytes).unwrap();
+    fx.damage_object(&name, |b| {
+        let middle = b.len() / 2;
+        b[middle] ^= 0x40;
+    });
     expect_corrupt(&fx, &name, "crc32");
     let report = rockstate::verify_checkpoints(fx.storage.as_ref()).unwrap();
     assert!(
@@ -270,10 +268,7 @@ fn a_table_file_that_is_no_sst_is_refused_even_behind_a_matching_checksum() {
     let fx = Fixture::new();
     let (backend, m) = tabled_checkpoint(&fx);
     let name = log(&m).tables[0].files[0].remote_name.clone();
-    let path = fx.local_root().join(&name);
-    let bytes = vec![0x5a; 4096];
-    std::fs::remove_file(&path).unwrap();
-    std::fs::write(&path, &bytes).unwrap();
+    let bytes = fx.damage_object(&name, |b| *b = vec![0x5a; 4096]);
     fx.edit_manifest(3, &backend, |m| {
         let f = &mut m.changelog.as_mut().unwrap().tables[0].files[0];
         (f.size, f.crc32) = (bytes.len() as u64, crc32fast::hash(&bytes));

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::crash::{spawn_child, wait_for};
+use common::crash::kill_child_once_written;
 use common::*;
 use rockstate::{CheckpointOptions, LocalStorage, RestoreFrom};
 
@@ -34,22 +34,15 @@ fn a_rescaled_directory_killed_before_its_first_checkpoint_reopens_as_restored()
 
     let work = fx.dir.path();
     let target = work.join("target");
-    let id_file = work.join("restored-id");
-    let stderr = work.join("child.stderr");
-    let mut child = spawn_child(
+    let restored_id = kill_child_once_written(
         "reopen_child",
         (
             CHILD_ENV,
             format!("{}|{}", work.display(), fx.local_root().display()),
         ),
-        "ROCKSTATE_RESCALE_REOPEN_KILLED_UNUSED",
-        None,
-        &stderr,
+        &work.join("restored-id"),
+        &work.join("child.stderr"),
     );
-    wait_for(&mut child, &stderr, "restored", || id_file.exists());
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let restored_id = fs::read_to_string(&id_file).unwrap();
     assert_ne!(restored_id, source_id);
 
     // Reopened, not restored: the stored range must equal the builder's, else the open fails.

@@ -91,6 +91,26 @@ pub fn spawn_child(
         .unwrap()
 }
 
+/// Runs the ignored test `test` of this binary as a child with `env` until it writes `file`,
+/// then kills it (`kill -9`) and returns what `file` holds; its stderr goes to `stderr`.
+pub fn kill_child_once_written(
+    test: &str,
+    env: (&str, String),
+    file: &Path,
+    stderr: &Path,
+) -> String {
+    let mut child = spawn_child(test, env, "ROCKSTATE_KILL_CHILD_UNUSED", None, stderr);
+    wait_for(
+        &mut child,
+        stderr,
+        &format!("wrote {}", file.display()),
+        || file.exists(),
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    fs::read_to_string(file).unwrap()
+}
+
 /// Waits until `done()` holds while `child` keeps running; panics with the child's `stderr`
 /// (and `what` it never did) if it ends first or two minutes pass.
 pub fn wait_for(

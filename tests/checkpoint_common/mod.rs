@@ -154,6 +154,17 @@ impl Fixture {
             .unwrap();
     }
 
+    /// Replaces the local object `name` with its bytes changed by `damage` (as a new file: the
+    /// object may share its inode with a restored database); returns the new bytes.
+    pub fn damage_object(&self, name: &str, damage: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let path = self.local_root().join(name);
+        let mut bytes = std::fs::read(&path).unwrap();
+        damage(&mut bytes);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        bytes
+    }
+
     /// Committed checkpoint ids of `backend`, ascending.
     pub fn committed_ids(&self, backend: &str) -> Vec<u64> {
         let mut ids: Vec<u64> = self
