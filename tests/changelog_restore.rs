@@ -177,12 +177,7 @@ fn a_log_longer_than_a_replay_batch_replays_batch_by_batch(fx: Fixture) {
     let restore = |name: &str, batch: u64| {
         let mut opts = CheckpointOptions::default();
         opts.changelog.replay_batch_bytes = batch;
-        KeyedBackend::builder(fx.path(name))
-            .options(small_options())
-            .checkpoint_storage(fx.storage_dyn())
-            .checkpoint_options(opts)
-            .restore_with_report(RestoreFrom::Latest)
-            .unwrap()
+        fx.restore_reported(name, opts)
     };
     let (whole, whole_report) = restore("whole", u64::MAX);
     assert_eq!(whole_report.log_segments, 6);

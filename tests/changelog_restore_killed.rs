@@ -7,12 +7,10 @@
 #[path = "checkpoint_common/mod.rs"]
 mod common;
 
-use std::fs;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::crash::kill_child_once_written;
+use common::crash::{kill_child_once_written, publish_and_wait_to_be_killed};
 use common::*;
 use rockstate::{CheckpointOptions, KeyedBackend, LocalStorage, RestoreFrom};
 
@@ -111,11 +109,6 @@ fn restore_child() {
     let restored = builder(&work.join("target"), storage, table_bytes)
         .restore(RestoreFrom::Latest)
         .unwrap();
-    let tmp = work.join("restored-id.tmp");
-    fs::write(&tmp, restored.backend_id()).unwrap();
-    fs::rename(&tmp, work.join("restored-id")).unwrap();
-    // Killed here, with the backend open and never closed.
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
+    // Killed there, with the backend open and never closed.
+    publish_and_wait_to_be_killed(&work.join("restored-id"), restored.backend_id());
 }

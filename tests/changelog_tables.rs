@@ -172,14 +172,7 @@ fn a_restored_backend_keeps_the_tables_and_builds_on_them(fx: Fixture) {
     assert!(log(&fx.manifest(3, b.backend_id())).tables.is_empty());
     drop(b);
 
-    let restore = |name: &str, opts: CheckpointOptions| {
-        KeyedBackend::builder(fx.path(name))
-            .options(small_options())
-            .checkpoint_storage(fx.storage_dyn())
-            .checkpoint_options(opts)
-            .restore_with_report(RestoreFrom::Latest)
-            .unwrap()
-    };
+    let restore = |name: &str, opts: CheckpointOptions| fx.restore_reported(name, opts);
     let (b, report) = restore("b", table_options(1, 4));
     assert_eq!((report.log_tables, report.log_segments), (0, 2));
     random_writes(&b, &mut model, &mut r, 300);

@@ -8,12 +8,10 @@
 #[path = "checkpoint_common/mod.rs"]
 mod common;
 
-use std::fs;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::crash::kill_child_once_written;
+use common::crash::{kill_child_once_written, publish_and_wait_to_be_killed};
 use common::*;
 use rockstate::{CheckpointOptions, LocalStorage, RestoreFrom};
 
@@ -78,11 +76,6 @@ fn reopen_child() {
     let restored = first_half_builder(&work.join("target"), storage)
         .restore(RestoreFrom::Latest)
         .unwrap();
-    let tmp = work.join("restored-id.tmp");
-    fs::write(&tmp, restored.backend_id()).unwrap();
-    fs::rename(&tmp, work.join("restored-id")).unwrap();
-    // Killed here, with the backend open and never closed.
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
+    // Killed there, with the backend open and never closed.
+    publish_and_wait_to_be_killed(&work.join("restored-id"), restored.backend_id());
 }

@@ -111,6 +111,18 @@ pub fn kill_child_once_written(
     fs::read_to_string(file).unwrap()
 }
 
+/// The child's side of [`kill_child_once_written`]: writes `contents` to `file` atomically
+/// (through a temporary name), then waits to be killed, holding whatever is open (a backend
+/// never closed).
+pub fn publish_and_wait_to_be_killed(file: &Path, contents: &str) -> ! {
+    let tmp = file.with_extension("tmp");
+    fs::write(&tmp, contents).unwrap();
+    fs::rename(&tmp, file).unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
 /// Waits until `done()` holds while `child` keeps running; panics with the child's `stderr`
 /// (and `what` it never did) if it ends first or two minutes pass.
 pub fn wait_for(

@@ -123,6 +123,21 @@ impl Fixture {
         restore_from(self.storage_dyn(), &self.path(name), from)
     }
 
+    /// Restores the latest checkpoint into backend directory `name` with checkpoint options
+    /// `opts`, with the restore's report.
+    pub fn restore_reported(
+        &self,
+        name: &str,
+        opts: CheckpointOptions,
+    ) -> (KeyedBackend, rockstate::RestoreReport) {
+        KeyedBackend::builder(self.path(name))
+            .options(small_options())
+            .checkpoint_storage(self.storage_dyn())
+            .checkpoint_options(opts)
+            .restore_with_report(RestoreFrom::Latest)
+            .unwrap()
+    }
+
     /// Every object in storage with its bytes.
     pub fn objects(&self) -> BTreeMap<String, Vec<u8>> {
         objects(self.storage.as_ref())
