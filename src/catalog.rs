@@ -23,7 +23,7 @@ use sst_format::{CheckpointManifest, JobCheckpoint, LogSegmentFile, SstUniqueId}
 use crate::clock::millis_since_epoch;
 use crate::error::{Error, Result};
 use crate::layout;
-use crate::storage::{CheckpointStorage, ObjectInfo};
+use crate::storage::{CheckpointStorage, ObjectDigest, ObjectInfo};
 
 /// One committed task checkpoint.
 #[derive(Debug, Clone)]
@@ -787,6 +787,34 @@ pub fn shared_objects_bytes(m: &CheckpointManifest) -> u64 {
         + log
             .flat_map(|c| c.tables.iter().flat_map(|t| t.files.iter().map(|f| f.size)))
             .sum::<u64>()
+}
+
+/// What a failed fetch of object `name`, which a manifest names, means: a missing object is
+/// [`Error::CheckpointCorrupt`] naming it; any other error stays as it is.
+pub(crate) fn named_fetch_error(name: &str, e: Error) -> Error {
+    match e {
+        Error::ObjectNotFound { .. } => Error::CheckpointCorrupt {
+            file: name.to_string(),
+            detail: "missing from storage".into(),
+        },
+        e => e,
+    }
+}
+
+/// Checks the digest `got` of the fetched object `name` against the size and CRC-32 its
+/// manifest records: other bytes are [`Error::CheckpointCorrupt`] naming it.
+pub(crate) fn check_digest(name: &str, got: ObjectDigest, size: u64, crc32: u32) -> Result<()> {
+    let detail = if got.size != size {
+        format!("{} bytes, manifest says {size}", got.size)
+    } else if got.crc32 != crc32 {
+        format!("crc32 {:08x}, manifest says {crc32:08x}", got.crc32)
+    } else {
+        return Ok(());
+    };
+    Err(Error::CheckpointCorrupt {
+        file: name.to_string(),
+        detail,
+    })
 }
 
 /// Decodes manifest bytes, naming the object on failure.

@@ -27,13 +27,14 @@ use parking_lot::Mutex;
 
 use sst_format::{Changelog, CheckpointManifest, LogEntry, LogSegment, LogSegmentFile, LogTable};
 
+use crate::catalog::{check_digest, named_fetch_error};
 use crate::db::{write_ssts, Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::meta::STATE_CF_PREFIX;
 use crate::options::DbOptions;
 use crate::parallel::run_parallel;
-use crate::storage::CheckpointStorage;
+use crate::storage::{CheckpointStorage, ObjectDigest};
 
 /// What a replay did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -201,10 +202,10 @@ pub(crate) fn apply(
 }
 
 /// Applies a [`prepare`]d log (of the manifest object `name`) onto `db`, the downloaded
-/// materialization open: the tables one after another, each file ingested into its column
-/// family, then the segments' batches, each above everything before it (metadata entries
-/// through the memtable, the SST files ingested per state in one call); then `last`, a file of
-/// the metadata column family, above all of it. A plain restore applies the log onto the
+/// materialization open: the tables (per column family all their files in one ingestion), then
+/// the segments' batches, each above everything before it (the metadata's and each state's
+/// SST files ingested; a batch holding a range deletion through the memtable); then `last`, a
+/// file of the metadata column family, above all of it. A plain restore applies the log onto the
 /// database it hands to the backend, so RocksDB opens once.
 pub(crate) fn apply_onto(
     prepared: Prepared,
@@ -236,23 +237,7 @@ pub(crate) fn apply_onto(
             }
         }
         for (cf, files) in &by_cf {
-            let cf = if *cf == DEFAULT_CF_NAME {
-                db.default_cf()?
-            } else if cf.starts_with(STATE_CF_PREFIX) {
-                match db.cf(cf)? {
-                    Some(c) => c,
-                    None => db.create_cf(cf)?,
-                }
-            } else {
-                return Err(corrupt(
-                    name,
-                    format!(
-                        "log table names column family `{cf}`, neither a state's nor the \
-                         metadata's"
-                    ),
-                ));
-            };
-            cf.ingest(files)?;
+            log_cf(db, name, "log table", cf)?.1.ingest(files)?;
         }
         for batch in &prepared.batches {
             match batch {
@@ -261,11 +246,7 @@ pub(crate) fn apply_onto(
                         db.default_cf()?.ingest(std::slice::from_ref(file))?;
                     }
                     for (state, files) in states {
-                        let cf = match db.cf(state)? {
-                            Some(c) => c,
-                            None => db.create_cf(state)?,
-                        };
-                        cf.ingest(files)?;
+                        log_cf(db, name, "log segment", state)?.1.ingest(files)?;
                     }
                 }
                 Batch::Entries(segments) => {
@@ -380,48 +361,28 @@ fn fetch_tables(
     dir: &Path,
     threads: usize,
 ) -> Result<Vec<Vec<(String, PathBuf)>>> {
-    let jobs: Vec<(PathBuf, &sst_format::LogTableFile)> = tables
+    let jobs: Vec<(usize, PathBuf, &sst_format::LogTableFile)> = tables
         .iter()
         .enumerate()
         .flat_map(|(i, t)| {
             t.files
                 .iter()
                 .enumerate()
-                .map(move |(j, f)| (dir.join(format!("table-{i}-{j}.sst")), f))
+                .map(move |(j, f)| (i, dir.join(format!("table-{i}-{j}.sst")), f))
         })
         .collect();
-    run_parallel(&jobs, threads, |(path, f)| {
-        let digest = match storage.get_file(&f.remote_name, path) {
-            Ok(d) => d,
-            Err(Error::ObjectNotFound { .. }) => {
-                return Err(corrupt(&f.remote_name, "missing from storage".into()))
-            }
-            Err(e) => return Err(e),
-        };
-        if digest.size != f.size {
-            return Err(corrupt(
-                &f.remote_name,
-                format!("{} bytes, manifest says {}", digest.size, f.size),
-            ));
-        }
-        if digest.crc32 != f.crc32 {
-            return Err(corrupt(
-                &f.remote_name,
-                format!("crc32 {:08x}, manifest says {:08x}", digest.crc32, f.crc32),
-            ));
-        }
+    run_parallel(&jobs, threads, |(_, path, f)| {
+        let digest = storage
+            .get_file(&f.remote_name, path)
+            .map_err(|e| named_fetch_error(&f.remote_name, e))?;
+        check_digest(&f.remote_name, digest, f.size, f.crc32)?;
         sst_format::read_sst_meta(path)
             .map_err(|e| corrupt(&f.remote_name, format!("not a valid SST: {e}")))?;
         Ok(())
     })?;
     let mut out: Vec<Vec<(String, PathBuf)>> = tables.iter().map(|_| Vec::new()).collect();
-    let mut jobs = jobs.into_iter();
-    for (i, t) in tables.iter().enumerate() {
-        for _ in &t.files {
-            if let Some((path, f)) = jobs.next() {
-                out[i].push((f.column_family.clone(), path));
-            }
-        }
+    for (i, path, f) in jobs {
+        out[i].push((f.column_family.clone(), path));
     }
     Ok(out)
 }
@@ -519,26 +480,12 @@ pub(crate) fn fetch(
             Some(path) => std::fs::read(&path).map_err(|e| Error::io(&path, e)),
             None => storage.get_bytes(&s.remote_name),
         };
-        let bytes = match fetched {
-            Ok(b) => b,
-            Err(Error::ObjectNotFound { .. }) => {
-                return Err(corrupt(&s.remote_name, "missing from storage".into()))
-            }
-            Err(e) => return Err(e),
+        let bytes = fetched.map_err(|e| named_fetch_error(&s.remote_name, e))?;
+        let digest = ObjectDigest {
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(&bytes),
         };
-        if bytes.len() as u64 != s.size {
-            return Err(corrupt(
-                &s.remote_name,
-                format!("{} bytes, manifest says {}", bytes.len(), s.size),
-            ));
-        }
-        let crc = crc32fast::hash(&bytes);
-        if crc != s.crc32 {
-            return Err(corrupt(
-                &s.remote_name,
-                format!("crc32 {crc:08x}, manifest says {:08x}", s.crc32),
-            ));
-        }
+        check_digest(&s.remote_name, digest, s.size, s.crc32)?;
         let seg = sst_format::decode_log_segment(&bytes)
             .map_err(|e| corrupt(&s.remote_name, format!("log segment: {e}")))?;
         if (seg.first_seq(), seg.count()) != (s.first_seq, s.entries) {
@@ -569,18 +516,29 @@ enum Dest {
 fn destinations(db: &Arc<Db>, name: &str, seg: &LogSegment) -> Result<Vec<Dest>> {
     let mut dests = Vec::with_capacity(seg.column_families().len());
     for cf in seg.column_families() {
-        dests.push(if cf == DEFAULT_CF_NAME {
-            Dest::Meta(db.default_cf()?)
-        } else if cf.starts_with(STATE_CF_PREFIX) {
-            Dest::Keyed(match db.cf(cf)? {
-                Some(c) => c,
-                None => db.create_cf(cf)?,
-            })
-        } else {
-            return Err(unknown_cf(name, cf));
+        dests.push(match log_cf(db, name, "log segment", cf)? {
+            (true, cf) => Dest::Meta(cf),
+            (false, cf) => Dest::Keyed(cf),
         });
     }
     Ok(dests)
+}
+
+/// The column family `cf` a log (`what` of the manifest object `name`) names, created if it
+/// is a state's the database lacks; with whether it is the metadata's (else a keyed state's).
+/// Any other name is `CheckpointCorrupt`.
+fn log_cf(db: &Arc<Db>, name: &str, what: &str, cf: &str) -> Result<(bool, Cf)> {
+    if cf == DEFAULT_CF_NAME {
+        Ok((true, db.default_cf()?))
+    } else if cf.starts_with(STATE_CF_PREFIX) {
+        let state = match db.cf(cf)? {
+            Some(c) => c,
+            None => db.create_cf(cf)?,
+        };
+        Ok((false, state))
+    } else {
+        Err(unknown_cf(name, what, cf))
+    }
 }
 
 /// Whether a keyed entry's key lies in `target` (`Err` for a key without a prefix).
@@ -611,9 +569,9 @@ enum Route {
     State(usize),
 }
 
-/// The sorted path of a batch: the metadata entries' last changes written into one SST, the keyed entries of the
-/// target written into sorted SSTs under `files`, the last entry of each key (the log's
-/// order decides) only.
+/// The sorted path of a batch: the metadata entries and the keyed entries of the target
+/// written into sorted SSTs under `files`, the last entry of each key (the log's order
+/// decides) only.
 ///
 /// Per state the changes are first laid out by key group (a stable counting sort, so each
 /// group's changes keep log order), then cut into runs of whole groups with about equal
@@ -649,7 +607,7 @@ fn sort_batch(
                     }
                 })
             } else {
-                return Err(unknown_cf(name, cf));
+                return Err(unknown_cf(name, "log segment", cf));
             });
         }
         for entry in seg.entries() {
@@ -769,12 +727,12 @@ fn write_meta(
         .then(|| file.to_path_buf()))
 }
 
-/// `CheckpointCorrupt` for a segment of `name` naming column family `cf`, neither a state's
-/// nor the metadata's.
-fn unknown_cf(name: &str, cf: &str) -> Error {
+/// `CheckpointCorrupt` for a `what` (log segment or table) of `name` naming column family
+/// `cf`, neither a state's nor the metadata's.
+fn unknown_cf(name: &str, what: &str, cf: &str) -> Error {
     corrupt(
         name,
-        format!("log segment names column family `{cf}`, neither a state's nor the metadata's"),
+        format!("{what} names column family `{cf}`, neither a state's nor the metadata's"),
     )
 }
 

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use sst_format::{CheckpointManifest, SstUniqueId};
 
-use crate::catalog::decode_manifest_named;
+use crate::catalog::{check_digest, decode_manifest_named, named_fetch_error};
 use crate::checkpoint::local_recovery::{LocalSource, RestoreReport};
 use crate::checkpoint::owner::{read_record, record_ids};
 use crate::checkpoint::registry::{list_committed, RestoredBase};
@@ -948,23 +948,10 @@ fn fetch_one(storage: &dyn CheckpointStorage, job: &Fetch<'_>, local: &Path) -> 
             return Ok(Origin::Local);
         }
     }
-    let digest = match storage.get_file(job.remote, local) {
-        Ok(d) => d,
-        Err(Error::ObjectNotFound { .. }) => return Err(corrupt("missing from storage".into())),
-        Err(e) => return Err(e),
-    };
-    if digest.size != job.size {
-        return Err(corrupt(format!(
-            "{} bytes, manifest says {}",
-            digest.size, job.size
-        )));
-    }
-    if digest.crc32 != job.crc32 {
-        return Err(corrupt(format!(
-            "crc32 {:08x}, manifest says {:08x}",
-            digest.crc32, job.crc32
-        )));
-    }
+    let digest = storage
+        .get_file(job.remote, local)
+        .map_err(|e| named_fetch_error(job.remote, e))?;
+    check_digest(job.remote, digest, job.size, job.crc32)?;
     if let Some(id) = job.sst_id {
         let meta = sst_format::read_sst_meta(local)
             .map_err(|e| corrupt(format!("not a valid SST: {e}")))?;
