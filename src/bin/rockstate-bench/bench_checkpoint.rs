@@ -485,6 +485,7 @@ fn compare_changelog_restore(
     let sst_storage = storage_named(run.args.storage.as_deref(), root, "sst-of-changelog")?;
     let (mut changelog, mut sst) = (Vec::new(), Vec::new());
     let mut last = None;
+    let mut sst_report = None;
     for i in 0..3 {
         let target = root.join(format!("changelog-restored-{i}"));
         let (b, report, took) = restore(storage, &target)?;
@@ -504,18 +505,32 @@ fn compare_changelog_restore(
         drop(b);
         std::fs::remove_dir_all(&target).map_err(io(&target))?;
         let target = root.join(format!("sst-restored-{i}"));
-        let (b, _, took) = restore(&sst_storage, &target)?;
+        let (b, r, took) = restore(&sst_storage, &target)?;
         sst.push(took);
+        sst_report = Some(r);
         drop(b);
         std::fs::remove_dir_all(&target).map_err(io(&target))?;
     }
     let (c, s) = (median(changelog), median(sst));
     let report = last.unwrap_or_default();
+    let sst_report = sst_report.unwrap_or_default();
     Line::header()
         .label("restore (changelog):")
         .num("changelog_ms", ms(c), 1)
         .num("sst_only_ms", ms(s), 1)
         .num("ratio", c.as_secs_f64() / s.as_secs_f64(), 3)
+        .int(
+            "changelog_bytes",
+            report.bytes_downloaded
+                + report.bytes_local
+                + report.bytes_shared
+                + report.log_table_bytes
+                + report.log_bytes,
+        )
+        .int(
+            "sst_only_bytes",
+            sst_report.bytes_downloaded + sst_report.bytes_local + sst_report.bytes_shared,
+        )
         .int("log_tables", report.log_tables as u64)
         .int("log_table_bytes", report.log_table_bytes)
         .int("log_segments", report.log_segments as u64)
