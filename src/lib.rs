@@ -67,7 +67,9 @@ pub use db::{lower_compaction_priority, MemoryBudget};
 pub use error::{Error, ErrorKind, Result};
 pub use keygroup::KeyGroupRange;
 pub use metrics::{BackendMetrics, CheckpointMetrics, LevelMetrics, RocksDbMetrics};
-pub use options::{CacheKind, Compression, DbOptions, MemoryBudgetConfig, ValueCacheAdmission};
+pub use options::{
+    CacheKind, Compression, DbOptions, MemoryBudgetConfig, ValueCacheAdmission, ValueCacheWrites,
+};
 pub use shared_fetch::SharedFetches;
 pub use state::{
     AggregateFunction, AggregatingState, CodecId, ListState, MapState, RawEntry, RawListState,

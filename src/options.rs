@@ -16,8 +16,8 @@ pub enum Compression {
     Zstd,
 }
 
-/// Which values read from RocksDB a backend's value cache keeps (values written are always
-/// kept: state is mostly read soon after it is written).
+/// Which values read from RocksDB a backend's value cache keeps (what writes do to it is
+/// [`ValueCacheWrites`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ValueCacheAdmission {
     /// Every value a point read finds in RocksDB (the default).
@@ -27,6 +27,19 @@ pub enum ValueCacheAdmission {
     /// are spread over state larger than memory, costs no copy into the cache and evicts
     /// nothing; a key read again is kept.
     SecondRead,
+}
+
+/// What a write drained to RocksDB does to a backend's value cache
+/// (docs/decisions/0036-value-cache-refreshed-by-writes.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ValueCacheWrites {
+    /// A write replaces the entry of a key the cache holds and adds no other key: a key
+    /// enters the cache when it is read (the default). A read-modify-write keeps its key
+    /// cached; a write whose key was never read costs one index probe and no copy.
+    Refresh,
+    /// Every write becomes its key's entry, so a key's first read after its write is served
+    /// from the cache too, for a copy into the cache on every write.
+    Fill,
 }
 
 /// RocksDB settings applied to every column family of a backend. Defaults are tuned for
@@ -143,16 +156,18 @@ pub struct DbOptions {
     /// after SST ingestion (restore, rescale); memory is one key per state and key group read
     /// or written (`key_bounds` module docs).
     pub key_bounds: bool,
-    /// Bytes of memory in which a backend keeps the values it most recently wrote to RocksDB
-    /// or read from it, to answer point reads without RocksDB (`value_cache` module docs):
-    /// a ring of entries, oldest overwritten first, and a hash index. A hit costs one index
-    /// probe instead of RocksDB's read path (memtables, a filter probe per flushed file, an
-    /// index and a data-block search); every write drained to RocksDB pays one probe and a
-    /// copy into the ring. The budget's value caches share a quarter of it evenly among the
+    /// Bytes of memory in which a backend keeps the values it most recently read from
+    /// RocksDB (and wrote to it, as [`DbOptions::value_cache_writes`] says), to answer point
+    /// reads without RocksDB (`value_cache` module docs): a ring of entries, oldest
+    /// overwritten first, and a hash index. A hit costs one index probe instead of RocksDB's
+    /// read path (memtables, a filter probe per flushed file, an index and a data-block
+    /// search); every write drained to RocksDB pays one probe, and a copy into the ring where
+    /// it changes an entry. The budget's value caches share a quarter of it evenly among the
     /// open backends that have one (each gets the most this allows; `MemoryBudget`), so this
     /// is a cap: default 128 MiB, the whole quarter of the default 512 MiB budget for a
     /// backend alone in its process; 0 turns the cache off. `bench ops` solo, 1M keys x 100 B,
-    /// uniform keys, three alternating pairs on the idle machine: get 764k-790k against
+    /// uniform keys, the cache filled by every write, three alternating pairs on the idle
+    /// machine: get 764k-790k against
     /// 411k-430k ops/s off, read-modify-write 330k-334k against 256k-265k, insert 1.52M-1.56M
     /// against 1.74M-1.75M, update 1.17M-1.21M against 1.35M-1.39M
     /// (docs/decisions/0018-value-cache-filled-by-writes.md). Taken out of the memory
@@ -167,6 +182,12 @@ pub struct DbOptions {
     /// either policy's ratio to raw RocksDB moved beyond the spread of the other's
     /// (docs/decisions/0028-value-cache-admission.md).
     pub value_cache_admission: ValueCacheAdmission,
+    /// What a write does to the value cache. Default [`ValueCacheWrites::Refresh`]: over
+    /// `bench matrix` (16 cells, 64 MiB budget, three alternating rounds) it raised insert
+    /// 11–55 % and update 7–34 % against raw RocksDB in every cell, while gets right after the
+    /// writes, before any read, lost up to 19 % in the Zipf cells that fit the budget
+    /// (docs/decisions/0036-value-cache-refreshed-by-writes.md).
+    pub value_cache_writes: ValueCacheWrites,
 }
 
 impl Default for DbOptions {
@@ -194,6 +215,7 @@ impl Default for DbOptions {
             key_bounds: true,
             value_cache_bytes: 128 << 20,
             value_cache_admission: ValueCacheAdmission::EveryRead,
+            value_cache_writes: ValueCacheWrites::Refresh,
         }
     }
 }

@@ -1,15 +1,15 @@
-//! The value cache: the values a backend most recently wrote to RocksDB or read from it,
-//! kept in memory in the order they came and served to later point reads without asking
-//! RocksDB.
+//! The value cache: the values a backend most recently read from RocksDB (and, as
+//! `DbOptions::value_cache_writes` says, wrote to it), kept in memory in the order they came
+//! and served to later point reads without asking RocksDB.
 //!
 //! A point read that RocksDB answers walks its read path: the memtables, a filter probe per
 //! flushed file, an index search and a data-block search in the file that holds the key, a
 //! block-cache lookup for that block. That costs microseconds even when every block is
 //! cached, and Flink's RocksDB backend pays it on every state access (its users see reads
 //! several times slower than on the heap backend). Streaming state is mostly read soon after
-//! it was written (a window's aggregate, a join side, a counter): this cache keeps the last
-//! writes and reads, as many as its memory holds, and answers a point read with one hash
-//! lookup. Kafka Streams' record cache and RisingWave's operator caches sit in front of
+//! it was written, and mostly by a read-modify-write (a window's aggregate, a counter, a dedup
+//! set): this cache keeps the last values read, refreshed by the writes that follow them, as
+//! many as its memory holds, and answers a point read with one hash lookup. Kafka Streams' record cache and RisingWave's operator caches sit in front of
 //! their state stores for the same reason.
 //!
 //! This module only holds the data. `db` owns the cache, under the same lock as the write
@@ -17,7 +17,9 @@
 //! write cache has nothing newer for the key (reads look in the write cache first).
 //! - Every write to RocksDB holds the lock exclusively from before RocksDB takes it until
 //!   it is recorded here: a drain of the write cache, and a write that bypasses the write
-//!   cache (the WAL on). A recorded put becomes the key's entry, a delete drops it.
+//!   cache (the WAL on). A recorded put replaces the key's entry, and under
+//!   [`ValueCacheWrites::Fill`] becomes the entry of a key the cache did not hold; a delete
+//!   drops the key.
 //! - A value RocksDB returns to a point read (which reads RocksDB without the lock) is added
 //!   only if nothing was recorded or emptied since the read looked here
 //!   ([`ValueCache::epoch`]), so a read that raced a write cannot put back an older value.
@@ -50,7 +52,7 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::options::ValueCacheAdmission;
+use crate::options::{ValueCacheAdmission, ValueCacheWrites};
 use crate::write_cache::{HashedWrite, KeyHasher};
 
 /// Bytes of an entry's header: slot (4), key length (4), value length (4).
@@ -191,6 +193,7 @@ pub(crate) struct ValueCache {
     /// Slots whose values are never cached ([`ValueCache::keep_out`]).
     kept_out: Vec<bool>,
     admission: ValueCacheAdmission,
+    writes: ValueCacheWrites,
     /// Empty unless `admission` is [`ValueCacheAdmission::SecondRead`] and the cache is on.
     door: Doorkeeper,
 }
@@ -199,7 +202,12 @@ impl ValueCache {
     /// An empty cache holding at most `limit` bytes (0, or too little for a useful ring: the
     /// cache is off and holds nothing). `hasher` is the write cache's, so one hash of a key
     /// serves both.
-    pub(crate) fn new(limit: usize, hasher: KeyHasher, admission: ValueCacheAdmission) -> Self {
+    pub(crate) fn new(
+        limit: usize,
+        hasher: KeyHasher,
+        admission: ValueCacheAdmission,
+        writes: ValueCacheWrites,
+    ) -> Self {
         // The index takes at most a quarter, in a power of two of slots.
         let quarter_slots = limit / 4 / std::mem::size_of::<u64>();
         let max_slots = if quarter_slots < MIN_SLOTS {
@@ -231,6 +239,7 @@ impl ValueCache {
             epoch: 0,
             kept_out: Vec::new(),
             admission,
+            writes,
             door,
         }
     }
@@ -248,7 +257,7 @@ impl ValueCache {
     /// Empties the cache and gives it `limit` bytes from now on; the epoch moves on, so a
     /// read that looked before records nothing.
     pub(crate) fn resize(&mut self, limit: usize) {
-        let resized = ValueCache::new(limit, self.hasher.clone(), self.admission);
+        let resized = ValueCache::new(limit, self.hasher.clone(), self.admission, self.writes);
         *self = ValueCache {
             epoch: self.epoch + 1,
             kept_out: std::mem::take(&mut self.kept_out),
@@ -341,13 +350,26 @@ impl ValueCache {
     }
 
     /// Records that RocksDB now holds `value` for `key` in `slot` (`None`: no value): the
-    /// value becomes the key's entry (a delete drops the key).
+    /// value replaces the key's entry, or becomes it as [`ValueCacheWrites`] says (a delete
+    /// drops the key).
     pub(crate) fn record_write(&mut self, slot: usize, key: &[u8], value: Option<&[u8]>) {
         if !self.is_on() {
             return;
         }
         self.epoch += 1;
-        self.store(self.hash(slot, key), slot, key, value);
+        self.store_written(self.hash(slot, key), slot, key, value);
+    }
+
+    /// [`ValueCache::store`] for a write: under [`ValueCacheWrites::Refresh`] a put of a key
+    /// the cache does not hold leaves it out (the probe that finds it absent is all it costs).
+    fn store_written(&mut self, hash: u64, slot: usize, key: &[u8], value: Option<&[u8]>) {
+        if self.writes == ValueCacheWrites::Refresh
+            && value.is_some()
+            && self.find(hash, slot, key).is_none()
+        {
+            return;
+        }
+        self.store(hash, slot, key, value);
     }
 
     /// [`ValueCache::record_write`] for each of a drained batch, as (hash, slot, key,
@@ -367,7 +389,7 @@ impl ValueCache {
             group.extend(writes.by_ref().take(GROUP));
             self.touch(&group);
             for &(hash, slot, key, value) in &group {
-                self.store(hash, slot, key, value);
+                self.store_written(hash, slot, key, value);
             }
         }
     }
@@ -599,9 +621,15 @@ impl ValueCache {
 mod tests {
     use super::*;
 
-    /// A cache of `limit` bytes under [`ValueCacheAdmission::EveryRead`].
+    /// A cache of `limit` bytes under [`ValueCacheAdmission::EveryRead`], filled by every
+    /// write ([`ValueCacheWrites::Fill`]), so writes alone can put entries in place.
     fn every_read(limit: usize) -> ValueCache {
-        ValueCache::new(limit, KeyHasher::default(), ValueCacheAdmission::EveryRead)
+        ValueCache::new(
+            limit,
+            KeyHasher::default(),
+            ValueCacheAdmission::EveryRead,
+            ValueCacheWrites::Fill,
+        )
     }
 
     /// Adds `key` as a read does that raced nothing.
@@ -645,6 +673,7 @@ mod tests {
             1 << 20,
             KeyHasher::default(),
             ValueCacheAdmission::SecondRead,
+            ValueCacheWrites::Fill,
         );
         let h = c.hash(0, b"k");
         assert!(!c.admits_read(h));
@@ -665,6 +694,7 @@ mod tests {
             64 * 1024,
             KeyHasher::default(),
             ValueCacheAdmission::SecondRead,
+            ValueCacheWrites::Fill,
         );
         let h = c.hash(0, b"k");
         assert!(!c.admits_read(h));
@@ -678,6 +708,51 @@ mod tests {
         }
         assert!(cleared, "the doorkeeper never cleared");
         assert!(!c.admits_read(h), "a cleared doorkeeper remembered a key");
+    }
+
+    #[test]
+    fn refreshing_writes_replace_cached_keys_and_add_none() {
+        let mut c = ValueCache::new(
+            1 << 20,
+            KeyHasher::default(),
+            ValueCacheAdmission::EveryRead,
+            ValueCacheWrites::Refresh,
+        );
+        c.record_write(0, b"k", Some(b"v0"));
+        assert_eq!(
+            get(&c, 0, b"k"),
+            None,
+            "a write of a key not cached adds nothing"
+        );
+        read(&mut c, b"k", b"v0");
+        assert_eq!(get(&c, 0, b"k"), Some(&b"v0"[..]), "a read adds its key");
+        c.record_write(0, b"k", Some(b"v1"));
+        assert_eq!(
+            get(&c, 0, b"k"),
+            Some(&b"v1"[..]),
+            "a write replaces a cached key"
+        );
+        let epoch = c.epoch();
+        c.record_drained(
+            [
+                (c.hash(0, b"k"), 0, &b"k"[..], Some(&b"v2"[..])),
+                (c.hash(0, b"j"), 0, &b"j"[..], Some(&b"w"[..])),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            get(&c, 0, b"k"),
+            Some(&b"v2"[..]),
+            "a drain replaces cached keys"
+        );
+        assert_eq!(get(&c, 0, b"j"), None, "and adds no other");
+        // A read that looked before the drain records nothing, as under `Fill`.
+        c.record_read(epoch, c.hash(0, b"j"), 0, b"j", b"stale");
+        assert_eq!(get(&c, 0, b"j"), None);
+        c.record_write(0, b"k", None);
+        assert_eq!(get(&c, 0, b"k"), None, "a delete drops the key");
+        assert_eq!(c.len(), 0);
+        check(&c);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use rockstate::keygroup::key_group_of;
 use rockstate::{
     AggregateFunction, AggregatingState, BackendKind, DbOptions, KeyedBackend, ListState, MapState,
-    ReducingState, ValueState,
+    ReducingState, ValueCacheWrites, ValueState,
 };
 
 #[derive(Debug, Clone)]
@@ -110,9 +110,10 @@ struct Handles {
     agg: AggregatingState<K, u8, Avg>,
 }
 
-/// The front caches a model run uses: write cache bytes, value cache bytes.
+/// The front caches a model run uses: write cache bytes, value cache bytes, what writes do
+/// to the value cache.
 #[derive(Debug, Clone, Copy)]
-struct Caches(usize, usize);
+struct Caches(usize, usize, ValueCacheWrites);
 
 fn open(path: &std::path::Path, kind: BackendKind, caches: Caches) -> Handles {
     handles(
@@ -122,6 +123,7 @@ fn open(path: &std::path::Path, kind: BackendKind, caches: Caches) -> Handles {
             .options(DbOptions {
                 write_cache_bytes: caches.0,
                 value_cache_bytes: caches.1,
+                value_cache_writes: caches.2,
                 ..DbOptions::default()
             })
             .open()
@@ -352,13 +354,18 @@ proptest! {
         // Off, a few entries (evicting all the time), the default (far larger than any
         // model run's state).
         value_cache_bytes in prop_oneof![Just(0usize), Just(6000), Just(DEFAULT_VALUE_CACHE)],
+        writes in prop_oneof![Just(ValueCacheWrites::Refresh), Just(ValueCacheWrites::Fill)],
     ) {
-        run(ops, BackendKind::RocksDb, Caches(write_cache_bytes, value_cache_bytes));
+        run(ops, BackendKind::RocksDb, Caches(write_cache_bytes, value_cache_bytes, writes));
     }
 
     #[test]
     fn heap_state_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
         // The heap backend has neither cache; the sizes are passed and ignored.
-        run(ops, BackendKind::Heap, Caches(DEFAULT_CACHE, DEFAULT_VALUE_CACHE));
+        run(
+            ops,
+            BackendKind::Heap,
+            Caches(DEFAULT_CACHE, DEFAULT_VALUE_CACHE, ValueCacheWrites::Refresh),
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! The value cache (`DbOptions::value_cache_bytes`): values recently written to RocksDB or read
-//! from it, served to later point reads. What a user must never notice: a read that returns an
+//! The value cache (`DbOptions::value_cache_bytes`): values recently read from RocksDB (and
+//! written to it, `DbOptions::value_cache_writes`), served to later point reads. What a user must never notice: a read that returns an
 //! older value than RocksDB holds, whichever thread reads, whenever the write cache drains,
 //! however often entries are evicted. The model test (`tests/model.rs`) runs every state kind
 //! with the value cache off, tiny and at its default size.
@@ -13,19 +13,21 @@ use std::sync::Arc;
 use common::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rockstate::{DbOptions, KeyedBackend};
+use rockstate::{DbOptions, KeyedBackend, ValueCacheWrites};
 
 fn open(
     path: &std::path::Path,
     write_cache_bytes: usize,
     wal: bool,
     value_cache_bytes: usize,
+    value_cache_writes: ValueCacheWrites,
 ) -> KeyedBackend {
     KeyedBackend::builder(path)
         .options(DbOptions {
             write_cache_bytes,
             wal,
             value_cache_bytes,
+            value_cache_writes,
             ..DbOptions::default()
         })
         .open()
@@ -84,11 +86,13 @@ fn race_readers_and_a_writer(backend: &KeyedBackend) {
 #[test]
 fn reads_race_drains_and_evictions_without_seeing_an_older_value() {
     for (write_cache, wal) in [(1000, false), (0, true)] {
-        let dir = tempfile::tempdir().unwrap();
-        // At most 32 cached values among 64 keys (the smallest cache: a 64-slot index at most
-        // half full): reads miss, go to RocksDB and record what they found while the
-        // writer's drains (or write-through puts) change it.
-        race_readers_and_a_writer(&open(dir.path(), write_cache, wal, 2 << 10));
+        for writes in [ValueCacheWrites::Refresh, ValueCacheWrites::Fill] {
+            let dir = tempfile::tempdir().unwrap();
+            // At most 32 cached values among 64 keys (the smallest cache: a 64-slot index at
+            // most half full): reads miss, go to RocksDB and record what they found while the
+            // writer's drains (or write-through puts) change it.
+            race_readers_and_a_writer(&open(dir.path(), write_cache, wal, 2 << 10, writes));
+        }
     }
 }
 
@@ -155,10 +159,11 @@ fn written_and_read_values_are_cached_and_deleted_ones_dropped() {
     // A budget of its own: backends that other tests open on the process's budget would
     // resize (and so empty) this one's cache.
     let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
-    let open = |path: &std::path::Path, value_cache_bytes| {
+    let open = |path: &std::path::Path, value_cache_bytes, value_cache_writes| {
         KeyedBackend::builder(path)
             .options(DbOptions {
                 value_cache_bytes,
+                value_cache_writes,
                 ..DbOptions::default()
             })
             .memory_budget(budget.clone())
@@ -166,29 +171,50 @@ fn written_and_read_values_are_cached_and_deleted_ones_dropped() {
             .unwrap()
     };
     let entries = |b: &KeyedBackend| b.metrics().unwrap().rocksdb.value_cache_entries;
-    for value_cache in [1 << 20, 0] {
-        let path = dir.path().join(format!("v{value_cache}"));
+    for (value_cache, writes) in [
+        (1 << 20, ValueCacheWrites::Fill),
+        (1 << 20, ValueCacheWrites::Refresh),
+        (0, ValueCacheWrites::Refresh),
+    ] {
+        let case = format!("{value_cache} bytes, {writes:?}");
+        let path = dir.path().join(format!("v{value_cache}-{writes:?}"));
         let on = |n: u64| if value_cache > 0 { n } else { 0 };
-        let backend = open(&path, value_cache);
-        // The state's registration wrote (and so cached) its metadata.
+        let filling = |n: u64| {
+            if writes == ValueCacheWrites::Fill {
+                on(n)
+            } else {
+                0
+            }
+        };
+        let backend = open(&path, value_cache, writes);
         let s = state(&backend);
         let base = entries(&backend);
         for k in 0..100u32 {
             s.put(&k, &(), &u64::from(k)).unwrap();
         }
-        // `metrics` drains the write cache, and the drain records what it wrote.
-        assert_eq!(entries(&backend), base + on(100), "{value_cache} bytes");
+        // `metrics` drains the write cache, and the drain records what it wrote: new keys
+        // only under `Fill`.
+        assert_eq!(entries(&backend), base + filling(100), "{case}");
         drop(s);
         backend.close().unwrap();
         // A reopened backend starts empty; reads fill it.
-        let backend = open(&path, value_cache);
+        let backend = open(&path, value_cache, writes);
         let s = state(&backend);
         let base = entries(&backend);
         assert!(base < 10, "the metadata read at registration only");
         for k in 0..50u32 {
             assert_eq!(s.get(&k, &()).unwrap(), Some(u64::from(k)));
         }
-        assert_eq!(entries(&backend), base + on(50), "{value_cache} bytes");
+        assert_eq!(entries(&backend), base + on(50), "{case}");
+        // Writes of cached keys replace their entries; of other keys, add them under `Fill`.
+        for k in 40..60u32 {
+            s.put(&k, &(), &(u64::from(k) + 1000)).unwrap();
+        }
+        assert_eq!(entries(&backend), base + on(50) + filling(10), "{case}");
+        for k in 40..60u32 {
+            assert_eq!(s.get(&k, &()).unwrap(), Some(u64::from(k) + 1000), "{case}");
+        }
+        assert_eq!(entries(&backend), base + on(60), "{case}");
         // Deletes drop cached values; reads of absent keys add nothing.
         for k in 0..10u32 {
             s.clear(&k, &()).unwrap();
@@ -196,7 +222,7 @@ fn written_and_read_values_are_cached_and_deleted_ones_dropped() {
         for k in 0..10u32 {
             assert_eq!(s.get(&k, &()).unwrap(), None);
         }
-        assert_eq!(entries(&backend), base + on(40), "{value_cache} bytes");
+        assert_eq!(entries(&backend), base + on(50), "{case}");
         let m = backend.metrics().unwrap().rocksdb;
         assert_eq!(m.value_cache_limit_bytes, value_cache as u64);
         assert!(m.value_cache_bytes <= m.value_cache_limit_bytes);
@@ -249,6 +275,9 @@ fn list_entries_stay_out_of_the_value_cache_and_map_entries_go_in() {
     let backend = KeyedBackend::builder(dir.path())
         .options(DbOptions {
             value_cache_bytes: 1 << 20,
+            // Every write would enter the cache, so only the list's exclusion keeps its
+            // entries out.
+            value_cache_writes: ValueCacheWrites::Fill,
             ..DbOptions::default()
         })
         .memory_budget(budget)

@@ -31,7 +31,7 @@ use super::BatchOp;
 use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, Result};
 use crate::key_bounds::{Check, KeyBounds};
-use crate::options::ValueCacheAdmission;
+use crate::options::{ValueCacheAdmission, ValueCacheWrites};
 use crate::value_cache::ValueCache;
 use crate::write_cache::{CachedWrite, WriteCache};
 
@@ -147,6 +147,8 @@ pub(super) struct FrontSettings {
     pub(super) value_cache_bytes: usize,
     /// Which values read from RocksDB the value cache keeps.
     pub(super) value_cache_admission: ValueCacheAdmission,
+    /// What writes do to the value cache.
+    pub(super) value_cache_writes: ValueCacheWrites,
     /// Bytes of the key-group prefix when point reads are bounded per key group.
     pub(super) bounds_prefix: Option<usize>,
 }
@@ -178,7 +180,12 @@ impl Open {
         let front = Arc::new(RwLock::new(Front {
             cache: WriteCache::new(reservation.bytes, hasher.clone()),
             // Sized by the budget as it joins (below).
-            values: ValueCache::new(0, hasher, settings.value_cache_admission),
+            values: ValueCache::new(
+                0,
+                hasher,
+                settings.value_cache_admission,
+                settings.value_cache_writes,
+            ),
             // Every bound starts unknown: the database may hold keys already.
             bounds: settings.bounds_prefix.map(KeyBounds::new),
             log: None,

@@ -206,6 +206,7 @@ impl Db {
                 options.value_cache_bytes
             },
             value_cache_admission: options.value_cache_admission,
+            value_cache_writes: options.value_cache_writes,
             bounds_prefix: layout
                 .filter(|_| options.key_bounds && !read_only)
                 .map(|l| l.group_prefix),

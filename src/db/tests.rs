@@ -249,12 +249,16 @@ fn value_cached(cf: &Cf, key: &[u8]) -> Option<Vec<u8>> {
 #[test]
 fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
     use crate::options::ValueCacheAdmission::{EveryRead, SecondRead};
-    for (cache, wal, admission) in [
-        (2 << 20, false, EveryRead),
-        (0, false, EveryRead),
-        (0, true, EveryRead),
-        (2 << 20, false, SecondRead),
-        (0, true, SecondRead),
+    use crate::options::ValueCacheWrites::{Fill, Refresh};
+    for (cache, wal, admission, writes) in [
+        (2 << 20, false, EveryRead, Fill),
+        (0, false, EveryRead, Fill),
+        (0, true, EveryRead, Fill),
+        (2 << 20, false, SecondRead, Fill),
+        (0, true, SecondRead, Fill),
+        (2 << 20, false, EveryRead, Refresh),
+        (0, true, EveryRead, Refresh),
+        (2 << 20, false, SecondRead, Refresh),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let options = DbOptions {
@@ -262,12 +266,14 @@ fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
             wal,
             value_cache_bytes: 1 << 20,
             value_cache_admission: admission,
+            value_cache_writes: writes,
             ..DbOptions::default()
         };
         let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
         let db = Db::open(dir.path(), &options, &budget, layout()).unwrap();
         let cf = db.create_cf("s").unwrap();
-        let case = format!("cache {cache}, wal {wal}, {admission:?}");
+        let case = format!("cache {cache}, wal {wal}, {admission:?}, {writes:?}");
+        let filled = |value: &[u8]| (writes == Fill).then(|| value.to_vec());
         cf.put(b"\x05a", b"1").unwrap();
         cf.put(b"\x05b", b"2").unwrap();
         if cache > 0 {
@@ -280,8 +286,8 @@ fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
         db.drain().unwrap();
         assert_eq!(
             value_cached(&cf, b"\x05a"),
-            Some(b"1".to_vec()),
-            "{case}: writes add their keys"
+            filled(b"1"),
+            "{case}: writes add their keys under Fill only"
         );
         open_of(&db).front().write().values.clear();
         assert_eq!(read(&cf, b"\x05a"), Some(b"1".to_vec()));
@@ -306,6 +312,10 @@ fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
         assert_eq!(read(&cf, b"\x05a"), Some(b"3".to_vec()), "{case}");
         // A batch, then a delete.
         assert_eq!(read(&cf, b"\x05b"), Some(b"2".to_vec()));
+        if admission == SecondRead {
+            assert_eq!(read(&cf, b"\x05b"), Some(b"2".to_vec()));
+        }
+        assert_eq!(value_cached(&cf, b"\x05b"), Some(b"2".to_vec()), "{case}");
         let mut batch = Batch::new();
         batch.put(&cf, b"\x05b", b"longer");
         batch.put(&cf, b"\x05c", b"4");
@@ -316,7 +326,7 @@ fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
             Some(b"longer".to_vec()),
             "{case}"
         );
-        assert_eq!(value_cached(&cf, b"\x05c"), Some(b"4".to_vec()), "{case}");
+        assert_eq!(value_cached(&cf, b"\x05c"), filled(b"4"), "{case}");
         cf.delete(b"\x05a").unwrap();
         assert_eq!(read(&cf, b"\x05a"), None, "{case}");
         db.drain().unwrap();
