@@ -167,9 +167,9 @@ pub struct DbOptions {
     /// is a cap: default 128 MiB, the whole quarter of the default 512 MiB budget for a
     /// backend alone in its process; 0 turns the cache off. `bench ops` solo, 1M keys x 100 B,
     /// uniform keys, the cache filled by every write, three alternating pairs on the idle
-    /// machine: get 764k-790k against
-    /// 411k-430k ops/s off, read-modify-write 330k-334k against 256k-265k, insert 1.52M-1.56M
-    /// against 1.74M-1.75M, update 1.17M-1.21M against 1.35M-1.39M
+    /// machine: get 764k-790k against 411k-430k ops/s off, read-modify-write 330k-334k
+    /// against 256k-265k, insert 1.52M-1.56M against 1.74M-1.75M, update 1.17M-1.21M against
+    /// 1.35M-1.39M
     /// (docs/decisions/0018-value-cache-filled-by-writes.md). Taken out of the memory
     /// budget's block cache while the backend is open. A quarter of a cache's bytes at most
     /// goes to the index (8 bytes a slot, at most half of the slots used), the rest to the

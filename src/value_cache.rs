@@ -9,8 +9,9 @@
 //! several times slower than on the heap backend). Streaming state is mostly read soon after
 //! it was written, and mostly by a read-modify-write (a window's aggregate, a counter, a dedup
 //! set): this cache keeps the last values read, refreshed by the writes that follow them, as
-//! many as its memory holds, and answers a point read with one hash lookup. Kafka Streams' record cache and RisingWave's operator caches sit in front of
-//! their state stores for the same reason.
+//! many as its memory holds, and answers a point read with one hash lookup. Kafka Streams'
+//! record cache and RisingWave's operator caches sit in front of their state stores for the
+//! same reason.
 //!
 //! This module only holds the data. `db` owns the cache, under the same lock as the write
 //! cache, and keeps one rule: an entry always equals what RocksDB holds for its key, once the
@@ -362,6 +363,8 @@ impl ValueCache {
 
     /// [`ValueCache::store`] for a write: under [`ValueCacheWrites::Refresh`] a put of a key
     /// the cache does not hold leaves it out (the probe that finds it absent is all it costs).
+    /// A cached key is probed again by the store, after its append: the append may sweep the
+    /// index, so the slot the lookup found is not kept across it.
     fn store_written(&mut self, hash: u64, slot: usize, key: &[u8], value: Option<&[u8]>) {
         if self.writes == ValueCacheWrites::Refresh
             && value.is_some()
