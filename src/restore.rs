@@ -17,7 +17,7 @@
 //! puts a pin `pins/<id>/…` on the checkpoint it reads, which every owner's garbage pass
 //! honours, and deletes it when it ends (a pin of a restore that died is swept once older
 //! than the sweep's minimum age). The target directory carries a marker from the first byte
-//! written until the restored database is open and every file is fsynced; a directory with
+//! written until the restored database is open and every file is durable; a directory with
 //! the marker is never opened as a backend, and a new restore into it starts over.
 //!
 //! This module owns selection, verification and download.
@@ -336,17 +336,27 @@ fn restore_pinned<T>(
                 .as_ref()
                 .is_some_and(|c| !c.segments.is_empty());
         let (counts, early, prepared) = std::thread::scope(|scope| {
+            // The identity SST is written (and synced) beside the download, off its path.
+            let identity = match open_early {
+                true => Some(scope.spawn(|| {
+                    let file = scratch_root.join("identity.sst");
+                    let id = crate::checkpoint::identity_sst(&p.options, &budget, &file)?;
+                    Ok::<_, Error>((id, file))
+                })),
+                false => None,
+            };
             let download = scope.spawn(|| {
                 let counts = download_all(storage, &dirs, p.transfer_threads, &p.shared_fetches)?;
-                if !open_early {
+                let Some(identity) = identity else {
                     return Ok((counts, None));
-                }
+                };
+                let identity = identity
+                    .join()
+                    .map_err(|_| Error::Internal("the identity thread panicked".into()))??;
                 let private = read_private(&manifest, &target)?;
                 let layout = KeyLayout::new(p.max_parallelism, key_groups);
-                let file = scratch_root.join("identity.sst");
-                let identity = crate::checkpoint::identity_sst(&p.options, &budget, &file)?;
                 let db = Db::open(&target, &p.options, &budget, Some(layout))?;
-                Ok::<_, Error>((counts, Some((private, db, (identity, file)))))
+                Ok::<_, Error>((counts, Some((private, db, identity))))
             });
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));
             let prepared: Result<Vec<Option<crate::replay::Prepared>>> = names
@@ -517,7 +527,7 @@ fn restore_pinned<T>(
                 detail: "the manifests' state list differs from the restored database's".into(),
             });
         }
-        // Every restored file was fsynced as it was placed; the marker goes last.
+        // Every restored file was made durable as it was placed; the marker goes last.
         sync_dir(&target)?;
         let marker = restore_marker(&target);
         std::fs::remove_file(&marker).map_err(|e| Error::io(&marker, e))?;
@@ -887,9 +897,10 @@ pub(crate) fn download_all(
     let origins = run_parallel(&jobs, threads, |job| {
         let local = job.dir.join(job.local);
         // A shared SST another restore (or another source of this one) fetched is linked; it
-        // was verified and fsynced before it was offered, and the link's directory entry is
-        // synced with the rest of the directory. Otherwise this restore claims the file, and
-        // the claim ends (offering the file, or releasing it on any error) when it returns.
+        // was verified and made durable before it was offered, and the link's directory
+        // entry is synced with the rest of the directory. Otherwise this restore claims the
+        // file, and the claim ends (offering the file, or releasing it on any error) when it
+        // returns.
         let claim = match job.sst_id {
             Some(id) => {
                 let key = FileKey {
@@ -905,10 +916,14 @@ pub(crate) fn download_all(
             }
             None => None,
         };
+        // A file from storage is durable as placed (`get_file_durable`); a local copy is
+        // synced here.
         let origin = fetch_one(storage, job, &local)?;
-        std::fs::File::open(&local)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| Error::io(&local, e))?;
+        if matches!(origin, Origin::Local) {
+            std::fs::File::open(&local)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::io(&local, e))?;
+        }
         if let Some(claim) = claim {
             claim.fetched(&local);
         }
@@ -949,7 +964,7 @@ fn fetch_one(storage: &dyn CheckpointStorage, job: &Fetch<'_>, local: &Path) -> 
         }
     }
     let digest = storage
-        .get_file(job.remote, local)
+        .get_file_durable(job.remote, local)
         .map_err(|e| named_fetch_error(job.remote, e))?;
     check_digest(job.remote, digest, job.size, job.crc32)?;
     if let Some(id) = job.sst_id {

@@ -246,6 +246,12 @@ impl CheckpointStorage for FaultyStorage {
         self.faulted(OpKind::GetFile, name, |_| self.inner.get_file(name, local))
     }
 
+    fn get_file_durable(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
+        self.faulted(OpKind::GetFile, name, |_| {
+            self.inner.get_file_durable(name, local)
+        })
+    }
+
     fn get_bytes(&self, name: &str) -> Result<Vec<u8>> {
         self.faulted(OpKind::GetBytes, name, |_| self.inner.get_bytes(name))
     }

@@ -30,8 +30,9 @@ const TEMP_DIR: &str = ".tmp";
 /// copy every non-SST file out instead of linking it ([`CheckpointStorage::get_file`]).
 /// Otherwise (another filesystem, hard links off, and for `put_bytes`) a put copies into
 /// `<root>/.tmp/<random>`, fsyncs it, then hard-links it to its final name, removes the
-/// temporary name and fsyncs the directory. Gets do not fsync (a restore that crashes is
-/// redone).
+/// temporary name and fsyncs the directory. `get_file` does not fsync (a restore that
+/// crashes is redone); `get_file_durable` fsyncs a copy but not a linked SST, whose bytes are
+/// the object's own and durable already.
 ///
 /// Directory fsyncs of `put_file` are deferred: the directories it changed are remembered and
 /// fsynced by the next `put_bytes` before that one links its object (so an object of
@@ -89,6 +90,30 @@ impl LocalStorage {
             return Err(Error::InvalidObjectName(name.to_string()));
         }
         Ok(self.root.join(name))
+    }
+
+    /// Places object `name` at `local`: a hard link for an SST on the same filesystem (read
+    /// once for its CRC-32), a copy otherwise. Returns the digest and whether it linked.
+    fn fetch(&self, name: &str, local: &Path) -> Result<(ObjectDigest, bool)> {
+        let path = self.path_of(name)?;
+        if name.ends_with(".sst") && fs::hard_link(&path, local).is_ok() {
+            // Same filesystem: the SST is shared with the restored database by a hard link,
+            // as RocksDB's own checkpoints share SSTs with the live database (SSTs are never
+            // written after creation; both sides only ever unlink them). Every byte is still
+            // read once, for the CRC the caller verifies. Other files (MANIFEST, CURRENT, ...)
+            // are copied: RocksDB may write them.
+            let mut file = File::open(local).map_err(|e| Error::io(local, e))?;
+            let digest = copy_with_crc(&mut file, &mut std::io::sink(), local, local)?;
+            return Ok((digest, true));
+        }
+        let mut src = File::open(&path).map_err(|e| not_found_as_object(name, &path, e))?;
+        let mut dst = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(local)
+            .map_err(|e| Error::io(local, e))?;
+        let digest = copy_with_crc(&mut src, &mut dst, &path, local)?;
+        Ok((digest, false))
     }
 
     fn temp_path(&self) -> PathBuf {
@@ -344,23 +369,20 @@ impl CheckpointStorage for LocalStorage {
     }
 
     fn get_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
-        let path = self.path_of(name)?;
-        if name.ends_with(".sst") && fs::hard_link(&path, local).is_ok() {
-            // Same filesystem: the SST is shared with the restored database by a hard link,
-            // as RocksDB's own checkpoints share SSTs with the live database (SSTs are never
-            // written after creation; both sides only ever unlink them). Every byte is still
-            // read once, for the CRC the caller verifies. Other files (MANIFEST, CURRENT, ...)
-            // are copied: RocksDB may write them.
-            let mut file = File::open(local).map_err(|e| Error::io(local, e))?;
-            return copy_with_crc(&mut file, &mut std::io::sink(), local, local);
+        self.fetch(name, local).map(|(digest, _)| digest)
+    }
+
+    fn get_file_durable(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
+        let (digest, linked) = self.fetch(name, local)?;
+        // A linked SST is the object's inode, whose bytes were durable before the put
+        // returned (synced by the put or, for a linked put, by RocksDB) unless this storage
+        // does not sync at all; the link's directory entry is the caller's to sync.
+        if !(linked && self.sync) {
+            File::open(local)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::io(local, e))?;
         }
-        let mut src = File::open(&path).map_err(|e| not_found_as_object(name, &path, e))?;
-        let mut dst = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(local)
-            .map_err(|e| Error::io(local, e))?;
-        copy_with_crc(&mut src, &mut dst, &path, local)
+        Ok(digest)
     }
 
     fn get_bytes(&self, name: &str) -> Result<Vec<u8>> {
@@ -463,6 +485,47 @@ mod tests {
             s.get_file("shared/missing.sst", &dir.path().join("m.sst")),
             Err(Error::ObjectNotFound { .. })
         ));
+    }
+
+    #[test]
+    fn durable_gets_link_or_copy_as_gets_do_with_or_without_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, sync) in [true, false].into_iter().enumerate() {
+            let s = LocalStorage::new(dir.path().join(format!("root-{i}")))
+                .unwrap()
+                .with_fsync(sync);
+            s.put_bytes("shared/a.sst", b"sst bytes").unwrap();
+            s.put_bytes("chk-1/b/OPTIONS-000003", b"options").unwrap();
+            let sst = dir.path().join(format!("a-{i}.sst"));
+            let d = s.get_file_durable("shared/a.sst", &sst).unwrap();
+            assert_eq!((d.size, d.crc32), (9, crc32fast::hash(b"sst bytes")));
+            let options = dir.path().join(format!("OPTIONS-{i}"));
+            let d = s
+                .get_file_durable("chk-1/b/OPTIONS-000003", &options)
+                .unwrap();
+            assert_eq!((d.size, d.crc32), (7, crc32fast::hash(b"options")));
+            assert_eq!(fs::read(&options).unwrap(), b"options");
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::MetadataExt;
+                let stored = |n: &str| fs::metadata(s.path_of(n).unwrap()).unwrap().ino();
+                assert_eq!(fs::metadata(&sst).unwrap().ino(), stored("shared/a.sst"));
+                assert_ne!(
+                    fs::metadata(&options).unwrap().ino(),
+                    stored("chk-1/b/OPTIONS-000003")
+                );
+            }
+            // What the durable get skips the fsync for: a linked SST, and only that.
+            let again = dir.path().join(format!("again-{i}.sst"));
+            assert!(s.fetch("shared/a.sst", &again).unwrap().1);
+            let copy = dir.path().join(format!("copy-{i}"));
+            assert!(!s.fetch("chk-1/b/OPTIONS-000003", &copy).unwrap().1);
+            assert!(s.get_file_durable("shared/a.sst", &sst).is_err());
+            assert!(matches!(
+                s.get_file_durable("shared/missing.sst", &dir.path().join("m.sst")),
+                Err(Error::ObjectNotFound { .. })
+            ));
+        }
     }
 
     #[test]

@@ -75,6 +75,19 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
     /// Copies object `name` into the new local file `local` (which must not exist).
     fn get_file(&self, name: &str, local: &Path) -> Result<ObjectDigest>;
 
+    /// [`CheckpointStorage::get_file`], and the content of `local` is durable when it returns
+    /// (its directory entry is the caller's to sync). The default gets the file and fsyncs
+    /// it. A storage whose get shares the object's own durable bytes (a hard link) may skip
+    /// the fsync, as RocksDB's checkpoints link SSTs and sync only their directory: the
+    /// fsync of a linked file still costs a journal commit and a device cache flush.
+    fn get_file_durable(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
+        let digest = self.get_file(name, local)?;
+        std::fs::File::open(local)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(local, e))?;
+        Ok(digest)
+    }
+
     /// Reads the whole object `name`.
     fn get_bytes(&self, name: &str) -> Result<Vec<u8>>;
 

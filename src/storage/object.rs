@@ -855,6 +855,11 @@ mod tests {
         let dst = dir.path().join("dst");
         assert_eq!(s.get_file("shared/a.sst", &dst).unwrap(), d);
         assert_eq!(std::fs::read(&dst).unwrap(), data);
+        // The durable get (the trait's default: get, then fsync) places the same bytes.
+        let durable = dir.path().join("durable");
+        assert_eq!(s.get_file_durable("shared/a.sst", &durable).unwrap(), d);
+        assert_eq!(std::fs::read(&durable).unwrap(), data);
+        assert!(s.get_file_durable("shared/a.sst", &durable).is_err());
         // Small puts: create-if-absent, identical bytes after an ambiguous failure count.
         s.put_bytes("chk-1/b/_metadata", b"one").unwrap();
         s.put_bytes("chk-1/b/_metadata", b"one").unwrap();

@@ -63,6 +63,10 @@ impl CheckpointStorage for ScopedStorage {
         self.inner.get_file(&self.full(name)?, local)
     }
 
+    fn get_file_durable(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
+        self.inner.get_file_durable(&self.full(name)?, local)
+    }
+
     fn get_bytes(&self, name: &str) -> Result<Vec<u8>> {
         self.inner.get_bytes(&self.full(name)?)
     }
