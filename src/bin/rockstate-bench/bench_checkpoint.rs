@@ -6,8 +6,9 @@
 //! cp1; update every 100th key → cp2; no change → cp3; update 1% random keys → cp4; then
 //! `rounds` rounds of (update 1% random keys → checkpoint). The same again with incremental
 //! checkpoints off ("full"), and in changelog mode ("changelog": log checkpoints with
-//! periodic materialization; its restore is timed against an SST-only restore of the same
-//! state). One line per checkpoint.
+//! periodic materialization; its restore is timed against SST-only restores of the same
+//! state: a copy of the restored state, and with `--mode all` the incremental run's last
+//! checkpoint, the same job with changelog mode off). One line per checkpoint.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,6 +20,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use rockstate::{
     ChangelogOptions, CheckpointOptions, CheckpointStats, CheckpointStorage, CodecId, DbOptions,
     Error, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawValueState, RestoreFrom,
+    RestoreReport,
 };
 
 use crate::report::Line;
@@ -79,6 +81,10 @@ pub struct CheckpointArgs {
     /// object store waits for its first byte. Bandwidth is not limited.
     #[arg(long, default_value_t = 0)]
     get_latency_ms: u64,
+    /// Timed restores of each kind in changelog mode's restore comparison (their median is
+    /// printed), the kinds taken in turn, each round starting with the next kind.
+    #[arg(long, default_value_t = 5)]
+    restores: usize,
 }
 
 /// `storage` as the timed restores read it: behind `--get-latency-ms` of latency per read.
@@ -114,6 +120,14 @@ impl CheckpointStorage for SlowReads {
     fn get_file(&self, name: &str, local: &Path) -> rockstate::Result<rockstate::ObjectDigest> {
         std::thread::sleep(self.delay);
         self.inner.get_file(name, local)
+    }
+    fn get_file_durable(
+        &self,
+        name: &str,
+        local: &Path,
+    ) -> rockstate::Result<rockstate::ObjectDigest> {
+        std::thread::sleep(self.delay);
+        self.inner.get_file_durable(name, local)
     }
     fn get_bytes(&self, name: &str) -> rockstate::Result<Vec<u8>> {
         std::thread::sleep(self.delay);
@@ -448,11 +462,18 @@ fn compare_restore(
     Ok(())
 }
 
-/// Changelog mode's restore (materialization + replay) vs an SST-only restore of the same
-/// state: the restored backend checkpoints its files, changelog off, into a second storage,
-/// and that checkpoint is restored the same way.
+/// Changelog mode's restore (materialization + replay) vs SST-only restores of the same
+/// state:
+/// * `sst_only`: the restored backend checkpoints its files, changelog off, into a second
+///   storage, and that checkpoint is restored. Its files are those the changelog restore left
+///   (the materialization's and the log tables), or fewer and smaller when RocksDB compacted
+///   them before the copy's checkpoint; which one happens varies from run to run.
+/// * `incremental` (with `--mode all`): the incremental run's last checkpoint. Both runs put
+///   the same values from the same seeded generator, so it holds the same state, in the
+///   files the same job keeps with changelog mode off.
 fn compare_changelog_restore(
     storage: &Arc<dyn CheckpointStorage>,
+    incremental: Option<&Arc<dyn CheckpointStorage>>,
     run: &Run<'_>,
     root: &Path,
     budget: &MemoryBudget,
@@ -481,63 +502,76 @@ fn compare_changelog_restore(
             .restore_with_report(RestoreFrom::Latest)?;
         Ok::<_, Error>((b, report, t.elapsed()))
     };
-    // The same kind of storage as the log checkpoints', so both restores download alike.
+    // The same kind of storage as the log checkpoints', so all restores download alike.
     let sst_storage = storage_named(run.args.storage.as_deref(), root, "sst-of-changelog")?;
-    let (mut changelog, mut sst) = (Vec::new(), Vec::new());
-    let mut last = None;
-    let mut sst_report = None;
-    for i in 0..3 {
-        let target = root.join(format!("changelog-restored-{i}"));
-        let (b, report, took) = restore(storage, &target)?;
-        changelog.push(took);
-        if i == 0 {
-            // The same state as files: checkpointed once, changelog off.
-            let copy = KeyedBackend::builder(root.join("sst-copy"))
-                .memory_budget(budget.clone())
-                .restore_source(storage.clone())
-                .checkpoint_storage(sst_storage.clone())
-                .checkpoint_options(options.clone())
-                .restore(RestoreFrom::Latest)?;
-            copy.checkpoint(1)?;
-            copy.notify_checkpoint_complete(1)?;
-        }
-        last = Some(report);
-        drop(b);
-        std::fs::remove_dir_all(&target).map_err(io(&target))?;
-        let target = root.join(format!("sst-restored-{i}"));
-        let (b, r, took) = restore(&sst_storage, &target)?;
-        sst.push(took);
-        sst_report = Some(r);
-        drop(b);
-        std::fs::remove_dir_all(&target).map_err(io(&target))?;
+    {
+        // The same state as files: restored once, checkpointed with changelog off.
+        let copy = KeyedBackend::builder(root.join("sst-copy"))
+            .memory_budget(budget.clone())
+            .restore_source(storage.clone())
+            .checkpoint_storage(sst_storage.clone())
+            .checkpoint_options(options.clone())
+            .restore(RestoreFrom::Latest)?;
+        copy.checkpoint(1)?;
+        copy.notify_checkpoint_complete(1)?;
     }
-    let (c, s) = (median(changelog), median(sst));
-    let report = last.unwrap_or_default();
-    let sst_report = sst_report.unwrap_or_default();
-    Line::header()
+    let mut sources: Vec<(&str, &Arc<dyn CheckpointStorage>)> =
+        vec![("changelog", storage), ("sst-only", &sst_storage)];
+    if let Some(s) = incremental {
+        sources.push(("incremental", s));
+    }
+    let mut took: Vec<Vec<Duration>> = vec![Vec::new(); sources.len()];
+    let mut reports: Vec<RestoreReport> = vec![RestoreReport::default(); sources.len()];
+    for round in 0..run.args.restores.max(1) {
+        for k in 0..sources.len() {
+            let i = (round + k) % sources.len();
+            let (kind, source) = sources[i];
+            let target = root.join(format!("{kind}-restored-{round}"));
+            let (b, report, t) = restore(source, &target)?;
+            took[i].push(t);
+            reports[i] = report;
+            drop(b);
+            std::fs::remove_dir_all(&target).map_err(io(&target))?;
+        }
+    }
+    let fetched = |r: &RestoreReport| r.bytes_downloaded + r.bytes_local + r.bytes_shared;
+    let medians: Vec<Duration> = took.into_iter().map(median).collect();
+    let report = &reports[0];
+    let mut line = Line::header()
         .label("restore (changelog):")
-        .num("changelog_ms", ms(c), 1)
-        .num("sst_only_ms", ms(s), 1)
-        .num("ratio", c.as_secs_f64() / s.as_secs_f64(), 3)
+        .num("changelog_ms", ms(medians[0]), 1)
+        .num("sst_only_ms", ms(medians[1]), 1)
+        .num(
+            "ratio",
+            medians[0].as_secs_f64() / medians[1].as_secs_f64(),
+            3,
+        );
+    if let Some(m) = medians.get(2) {
+        line = line.num("incremental_ms", ms(*m), 1).num(
+            "ratio_incremental",
+            medians[0].as_secs_f64() / m.as_secs_f64(),
+            3,
+        );
+    }
+    line = line
         .int(
             "changelog_bytes",
-            report.bytes_downloaded
-                + report.bytes_local
-                + report.bytes_shared
-                + report.log_table_bytes
-                + report.log_bytes,
+            fetched(report) + report.log_table_bytes + report.log_bytes,
         )
-        .int(
-            "sst_only_bytes",
-            sst_report.bytes_downloaded + sst_report.bytes_local + sst_report.bytes_shared,
-        )
-        .int("log_tables", report.log_tables as u64)
+        .int("sst_only_bytes", fetched(&reports[1]));
+    if let Some(r) = reports.get(2) {
+        line = line.int("incremental_bytes", fetched(r));
+    }
+    line.int("log_tables", report.log_tables as u64)
         .int("log_table_bytes", report.log_table_bytes)
         .int("log_segments", report.log_segments as u64)
         .int("log_batches", report.log_batches as u64)
         .int("log_bytes", report.log_bytes)
         .int("entries_replayed", report.log_entries_replayed)
-        .note("median of 3, alternating; target ratio <= 1.5")
+        .note(format!(
+            "medians of {}, kinds in turn; target ratio <= 1.5",
+            run.args.restores.max(1)
+        ))
         .print();
     Ok(())
 }
@@ -564,11 +598,13 @@ pub fn run(args: &CheckpointArgs) -> rockstate::Result<()> {
         )
         .print();
     let mut series = Vec::new();
+    let mut incremental = None;
     if matches!(args.mode, Mode::Incremental | Mode::Both | Mode::All) {
         let (mut run, storage) = workload(args, root, "incremental", &budget)?;
         series.push(("incremental", run.uploaded.clone()));
         compare_sync(&mut run, root)?;
         compare_restore(&storage, &run, root, &budget)?;
+        incremental = Some(storage);
     }
     if matches!(args.mode, Mode::Full | Mode::Both | Mode::All) {
         let (mut run, _storage) = workload(args, root, "full", &budget)?;
@@ -578,7 +614,7 @@ pub fn run(args: &CheckpointArgs) -> rockstate::Result<()> {
     if matches!(args.mode, Mode::Changelog | Mode::All) {
         let (run, storage) = workload(args, root, "changelog", &budget)?;
         series.push(("changelog", run.uploaded.clone()));
-        compare_changelog_restore(&storage, &run, root, &budget)?;
+        compare_changelog_restore(&storage, incremental.as_ref(), &run, root, &budget)?;
     }
     if let Some(path) = &args.svg {
         std::fs::write(path, crate::chart::uploaded_per_checkpoint(&series)).map_err(io(path))?;
