@@ -202,11 +202,13 @@ pub(crate) fn apply(
 }
 
 /// Applies a [`prepare`]d log (of the manifest object `name`) onto `db`, the downloaded
-/// materialization open: the tables (per column family all their files in one ingestion), then
-/// the segments' batches, each above everything before it (the metadata's and each state's
-/// SST files ingested; a batch holding a range deletion through the memtable); then `last`, a
-/// file of the metadata column family, above all of it. A plain restore applies the log onto the
-/// database it hands to the backend, so RocksDB opens once.
+/// materialization open: the tables (per column family all their files in one ingestion, the
+/// column families' ingestions at once), then the segments' batches, each above everything
+/// before it (the metadata's and each state's SST files ingested; a batch holding a range
+/// deletion through the memtable); and `last`, a file of the metadata column family, above
+/// everything in that column family: with the tables when no batch follows them, else after
+/// the batches. A plain restore applies the log onto the database it hands to the backend, so
+/// RocksDB opens once.
 pub(crate) fn apply_onto(
     prepared: Prepared,
     db: &Arc<Db>,
@@ -236,9 +238,14 @@ pub(crate) fn apply_onto(
                 }
             }
         }
-        for (cf, files) in &by_cf {
-            log_cf(db, name, "log table", cf)?.1.ingest(files)?;
-        }
+        // The column families' ingestions overlap (`Cf::ingest_each`): the identity, in the
+        // default column family, no longer waits for the tables' file syncs.
+        let cfs = by_cf
+            .iter()
+            .map(|(cf, files)| Ok((log_cf(db, name, "log table", cf)?.1, files.as_slice())))
+            .collect::<Result<Vec<_>>>()?;
+        let batches: Vec<(&Cf, &[PathBuf])> = cfs.iter().map(|(cf, f)| (cf, *f)).collect();
+        Cf::ingest_each(&batches)?;
         for batch in &prepared.batches {
             match batch {
                 Batch::Sorted { meta, states } => {

@@ -326,9 +326,10 @@ fn restore_pinned<T>(
         // plain restore with a log to apply opens its database as soon as the files are in,
         // while the log may still be in preparation (its private files read first: the open
         // writes a new MANIFEST), and the log goes onto the database the backend gets. The
-        // backend's new identity is ingested after the log: the restore then changes the
-        // database only by ingestion, which needs no flush, while a flush could wait until
-        // compactions took the level-0 files the ingestion added below RocksDB's
+        // backend's new identity is ingested with the log's tables, or after its batches if
+        // it has any, above everything in the metadata column family: the restore then
+        // changes the database only by ingestion, which needs no flush, while a flush could
+        // wait until compactions took the level-0 files the ingestion added below RocksDB's
         // write-slowdown count.
         let open_early = !rescaling
             && manifest

@@ -5,6 +5,7 @@
 
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::budget::MemoryBudget;
 use super::compaction_filter::FilterRegistry;
@@ -76,6 +77,71 @@ impl Cf {
             b.end_ingest(self.slot);
         }
         ingested.map_err(rocks_error)?;
+        Ok(())
+    }
+
+    /// [`Cf::ingest`] into several column families of one database at once: under one hold
+    /// of the front lock, each column family's files in one ingestion on a thread of its own.
+    /// RocksDB links and syncs an ingestion's files one after another before it takes the
+    /// database's lock, so ingestions into different column families overlap those syncs
+    /// (each a device flush); the files of one column family keep their order. Every `Cf`
+    /// must be of one database, each at most once.
+    pub(crate) fn ingest_each(batches: &[(&Cf, &[PathBuf])]) -> Result<()> {
+        let Some((first, _)) = batches.first() else {
+            return Ok(());
+        };
+        let mut slots: Vec<usize> = Vec::with_capacity(batches.len());
+        for (cf, _) in batches {
+            if !Arc::ptr_eq(&cf.db, &first.db) || slots.contains(&cf.slot) {
+                return Err(Error::Internal(
+                    "an ingestion into one column family twice, or into two databases".into(),
+                ));
+            }
+            slots.push(cf.slot);
+        }
+        let open = first.db.opened()?;
+        let mut changing = open.changing()?;
+        if let Some(b) = changing.bounds() {
+            for &slot in &slots {
+                b.begin_ingest(slot);
+            }
+        }
+        let rocks = changing.rocks();
+        let handles = batches
+            .iter()
+            .map(|(cf, _)| changing.handle(cf.slot))
+            .collect::<Result<Vec<_>>>();
+        let ingested = handles.map(|handles| {
+            std::thread::scope(|scope| {
+                let threads: Vec<_> = batches
+                    .iter()
+                    .zip(handles)
+                    .filter(|((_, files), _)| !files.is_empty())
+                    .map(|((_, files), handle)| {
+                        scope.spawn(move || {
+                            let mut opts = rocksdb::IngestExternalFileOptions::default();
+                            opts.set_move_files(true);
+                            rocks.ingest_external_file_cf_opts(handle, &opts, files.to_vec())
+                        })
+                    })
+                    .collect();
+                threads
+                    .into_iter()
+                    .map(|t| {
+                        t.join()
+                            .map_err(|_| Error::Internal("an ingestion thread panicked".into()))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        });
+        if let Some(b) = changing.bounds() {
+            for &slot in &slots {
+                b.end_ingest(slot);
+            }
+        }
+        for result in ingested? {
+            result?.map_err(rocks_error)?;
+        }
         Ok(())
     }
 

@@ -452,3 +452,40 @@ fn after_close_every_call_answers_closed_and_the_path_opens_again() {
     let cf2 = again.cf("s").unwrap().unwrap();
     assert_eq!(read(&cf2, b"\x01a"), Some(b"1".to_vec()));
 }
+
+#[test]
+fn ingestions_into_several_column_families_at_once_keep_each_ones_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_bounded(&dir.path().join("db"), 2 << 20);
+    let (a, b) = (db.create_cf("a").unwrap(), db.create_cf("b").unwrap());
+    a.put(b"\x01k", b"old").unwrap();
+    // A bound learned before the ingestion must not rule the ingested keys out.
+    assert_eq!(read(&b, b"\x02k"), None);
+    let file = |name: &str, key: &[u8], value: &[u8]| {
+        let path = dir.path().join(name);
+        db.write_sst(&path, |sink| sink.put(key, value)).unwrap();
+        path
+    };
+    let a_files = [
+        file("a1.sst", b"\x01k", b"first"),
+        file("a2.sst", b"\x01k", b"second"),
+    ];
+    let b_files = [file("b1.sst", b"\x02k", b"b")];
+    Cf::ingest_each(&[
+        (&a, &a_files[..]),
+        (&b, &b_files[..]),
+        (&db.default_cf().unwrap(), &[]),
+    ])
+    .unwrap();
+    // Within one column family the later file wins.
+    assert_eq!(read(&a, b"\x01k"), Some(b"second".to_vec()));
+    assert_eq!(read(&b, b"\x02k"), Some(b"b".to_vec()));
+    // One column family twice is refused before anything is ingested.
+    let again = [file("a3.sst", b"\x01k", b"third")];
+    assert!(matches!(
+        Cf::ingest_each(&[(&a, &again[..]), (&a, &again[..])]),
+        Err(Error::Internal(_))
+    ));
+    assert_eq!(read(&a, b"\x01k"), Some(b"second".to_vec()));
+    Cf::ingest_each(&[]).unwrap();
+}
