@@ -488,6 +488,7 @@ fn restore_pinned<T>(
             }
             let (mut stats, db) =
                 rescale::rescale(&base, base_db, &other_sources, &rescale_target)?;
+            db.after_restore()?;
             stats.fetched_late.extend(fetched_late);
             for &(_, size) in &stats.fetched_late {
                 report.files_skipped -= 1;

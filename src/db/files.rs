@@ -56,28 +56,7 @@ impl Cf {
     /// them (hard link) into the database directory. Their entries get sequence numbers above
     /// everything already in the database, so they win over earlier range tombstones.
     pub(crate) fn ingest(&self, files: &[PathBuf]) -> Result<()> {
-        if files.is_empty() {
-            return Ok(());
-        }
-        let mut opts = rocksdb::IngestExternalFileOptions::default();
-        opts.set_move_files(true);
-        let open = self.db.opened()?;
-        let mut changing = open.changing()?;
-        // Keys enter around the puts: every bound of the column family is unknown from
-        // before RocksDB takes the files until a read asks RocksDB after it has them.
-        if let Some(b) = changing.bounds() {
-            b.begin_ingest(self.slot);
-        }
-        let ingested = changing.rocks().ingest_external_file_cf_opts(
-            changing.handle(self.slot)?,
-            &opts,
-            files.to_vec(),
-        );
-        if let Some(b) = changing.bounds() {
-            b.end_ingest(self.slot);
-        }
-        ingested.map_err(rocks_error)?;
-        Ok(())
+        Cf::ingest_each(&[(self, files)])
     }
 
     /// [`Cf::ingest`] into several column families of one database at once: under one hold
@@ -107,12 +86,25 @@ impl Cf {
             }
         }
         let rocks = changing.rocks();
-        let handles = batches
-            .iter()
-            .map(|(cf, _)| changing.handle(cf.slot))
-            .collect::<Result<Vec<_>>>();
-        let ingested = handles.map(|handles| {
+        let ingested = (|| {
+            let handles = batches
+                .iter()
+                .map(|(cf, _)| changing.handle(cf.slot))
+                .collect::<Result<Vec<_>>>()?;
+            // Each column family's level 0 as it will be if every file lands there (files
+            // that overlap the data do): its triggers are raised beside the ingestion, so the
+            // stall the files would start never begins, and the OPTIONS file RocksDB rewrites
+            // for the raise is written while the ingestion syncs its files.
+            let predicted = batches
+                .iter()
+                .map(|(cf, files)| Ok((cf.slot, open.level0_files(cf.slot)? + files.len() as u64)))
+                .collect::<Result<Vec<_>>>()?;
             std::thread::scope(|scope| {
+                let raise = scope.spawn(|| {
+                    predicted
+                        .iter()
+                        .try_for_each(|&(slot, l0)| open.raise_level0(slot, l0))
+                });
                 let threads: Vec<_> = batches
                     .iter()
                     .zip(handles)
@@ -121,28 +113,31 @@ impl Cf {
                         scope.spawn(move || {
                             let mut opts = rocksdb::IngestExternalFileOptions::default();
                             opts.set_move_files(true);
-                            rocks.ingest_external_file_cf_opts(handle, &opts, files.to_vec())
+                            rocks
+                                .ingest_external_file_cf_opts(handle, &opts, files.to_vec())
+                                .map_err(rocks_error)
                         })
                     })
                     .collect();
-                threads
-                    .into_iter()
-                    .map(|t| {
-                        t.join()
-                            .map_err(|_| Error::Internal("an ingestion thread panicked".into()))
-                    })
-                    .collect::<Vec<_>>()
+                let mut result = Ok(());
+                for t in threads {
+                    let r = t.join().unwrap_or_else(|_| {
+                        Err(Error::Internal("an ingestion thread panicked".into()))
+                    });
+                    result = result.and(r);
+                }
+                let raised = raise
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::Internal("the trigger thread panicked".into())));
+                result.and(raised)
             })
-        });
+        })();
         if let Some(b) = changing.bounds() {
             for &slot in &slots {
                 b.end_ingest(slot);
             }
         }
-        for result in ingested? {
-            result?.map_err(rocks_error)?;
-        }
-        Ok(())
+        ingested
     }
 
     /// The live SST files of this column family, in the order [`ingest_db_generated`] must
@@ -209,6 +204,16 @@ impl Drop for RawIngestOptions {
         // SAFETY: the pointer came from `rocksdb_ingestexternalfileoptions_create`, is non-null
         // (checked at creation) and is destroyed exactly once, here.
         unsafe { librocksdb_sys::rocksdb_ingestexternalfileoptions_destroy(self.0) }
+    }
+}
+
+impl super::Db {
+    /// Raises the level-0 stall triggers of every column family whose level 0 a restore
+    /// filled past the slowdown count, until compaction has taken it back below
+    /// (`super::l0_triggers`): what the restore placed there is not compaction falling
+    /// behind this database's writes.
+    pub(crate) fn after_restore(&self) -> Result<()> {
+        self.opened()?.after_restore()
     }
 }
 

@@ -26,6 +26,7 @@ use rocksdb::{
 };
 
 use super::budget::{MemoryBudget, Reservation, ValueShare};
+use super::l0_triggers::{Base, L0Triggers};
 use super::rocks_error;
 use super::BatchOp;
 use crate::change_log::{ChangeLog, LogCut};
@@ -131,6 +132,8 @@ pub(super) struct Open {
     /// Whether `Front::log` is `Some`: writes that bypass the write cache then take the front
     /// lock to record themselves.
     logging: AtomicBool,
+    /// Column families whose level-0 stall triggers an ingestion raised.
+    l0: L0Triggers,
     path: std::path::PathBuf,
     /// RocksDB writes left before the next one fails (tests of partial drains).
     #[cfg(test)]
@@ -145,6 +148,8 @@ pub(super) struct FrontSettings {
     pub(super) write_cache_bytes: usize,
     /// Bytes the value cache asks of the budget (0: no value cache).
     pub(super) value_cache_bytes: usize,
+    /// The level-0 stall triggers every column family was opened with.
+    pub(super) level0_triggers: Base,
     /// Which values read from RocksDB the value cache keeps.
     pub(super) value_cache_admission: ValueCacheAdmission,
     /// What writes do to the value cache.
@@ -198,6 +203,7 @@ impl Open {
             rocks,
             bounded: settings.bounds_prefix.is_some(),
             logging: AtomicBool::new(false),
+            l0: L0Triggers::new(settings.level0_triggers),
             #[cfg(test)]
             writes_before_failing: std::sync::atomic::AtomicUsize::new(usize::MAX),
             front,
@@ -256,6 +262,71 @@ impl Open {
     /// The handles of every column family, in slot order.
     fn all_handles(&self) -> impl Iterator<Item = &Handle> {
         self.handles.iter().map_while(OnceLock::get)
+    }
+
+    /// The number of level-0 files of the column family in `slot`.
+    pub(super) fn level0_files(&self, slot: usize) -> Result<u64> {
+        Ok(self
+            .rocks
+            .property_int_value_cf(self.handle(slot)?, "rocksdb.num-files-at-level0")
+            .map_err(rocks_error)?
+            .unwrap_or(0))
+    }
+
+    /// Raises the level-0 stall triggers of the column family in `slot` above `l0` files an
+    /// ingestion or a restore put there, if they reach the slowdown count and the triggers
+    /// are not that high yet ([`super::l0_triggers`]). Each raise rewrites RocksDB's OPTIONS
+    /// file (1.5-2 ms here).
+    pub(super) fn raise_level0(&self, slot: usize, l0: u64) -> Result<()> {
+        match self.l0.raise_for(slot, l0) {
+            Some(raised) => self.set_triggers(slot, raised),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Open::raise_level0`] for every column family at its level-0 count: a restored database's level 0 holds
+    /// what its sources held and what the restore ingested, none of it a sign of compaction
+    /// falling behind this database's writes.
+    pub(super) fn after_restore(&self) -> Result<()> {
+        for slot in 0..self.handles.iter().map_while(OnceLock::get).count() {
+            self.raise_level0(slot, self.level0_files(slot)?)?;
+        }
+        Ok(())
+    }
+
+    /// After a write to RocksDB: now and then, while an ingestion's triggers are raised, sets
+    /// back those of every column family whose level 0 compaction has taken below the
+    /// slowdown count. A failure leaves them raised for a later write to retry; the write
+    /// itself succeeded.
+    #[inline]
+    fn after_write(&self) {
+        for slot in self.l0.due() {
+            let base = self.l0.base();
+            let settled = self.level0_files(slot).and_then(|l0| {
+                if l0 >= base.slowdown {
+                    return Ok(false);
+                }
+                self.set_triggers(slot, base).map(|()| true)
+            });
+            match settled {
+                Ok(true) => self.l0.settled(slot),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(slot, error = %e, "level-0 triggers stay raised"),
+            }
+        }
+    }
+
+    /// Sets the level-0 stall triggers of the column family in `slot`.
+    fn set_triggers(&self, slot: usize, triggers: Base) -> Result<()> {
+        let options = triggers.options();
+        let pairs = options.each_ref().map(|(k, v)| (*k, v.as_str()));
+        self.set_options_cf(slot, &pairs)
+    }
+
+    /// The slots whose level-0 triggers are raised (tests).
+    #[cfg(test)]
+    pub(super) fn l0_relaxed(&self) -> Vec<usize> {
+        self.l0.relaxed()
     }
 
     /// Sets RocksDB options of the column family in `slot` at run time (no data is read).
@@ -356,7 +427,11 @@ impl Open {
                 detail: "write made to fail by the test".into(),
             });
         }
-        self.rocks.write_opt(wb, &self.write.0).map_err(rocks_error)
+        self.rocks
+            .write_opt(wb, &self.write.0)
+            .map_err(rocks_error)?;
+        self.after_write();
+        Ok(())
     }
 
     /// A RocksDB write batch of `writes` (slot, key, value or `None` for a delete).
@@ -492,6 +567,7 @@ impl Open {
         self.rocks
             .write_opt(wb, &self.write.0)
             .map_err(rocks_error)?;
+        self.after_write();
         if let Some(front) = &mut front {
             for op in batch {
                 front
@@ -552,6 +628,7 @@ impl Open {
         self.rocks
             .put_cf_opt(handle, key, value, &self.write.0)
             .map_err(rocks_error)?;
+        self.after_write();
         if let Some(front) = &mut front {
             front.values.record_write(slot, key, Some(value));
         }
@@ -571,6 +648,7 @@ impl Open {
         self.rocks
             .delete_cf_opt(handle, key, &self.write.0)
             .map_err(rocks_error)?;
+        self.after_write();
         if let Some(front) = &mut front {
             front.values.record_write(slot, key, None);
         }

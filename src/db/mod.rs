@@ -19,6 +19,7 @@ mod budget;
 mod compaction_filter;
 mod files;
 mod front;
+mod l0_triggers;
 mod maintenance;
 mod options;
 mod sst_writer;
@@ -194,6 +195,7 @@ impl Db {
         };
         let settings = FrontSettings {
             disable_wal: !options.wal,
+            level0_triggers: l0_triggers::Base::new(options.level0_file_num_compaction_trigger),
             // A batch larger than a memtable would overfill it: at most an eighth of one.
             write_cache_bytes: if options.wal || read_only {
                 0

@@ -57,6 +57,11 @@ pub(super) fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options
     opts.set_max_bytes_for_level_base(o.max_bytes_for_level_base);
     opts.set_optimize_filters_for_hits(o.optimize_filters_for_hits);
     opts.set_level_zero_file_num_compaction_trigger(o.level0_file_num_compaction_trigger);
+    // RocksDB's defaults (raised to the compaction trigger, as RocksDB itself would), set so
+    // that what an ingestion raises (`super::l0_triggers`) is set back to exactly these.
+    let l0 = super::l0_triggers::Base::new(o.level0_file_num_compaction_trigger);
+    opts.set_level_zero_slowdown_writes_trigger(i32::try_from(l0.slowdown).unwrap_or(i32::MAX));
+    opts.set_level_zero_stop_writes_trigger(i32::try_from(l0.stop).unwrap_or(i32::MAX));
     opts.set_level_compaction_dynamic_level_bytes(true);
     if o.memtable_bloom_ratio > 0.0 {
         opts.set_memtable_prefix_bloom_ratio(o.memtable_bloom_ratio);

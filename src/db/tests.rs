@@ -489,3 +489,39 @@ fn ingestions_into_several_column_families_at_once_keep_each_ones_order() {
     assert_eq!(read(&a, b"\x01k"), Some(b"second".to_vec()));
     Cf::ingest_each(&[]).unwrap();
 }
+
+#[test]
+fn an_ingested_level_0_raises_the_stall_triggers_until_compaction_takes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // No write cache: every put below reaches RocksDB itself, so each one counts.
+    let db = open_bounded(&dir.path().join("db"), 0);
+    let cf = db.create_cf("s").unwrap();
+    let slot = cf.slot;
+    // 24 files over one key range: each overlaps the others, so each goes to level 0.
+    let files: Vec<_> = (0..24u8)
+        .map(|i| {
+            let path = dir.path().join(format!("t{i}.sst"));
+            db.write_sst(&path, |sink| {
+                sink.put(b"\x01a", &[i])?;
+                sink.put(b"\x01z", &[i])
+            })
+            .unwrap();
+            path
+        })
+        .collect();
+    Cf::ingest_each(&[(&cf, &files[..])]).unwrap();
+    assert_eq!(read(&cf, b"\x01a"), Some(vec![23]), "the last file wins");
+    assert_eq!(open_of(&db).l0_relaxed(), vec![slot]);
+    assert!(open_of(&db).level0_files(slot).unwrap() >= 1);
+    // Once compaction took level 0 below the slowdown count, writes set them back.
+    cf.compact_all().unwrap();
+    assert_eq!(open_of(&db).level0_files(slot).unwrap(), 0);
+    for i in 0..200u32 {
+        cf.put(&[&b"\x02"[..], &i.to_be_bytes()].concat(), b"v")
+            .unwrap();
+    }
+    assert!(open_of(&db).l0_relaxed().is_empty());
+    // A restore's database looks at every column family; few files raise nothing.
+    db.after_restore().unwrap();
+    assert!(open_of(&db).l0_relaxed().is_empty());
+}
