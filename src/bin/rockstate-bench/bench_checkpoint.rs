@@ -85,6 +85,11 @@ pub struct CheckpointArgs {
     /// printed), the kinds taken in turn, each round starting with the next kind.
     #[arg(long, default_value_t = 5)]
     restores: usize,
+    /// In changelog mode's restore comparison, puts of 100-byte values to random existing
+    /// keys timed right after each restore (0: none): how fast a restored job catches up,
+    /// which level-0 files a restore leaves behind can slow down.
+    #[arg(long, default_value_t = 250_000)]
+    first_puts: u64,
 }
 
 /// `storage` as the timed restores read it: behind `--get-latency-ms` of latency per read.
@@ -521,6 +526,9 @@ fn compare_changelog_restore(
         sources.push(("incremental", s));
     }
     let mut took: Vec<Vec<Duration>> = vec![Vec::new(); sources.len()];
+    let mut puts: Vec<Vec<Duration>> = vec![Vec::new(); sources.len()];
+    let mut rng = SmallRng::seed_from_u64(run.args.seed);
+    let value = vec![0x5au8; 100];
     let mut reports: Vec<RestoreReport> = vec![RestoreReport::default(); sources.len()];
     for round in 0..run.args.restores.max(1) {
         for k in 0..sources.len() {
@@ -529,6 +537,17 @@ fn compare_changelog_restore(
             let target = root.join(format!("{kind}-restored-{round}"));
             let (b, report, t) = restore(source, &target)?;
             took[i].push(t);
+            if run.args.first_puts > 0 {
+                let state = b.raw_value_state("bench", CodecId::new("bytes", 1))?;
+                let keys: Vec<u64> = (0..run.args.first_puts)
+                    .map(|_| rng.random_range(0..run.args.keys))
+                    .collect();
+                let start = Instant::now();
+                for k in keys {
+                    state.put(&k.to_be_bytes(), &[], &value)?;
+                }
+                puts[i].push(start.elapsed());
+            }
             reports[i] = report;
             drop(b);
             std::fs::remove_dir_all(&target).map_err(io(&target))?;
@@ -536,6 +555,10 @@ fn compare_changelog_restore(
     }
     let fetched = |r: &RestoreReport| r.bytes_downloaded + r.bytes_local + r.bytes_shared;
     let medians: Vec<Duration> = took.into_iter().map(median).collect();
+    let puts: Vec<Option<Duration>> = puts
+        .into_iter()
+        .map(|p| (!p.is_empty()).then(|| median(p)))
+        .collect();
     let report = &reports[0];
     let mut line = Line::header()
         .label("restore (changelog):")
@@ -562,6 +585,11 @@ fn compare_changelog_restore(
     if let Some(r) = reports.get(2) {
         line = line.int("incremental_bytes", fetched(r));
     }
+    for (name, p) in ["changelog", "sst_only", "incremental"].iter().zip(&puts) {
+        if let Some(p) = p {
+            line = line.num(&format!("{name}_first_puts_ms"), ms(*p), 1);
+        }
+    }
     line.int("log_tables", report.log_tables as u64)
         .int("log_table_bytes", report.log_table_bytes)
         .int("log_segments", report.log_segments as u64)
@@ -569,8 +597,10 @@ fn compare_changelog_restore(
         .int("log_bytes", report.log_bytes)
         .int("entries_replayed", report.log_entries_replayed)
         .note(format!(
-            "medians of {}, kinds in turn; target ratio <= 1.5",
-            run.args.restores.max(1)
+            "medians of {}, kinds in turn; first_puts: {} puts right after each restore; \
+             target ratio <= 1.5",
+            run.args.restores.max(1),
+            run.args.first_puts
         ))
         .print();
     Ok(())
