@@ -356,7 +356,13 @@ fn restore_pinned<T>(
                     .map_err(|_| Error::Internal("the identity thread panicked".into()))??;
                 let private = read_private(&manifest, &target)?;
                 let layout = KeyLayout::new(p.max_parallelism, key_groups);
-                let db = Db::open(&target, &p.options, &budget, Some(layout))?;
+                // At most every SST of the materialization and one file per log table in a
+                // column family's level 0: its stall triggers start above that, so the
+                // ingestion does not slow the restored backend's first writes down.
+                let level0 = manifest.shared_files.len()
+                    + manifest.changelog.as_ref().map_or(0, |c| c.tables.len());
+                let db =
+                    Db::open_restored(&target, &p.options, &budget, Some(layout), level0 as u64)?;
                 Ok::<_, Error>((counts, Some((private, db, identity))))
             });
             let names = std::iter::once(&metadata_name).chain(others.iter().map(|(n, _)| n));

@@ -240,7 +240,9 @@ pub(crate) fn ingest_db_generated(
     // No file partitioning: the database is open only for the ingestion, and file cuts
     // change where compaction splits files, never what a read sees.
     let filters = FilterRegistry::default();
-    let (_, descriptors) = super::options::descriptors(path, &opts, options, budget, &filters, 0)?;
+    let level0 = super::l0_triggers::Base::new(options.level0_file_num_compaction_trigger);
+    let (_, descriptors) =
+        super::options::descriptors(path, &opts, options, budget, &filters, 0, level0)?;
     let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors).map_err(rocks_error)?;
     // SAFETY: creates a fresh options object; null (allocation failure) is checked below.
     let raw =

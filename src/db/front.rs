@@ -148,8 +148,11 @@ pub(super) struct FrontSettings {
     pub(super) write_cache_bytes: usize,
     /// Bytes the value cache asks of the budget (0: no value cache).
     pub(super) value_cache_bytes: usize,
-    /// The level-0 stall triggers every column family was opened with.
+    /// The database's own level-0 stall triggers.
     pub(super) level0_triggers: Base,
+    /// The triggers its column families were opened with: [`FrontSettings::level0_triggers`]
+    /// or, for a restore, raised above the files it places.
+    pub(super) level0_opened_with: Base,
     /// Which values read from RocksDB the value cache keeps.
     pub(super) value_cache_admission: ValueCacheAdmission,
     /// What writes do to the value cache.
@@ -171,6 +174,7 @@ impl Open {
         if names.len() > MAX_COLUMN_FAMILIES {
             return Err(too_many_column_families());
         }
+        let names_len = names.len();
         let handles: Box<[OnceLock<Handle>]> =
             (0..MAX_COLUMN_FAMILIES).map(|_| OnceLock::new()).collect();
         for (slot, name) in names.iter().enumerate() {
@@ -203,7 +207,11 @@ impl Open {
             rocks,
             bounded: settings.bounds_prefix.is_some(),
             logging: AtomicBool::new(false),
-            l0: L0Triggers::new(settings.level0_triggers),
+            l0: L0Triggers::new(
+                settings.level0_triggers,
+                settings.level0_opened_with,
+                names_len,
+            ),
             #[cfg(test)]
             writes_before_failing: std::sync::atomic::AtomicUsize::new(usize::MAX),
             front,

@@ -83,13 +83,19 @@ pub(super) struct L0Triggers {
 }
 
 impl L0Triggers {
-    /// No slot relaxed, on a database whose triggers are `base`.
-    pub(super) fn new(base: Base) -> Self {
+    /// The triggers of a database whose own are `base`, its `column_families` opened with
+    /// `opened_with` (relaxed from the start where that is higher than `base`).
+    pub(super) fn new(base: Base, opened_with: Base, column_families: usize) -> Self {
+        let slots: Vec<(usize, Base)> = if opened_with.slowdown > base.slowdown {
+            (0..column_families).map(|s| (s, opened_with)).collect()
+        } else {
+            Vec::new()
+        };
         L0Triggers {
             base,
-            any: AtomicBool::new(false),
+            any: AtomicBool::new(!slots.is_empty()),
             writes: AtomicU32::new(0),
-            slots: Mutex::new(Vec::new()),
+            slots: Mutex::new(slots),
         }
     }
 
@@ -160,7 +166,7 @@ mod tests {
     fn triggers_rise_above_an_ingested_level_0_and_come_back() {
         let base = Base::new(4);
         assert_eq!((base.slowdown, base.stop), (L0_SLOWDOWN, L0_STOP));
-        let t = L0Triggers::new(base);
+        let t = L0Triggers::new(base, base, 3);
         assert!(t.raise_for(1, L0_SLOWDOWN - 1).is_none());
         assert!(t.due().is_empty());
         let raised = t.raise_for(1, 24).expect("24 files reach the slowdown");
@@ -192,11 +198,23 @@ mod tests {
     }
 
     #[test]
+    fn a_restored_database_opens_relaxed() {
+        let base = Base::new(4);
+        let opened_with = base.for_level0(30);
+        let t = L0Triggers::new(base, opened_with, 2);
+        assert_eq!(t.relaxed(), vec![0, 1]);
+        // Up to the files it was opened for, nothing is raised again.
+        assert!(t.raise_for(1, 30).is_none());
+        assert_eq!(t.raise_for(1, 31).map(|b| b.slowdown), Some(39));
+        assert_eq!(t.due(), vec![0, 1]);
+    }
+
+    #[test]
     fn a_compaction_trigger_above_the_slowdown_raises_the_base() {
         // RocksDB slows down no earlier than it compacts.
         let base = Base::new(64);
         assert_eq!((base.slowdown, base.stop), (64, 64));
-        let t = L0Triggers::new(base);
+        let t = L0Triggers::new(base, base, 1);
         assert!(t.raise_for(0, 40).is_none());
         let raised = t.raise_for(0, 64).expect("at the base's slowdown");
         assert_eq!((raised.slowdown, raised.stop), (72, 88));

@@ -141,7 +141,22 @@ impl Db {
         budget: &MemoryBudget,
         layout: Option<KeyLayout>,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, layout, false, true)
+        Self::open_with(path, options, budget, layout, false, true, None)
+    }
+
+    /// [`Db::open`] of a restored database that will hold up to `level0` files in a column
+    /// family's level 0 once the restore has placed its files: every column family opens
+    /// with its stall triggers raised above them (`l0_triggers`), so the restore's files do
+    /// not slow its first writes down, and they are set back once compaction has taken
+    /// level 0 below the slowdown count, without an options change during the restore.
+    pub(crate) fn open_restored(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+        layout: Option<KeyLayout>,
+        level0: u64,
+    ) -> Result<Arc<Db>> {
+        Self::open_with(path, options, budget, layout, false, true, Some(level0))
     }
 
     /// [`Db::open`] of a restored checkpoint some of whose SST files were deliberately not
@@ -154,7 +169,7 @@ impl Db {
         budget: &MemoryBudget,
         layout: Option<KeyLayout>,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, layout, false, false)
+        Self::open_with(path, options, budget, layout, false, false, None)
     }
 
     /// Opens the existing database at `path` read-only: nothing is written, no compaction
@@ -167,7 +182,7 @@ impl Db {
         budget: &MemoryBudget,
         missing_files: bool,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, None, true, !missing_files)
+        Self::open_with(path, options, budget, None, true, !missing_files, None)
     }
 
     fn open_with(
@@ -177,16 +192,26 @@ impl Db {
         layout: Option<KeyLayout>,
         read_only: bool,
         paranoid_checks: bool,
+        level0: Option<u64>,
     ) -> Result<Arc<Db>> {
         options.validate()?;
+        let base = l0_triggers::Base::new(options.level0_file_num_compaction_trigger);
+        let opened_with = level0.map_or(base, |n| base.for_level0(n));
         let partition_prefix = layout.map_or(0, |l| l.file_prefix);
         let mut opts = options::db_options(options, budget)?;
         if !paranoid_checks {
             opts.set_paranoid_checks(false);
         }
         let filters = FilterRegistry::default();
-        let (existing, descriptors) =
-            options::descriptors(path, &opts, options, budget, &filters, partition_prefix)?;
+        let (existing, descriptors) = options::descriptors(
+            path,
+            &opts,
+            options,
+            budget,
+            &filters,
+            partition_prefix,
+            opened_with,
+        )?;
         let rocks = if read_only {
             Rocks::open_cf_descriptors_read_only(&opts, path, descriptors, false)
                 .map_err(rocks_error)?
@@ -195,7 +220,8 @@ impl Db {
         };
         let settings = FrontSettings {
             disable_wal: !options.wal,
-            level0_triggers: l0_triggers::Base::new(options.level0_file_num_compaction_trigger),
+            level0_triggers: base,
+            level0_opened_with: opened_with,
             // A batch larger than a memtable would overfill it: at most an eighth of one.
             write_cache_bytes: if options.wal || read_only {
                 0

@@ -3,6 +3,7 @@
 //! families, the database-wide options, and the column-family descriptors of an existing
 //! database.
 
+use super::l0_triggers::Base;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -59,9 +60,7 @@ pub(super) fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options
     opts.set_level_zero_file_num_compaction_trigger(o.level0_file_num_compaction_trigger);
     // RocksDB's defaults (raised to the compaction trigger, as RocksDB itself would), set so
     // that what an ingestion raises (`super::l0_triggers`) is set back to exactly these.
-    let l0 = super::l0_triggers::Base::new(o.level0_file_num_compaction_trigger);
-    opts.set_level_zero_slowdown_writes_trigger(i32::try_from(l0.slowdown).unwrap_or(i32::MAX));
-    opts.set_level_zero_stop_writes_trigger(i32::try_from(l0.stop).unwrap_or(i32::MAX));
+    set_level0_triggers(&mut opts, Base::new(o.level0_file_num_compaction_trigger));
     opts.set_level_compaction_dynamic_level_bytes(true);
     if o.memtable_bloom_ratio > 0.0 {
         opts.set_memtable_prefix_bloom_ratio(o.memtable_bloom_ratio);
@@ -149,8 +148,15 @@ pub fn lower_compaction_priority() -> Result<()> {
     Ok(())
 }
 
+/// Sets the level-0 stall triggers of `opts`.
+pub(super) fn set_level0_triggers(opts: &mut Options, l0: Base) {
+    opts.set_level_zero_slowdown_writes_trigger(i32::try_from(l0.slowdown).unwrap_or(i32::MAX));
+    opts.set_level_zero_stop_writes_trigger(i32::try_from(l0.stop).unwrap_or(i32::MAX));
+}
+
 /// The names of every column family of the database at `path` (the default one first when
-/// the database is new) and their descriptors with rockstate's options.
+/// the database is new) and their descriptors with rockstate's options, their level-0 stall
+/// triggers `level0`.
 pub(super) fn descriptors(
     path: &Path,
     opts: &Options,
@@ -158,6 +164,7 @@ pub(super) fn descriptors(
     budget: &MemoryBudget,
     filters: &FilterRegistry,
     partition_prefix: usize,
+    level0: Base,
 ) -> Result<(Vec<String>, Vec<rocksdb::ColumnFamilyDescriptor>)> {
     let mut existing = if path.join("CURRENT").exists() {
         DBWithThreadMode::<MultiThreaded>::list_cf(opts, path).map_err(rocks_error)?
@@ -174,10 +181,9 @@ pub(super) fn descriptors(
     let descriptors = existing
         .iter()
         .map(|name| {
-            Ok(rocksdb::ColumnFamilyDescriptor::new(
-                name,
-                state_cf_options(options, budget, name, filters, partition_prefix)?,
-            ))
+            let mut cf = state_cf_options(options, budget, name, filters, partition_prefix)?;
+            set_level0_triggers(&mut cf, level0);
+            Ok(rocksdb::ColumnFamilyDescriptor::new(name, cf))
         })
         .collect::<Result<Vec<_>>>()?;
     Ok((existing, descriptors))

@@ -525,3 +525,36 @@ fn an_ingested_level_0_raises_the_stall_triggers_until_compaction_takes_it() {
     db.after_restore().unwrap();
     assert!(open_of(&db).l0_relaxed().is_empty());
 }
+
+#[test]
+fn a_restored_database_opens_with_raised_triggers_that_writes_set_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let options = DbOptions {
+        write_cache_bytes: 0,
+        ..DbOptions::default()
+    };
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    {
+        let db = Db::open(&path, &options, &budget, layout()).unwrap();
+        db.create_cf("s").unwrap().put(b"\x01a", b"1").unwrap();
+        db.close().unwrap();
+    }
+    let db = Db::open_restored(&path, &options, &budget, layout(), 30).unwrap();
+    assert_eq!(
+        open_of(&db).l0_relaxed().len(),
+        2,
+        "default and state column family"
+    );
+    let cf = db.cf("s").unwrap().unwrap();
+    assert_eq!(read(&cf, b"\x01a"), Some(b"1".to_vec()));
+    for i in 0..200u32 {
+        cf.put(&[&b"\x02"[..], &i.to_be_bytes()].concat(), b"v")
+            .unwrap();
+    }
+    assert!(open_of(&db).l0_relaxed().is_empty());
+    // Opened without a restore's files, nothing is raised.
+    db.close().unwrap();
+    let db = Db::open(&path, &options, &budget, layout()).unwrap();
+    assert!(open_of(&db).l0_relaxed().is_empty());
+}
