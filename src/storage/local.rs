@@ -456,6 +456,20 @@ impl CheckpointStorage for LocalStorage {
 mod tests {
     use super::*;
 
+    /// That `linked` (a local path and the object it came from) shares the object's inode
+    /// and `copied` does not.
+    fn assert_linked_and_copied(s: &LocalStorage, linked: (&Path, &str), copied: (&Path, &str)) {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+            assert_eq!(ino(linked.0), ino(&s.path_of(linked.1).unwrap()));
+            assert_ne!(ino(copied.0), ino(&s.path_of(copied.1).unwrap()));
+        }
+        #[cfg(not(unix))]
+        let _ = (s, linked, copied);
+    }
+
     #[test]
     fn sst_gets_link_other_gets_copy_and_both_report_the_crc() {
         let dir = tempfile::tempdir().unwrap();
@@ -469,16 +483,11 @@ mod tests {
         let manifest = dir.path().join("MANIFEST-000001");
         let d = s.get_file("chk-1/b/MANIFEST-000001", &manifest).unwrap();
         assert_eq!((d.size, d.crc32), (8, crc32fast::hash(b"manifest")));
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            let stored = |n: &str| fs::metadata(s.path_of(n).unwrap()).unwrap().ino();
-            assert_eq!(fs::metadata(&sst).unwrap().ino(), stored("shared/a.sst"));
-            assert_ne!(
-                fs::metadata(&manifest).unwrap().ino(),
-                stored("chk-1/b/MANIFEST-000001")
-            );
-        }
+        assert_linked_and_copied(
+            &s,
+            (&sst, "shared/a.sst"),
+            (&manifest, "chk-1/b/MANIFEST-000001"),
+        );
         // A name that is taken locally is an error, linked or copied.
         assert!(s.get_file("shared/a.sst", &sst).is_err());
         assert!(matches!(
@@ -505,16 +514,11 @@ mod tests {
                 .unwrap();
             assert_eq!((d.size, d.crc32), (7, crc32fast::hash(b"options")));
             assert_eq!(fs::read(&options).unwrap(), b"options");
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::MetadataExt;
-                let stored = |n: &str| fs::metadata(s.path_of(n).unwrap()).unwrap().ino();
-                assert_eq!(fs::metadata(&sst).unwrap().ino(), stored("shared/a.sst"));
-                assert_ne!(
-                    fs::metadata(&options).unwrap().ino(),
-                    stored("chk-1/b/OPTIONS-000003")
-                );
-            }
+            assert_linked_and_copied(
+                &s,
+                (&sst, "shared/a.sst"),
+                (&options, "chk-1/b/OPTIONS-000003"),
+            );
             // What the durable get skips the fsync for: a linked SST, and only that.
             let again = dir.path().join(format!("again-{i}.sst"));
             assert!(s.fetch("shared/a.sst", &again).unwrap().1);
