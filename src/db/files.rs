@@ -101,9 +101,9 @@ impl Cf {
                 .collect::<Result<Vec<_>>>()?;
             std::thread::scope(|scope| {
                 let raise = scope.spawn(|| {
-                    predicted
-                        .iter()
-                        .try_for_each(|&(slot, l0)| open.raise_level0(slot, l0))
+                    for &(slot, l0) in &predicted {
+                        open.raise_level0(slot, l0);
+                    }
                 });
                 let threads: Vec<_> = batches
                     .iter()
@@ -128,7 +128,7 @@ impl Cf {
                 }
                 let raised = raise
                     .join()
-                    .unwrap_or_else(|_| Err(Error::Internal("the trigger thread panicked".into())));
+                    .map_err(|_| Error::Internal("the trigger thread panicked".into()));
                 result.and(raised)
             })
         })();
