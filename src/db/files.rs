@@ -64,20 +64,27 @@ impl Cf {
     /// RocksDB links and syncs an ingestion's files one after another before it takes the
     /// database's lock, so ingestions into different column families overlap those syncs
     /// (each a device flush); the files of one column family keep their order. Every `Cf`
-    /// must be of one database, each at most once.
+    /// must be of one database, each at most once. Column families without files are left
+    /// alone, and without any files nothing happens (no drain, no cache emptied).
     pub(crate) fn ingest_each(batches: &[(&Cf, &[PathBuf])]) -> Result<()> {
-        let Some((first, _)) = batches.first() else {
-            return Ok(());
-        };
         let mut slots: Vec<usize> = Vec::with_capacity(batches.len());
         for (cf, _) in batches {
-            if !Arc::ptr_eq(&cf.db, &first.db) || slots.contains(&cf.slot) {
+            if !Arc::ptr_eq(&cf.db, &batches[0].0.db) || slots.contains(&cf.slot) {
                 return Err(Error::Internal(
                     "an ingestion into one column family twice, or into two databases".into(),
                 ));
             }
             slots.push(cf.slot);
         }
+        let batches: Vec<(&Cf, &[PathBuf])> = batches
+            .iter()
+            .copied()
+            .filter(|(_, files)| !files.is_empty())
+            .collect();
+        let Some((first, _)) = batches.first() else {
+            return Ok(());
+        };
+        let slots: Vec<usize> = batches.iter().map(|(cf, _)| cf.slot).collect();
         let open = first.db.opened()?;
         let mut changing = open.changing()?;
         if let Some(b) = changing.bounds() {
@@ -108,7 +115,6 @@ impl Cf {
                 let threads: Vec<_> = batches
                     .iter()
                     .zip(handles)
-                    .filter(|((_, files), _)| !files.is_empty())
                     .map(|((_, files), handle)| {
                         scope.spawn(move || {
                             let mut opts = rocksdb::IngestExternalFileOptions::default();

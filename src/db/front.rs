@@ -298,7 +298,7 @@ impl Open {
     /// database's level 0 holds what its sources held and what the restore ingested, none of
     /// it a sign of compaction falling behind this database's writes.
     pub(super) fn after_restore(&self) -> Result<()> {
-        for slot in 0..self.handles.iter().map_while(OnceLock::get).count() {
+        for slot in 0..self.all_handles().count() {
             match self.level0_files(slot) {
                 Ok(l0) => self.raise_level0(slot, l0),
                 Err(e) => tracing::warn!(slot, error = %e, "level 0 not counted"),
@@ -338,8 +338,8 @@ impl Open {
 
     /// The slots whose level-0 triggers are raised (tests).
     #[cfg(test)]
-    pub(super) fn l0_relaxed(&self) -> Vec<usize> {
-        self.l0.relaxed()
+    pub(super) fn l0_raised(&self) -> Vec<usize> {
+        self.l0.raised()
     }
 
     /// Sets RocksDB options of the column family in `slot` at run time (no data is read).

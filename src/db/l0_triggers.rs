@@ -22,7 +22,7 @@ pub(crate) const L0_SLOWDOWN: u64 = 20;
 /// RocksDB's default `level0_stop_writes_trigger`.
 pub(crate) const L0_STOP: u64 = 36;
 
-/// Writes between two looks at the relaxed column families' level 0 (each look reads a
+/// Writes between two looks at the raised column families' level 0 (each look reads a
 /// RocksDB property, which takes the database's mutex).
 const WRITES_PER_CHECK: u32 = 64;
 
@@ -74,17 +74,17 @@ impl Base {
 #[derive(Debug)]
 pub(super) struct L0Triggers {
     base: Base,
-    /// Whether any slot is relaxed: the only thing a write reads while none is.
+    /// Whether any slot is raised: the only thing a write reads while none is.
     any: AtomicBool,
     /// Writes since the last look.
     writes: AtomicU32,
-    /// The relaxed slots and the triggers each was given.
+    /// The raised slots and the triggers each was given.
     slots: Mutex<Vec<(usize, Base)>>,
 }
 
 impl L0Triggers {
     /// The triggers of a database whose own are `base`, its `column_families` opened with
-    /// `opened_with` (relaxed from the start where that is higher than `base`).
+    /// `opened_with` (raised from the start where that is higher than `base`).
     pub(super) fn new(base: Base, opened_with: Base, column_families: usize) -> Self {
         let slots: Vec<(usize, Base)> = if opened_with.slowdown > base.slowdown {
             (0..column_families).map(|s| (s, opened_with)).collect()
@@ -106,7 +106,7 @@ impl L0Triggers {
 
     /// Column family `slot` holds (or is about to hold) `l0` level-0 files put there by an
     /// ingestion or a restore: the triggers to set, when `l0` reaches the slowdown count and
-    /// the slot's triggers are not that high yet (the slot is then relaxed until
+    /// the slot's triggers are not that high yet (the slot is then raised until
     /// [`L0Triggers::due`] finds it back below), else `None`.
     pub(super) fn raise_for(&self, slot: usize, l0: u64) -> Option<Base> {
         if l0 < self.base.slowdown {
@@ -123,10 +123,10 @@ impl L0Triggers {
         Some(wanted)
     }
 
-    /// Called after each write: every [`WRITES_PER_CHECK`] writes while a slot is relaxed,
-    /// the relaxed slots, for the caller to look at their level 0 and, once one is below the
+    /// Called after each write: every [`WRITES_PER_CHECK`] writes while a slot is raised,
+    /// the raised slots, for the caller to look at their level 0 and, once one is below the
     /// slowdown count, set [`L0Triggers::base`] back and call [`L0Triggers::settled`]. Empty
-    /// otherwise (one atomic load when nothing is relaxed).
+    /// otherwise (one atomic load when nothing is raised).
     #[inline]
     pub(super) fn due(&self) -> Vec<usize> {
         if !self.any.load(Ordering::Acquire) {
@@ -151,9 +151,9 @@ impl L0Triggers {
         }
     }
 
-    /// The relaxed slots (tests).
+    /// The raised slots (tests).
     #[cfg(test)]
-    pub(super) fn relaxed(&self) -> Vec<usize> {
+    pub(super) fn raised(&self) -> Vec<usize> {
         self.slots.lock().iter().map(|&(s, _)| s).collect()
     }
 }
@@ -187,22 +187,22 @@ mod tests {
         }
         assert_eq!(t.due(), vec![1]);
         t.raise_for(3, 30);
-        assert_eq!(t.relaxed(), vec![1, 3]);
+        assert_eq!(t.raised(), vec![1, 3]);
         t.settled(1);
-        assert_eq!(t.relaxed(), vec![3]);
+        assert_eq!(t.raised(), vec![3]);
         t.settled(3);
-        assert!(t.relaxed().is_empty());
+        assert!(t.raised().is_empty());
         for _ in 0..2 * WRITES_PER_CHECK {
             assert!(t.due().is_empty());
         }
     }
 
     #[test]
-    fn a_restored_database_opens_relaxed() {
+    fn a_restored_database_opens_raised() {
         let base = Base::new(4);
         let opened_with = base.for_level0(30);
         let t = L0Triggers::new(base, opened_with, 2);
-        assert_eq!(t.relaxed(), vec![0, 1]);
+        assert_eq!(t.raised(), vec![0, 1]);
         // Up to the files it was opened for, nothing is raised again.
         assert!(t.raise_for(1, 30).is_none());
         assert_eq!(t.raise_for(1, 31).map(|b| b.slowdown), Some(39));

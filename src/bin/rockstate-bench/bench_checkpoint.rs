@@ -471,8 +471,9 @@ fn compare_restore(
 /// state:
 /// * `sst_only`: the restored backend checkpoints its files, changelog off, into a second
 ///   storage, and that checkpoint is restored. Its files are those the changelog restore left
-///   (the materialization's and the log tables), or fewer and smaller when RocksDB compacted
-///   them before the copy's checkpoint; which one happens varies from run to run.
+///   (the materialization's and the log tables): the restore raises its level-0 stall
+///   triggers above them, so the copy's checkpoint does not wait until compaction merged them
+///   (docs/decisions/0038-ingested-level-0-files-do-not-stall-writes.md).
 /// * `incremental` (with `--mode all`): the incremental run's last checkpoint. Both runs put
 ///   the same values from the same seeded generator, so it holds the same state, in the
 ///   files the same job keeps with changelog mode off.
