@@ -52,6 +52,7 @@ mod store;
 pub mod ttl;
 mod value_cache;
 mod write_cache;
+mod zero_pages;
 
 pub use backend::{BackendBuilder, BackendKind, KeyedBackend};
 pub use checkpoint::{

@@ -55,6 +55,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::options::{ValueCacheAdmission, ValueCacheWrites};
 use crate::write_cache::{HashedWrite, KeyHasher};
+use crate::zero_pages::ZeroPages;
 
 /// Bytes of an entry's header: slot (4), key length (4), value length (4).
 const HEADER: usize = 12;
@@ -72,30 +73,6 @@ const MAX_SLOTS: usize = 1 << 24;
 /// The index is swept at least once per this many bytes written, so a stale slot's 32-bit
 /// position (in units of [`ALIGN`], so it wraps every 32 GiB) is never mistaken for a live one.
 const SWEEP_BYTES: u64 = 8 << 30;
-
-/// A zeroed buffer of `len` elements, its memory untouched until used (the allocator maps
-/// fresh pages for large buffers), with the kernel asked to back it with huge pages: the
-/// ring and the index are read and written at random, so with 4 KiB pages nearly every
-/// access would also miss the TLB, and filling them would take a page fault per 4 KiB.
-fn zeroed<T: Clone + Default>(len: usize) -> Vec<T> {
-    let v = vec![T::default(); len];
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let start = v.as_ptr() as usize;
-        let first = start.next_multiple_of(HUGE);
-        let end = (start + std::mem::size_of_val(v.as_slice())) / HUGE * HUGE;
-        if end > first {
-            // SAFETY: `first..end` lies within `v`'s allocation and is page-aligned;
-            // MADV_HUGEPAGE only changes how the kernel backs those pages, never their
-            // contents, and a refusal (no THP support) leaves them as they were.
-            unsafe {
-                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
-            }
-        }
-    }
-    v
-}
 
 /// Ring bytes of an entry with `data` key and value bytes.
 fn entry_size(data: usize) -> usize {
@@ -174,7 +151,7 @@ impl Doorkeeper {
 #[derive(Debug)]
 pub(crate) struct ValueCache {
     /// `ring_len` bytes from the first entry on, empty before.
-    ring: Vec<u8>,
+    ring: ZeroPages<u8>,
     ring_len: usize,
     /// Logical position of the next entry; starts at one ring length, so the oldest intact
     /// position, `head - ring_len`, is never below 0.
@@ -184,7 +161,7 @@ pub(crate) struct ValueCache {
     /// `head` at the last sweep.
     swept_at: u64,
     /// Open addressing, linear probing; 0 is an empty slot. Its length is a power of two.
-    index: Vec<u64>,
+    index: ZeroPages<u64>,
     max_slots: usize,
     /// Non-empty index slots, stale ones included.
     occupied: usize,
@@ -227,12 +204,12 @@ impl ValueCache {
             (limit - max_slots * std::mem::size_of::<u64>() - door.bytes()) / ALIGN * ALIGN
         };
         ValueCache {
-            ring: Vec::new(),
+            ring: ZeroPages::empty(),
             ring_len,
             head: ring_len as u64,
             floor: 0,
             swept_at: ring_len as u64,
-            index: Vec::new(),
+            index: ZeroPages::empty(),
             max_slots,
             occupied: 0,
             hasher,
@@ -527,9 +504,9 @@ impl ValueCache {
     /// oldest) are evicted by that alone.
     fn append(&mut self, slot: u32, key: &[u8], value: &[u8]) -> u64 {
         if self.ring.is_empty() {
-            // Zeroed memory comes from the system untouched: pages are mapped as entries
-            // first reach them.
-            self.ring = zeroed(self.ring_len);
+            // Mapped fresh (`ZeroPages`): a page costs nothing until an entry first reaches
+            // it.
+            self.ring = ZeroPages::new(self.ring_len);
         }
         let size = entry_size(key.len() + value.len());
         let mut at = self.offset(self.head);
@@ -559,7 +536,7 @@ impl ValueCache {
     /// not.
     fn make_index_room(&mut self) {
         if self.index.is_empty() {
-            self.index = zeroed(self.max_slots);
+            self.index = ZeroPages::new(self.max_slots);
         }
         if 2 * (self.occupied + 1) <= self.index.len() {
             return;
