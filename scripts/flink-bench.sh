@@ -115,7 +115,8 @@ log="$cache/flink-stderr.log"
 # The cell being run: its name, the flags each side gets, and what each side runs: FlinkOps and
 # `bench ops --solo-only` by default, FlinkStates and `bench states` with `--states`.
 cell="" common=() flink_budget=() rockstate_budget=()
-flink_main=FlinkOps rockstate_cmd=(ops --solo-only --no-reference)
+# FlinkOps inserts keys 0..N in order: so does rockstate's side (`--insert-order ascending`).
+flink_main=FlinkOps rockstate_cmd=(ops --solo-only --no-reference --insert-order ascending)
 set_cell() { # set_cell <name> <keys> <value bytes> <ops|-> <zipf|-> <ttl 0|1> <budget bytes>
   cell="$1"
   common=(--keys "$2" --value-bytes "$3")

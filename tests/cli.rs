@@ -599,10 +599,15 @@ fn bench_ops_runs_a_ttl_state_with_fewer_operations_than_keys() {
         "--ops",
         "100",
         "--ttl",
+        "--insert-order",
+        "ascending",
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains(" ops=100 ttl=week "), "{out}");
+    assert!(
+        out.contains(" insert_order=ascending ops=100 ttl=week "),
+        "{out}"
+    );
     assert_eq!(
         out.lines().filter(|l| l.starts_with("solo_phase=")).count(),
         5,

@@ -18,7 +18,7 @@
 use rockstate::{DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig};
 
 use crate::bench_ops::{
-    bench_state, levels, parse_override, run_phase, Phase, Raw, Store, Workload,
+    bench_state, levels, parse_override, run_phase, InsertOrder, Phase, Raw, Store, Workload,
 };
 use crate::report::Line;
 use crate::support::{io, median};
@@ -59,6 +59,9 @@ pub struct MatrixArgs {
     /// costs and what rockstate's code costs can be told apart.
     #[arg(long)]
     same_layout: bool,
+    /// The order the insert phase writes the keys in.
+    #[arg(long, value_enum, default_value_t = InsertOrder::Shuffled)]
+    insert_order: InsertOrder,
 }
 
 /// One workload of the matrix.
@@ -137,6 +140,7 @@ pub fn run(args: &MatrixArgs) -> rockstate::Result<()> {
         .num("beyond", args.beyond, 1)
         .int("ops", args.ops)
         .num("zipf", args.zipf, 2)
+        .text("insert_order", args.insert_order.name())
         .int("rounds", args.rounds as u64)
         .int("cells", cells.len() as u64)
         .text("options", args.options.as_deref().unwrap_or("{}"))
@@ -203,6 +207,7 @@ fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<V
         cell.value_bytes,
         cell.zipf.then_some(args.zipf),
         args.seed,
+        args.insert_order,
     )?;
     w.rotate = round;
     let budget_config = MemoryBudgetConfig {

@@ -10,6 +10,7 @@
 use std::time::Instant;
 
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rockstate::{
     CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawValueState,
@@ -59,11 +60,37 @@ pub struct OpsArgs {
     /// Operations of each phase after the insert (default: as many as keys; at most that).
     #[arg(long)]
     ops: Option<u64>,
+    /// The order the insert phase writes the keys in.
+    #[arg(long, value_enum, default_value_t = InsertOrder::Shuffled)]
+    insert_order: InsertOrder,
     /// Gives rockstate's value state a TTL of a week (nothing expires during the run; every
     /// access pays the timestamp and its check); the raw baselines store the values as they
     /// are.
     #[arg(long)]
     ttl: bool,
+}
+
+/// The order of the insert phase's keys (docs/decisions/0039-shuffled-insert-order.md).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InsertOrder {
+    /// Every key once, in an order scattered over the key space, as a stream's new keys
+    /// arrive: neither store gets its keys sorted.
+    Shuffled,
+    /// Keys 0..N in order, their big-endian bytes ascending: sorted for a store of raw keys
+    /// (RocksDB then appends to its memtable and flushes files that never overlap), scattered
+    /// for a store whose keys start with their key group (rockstate's, Flink's). Flink's side
+    /// of `scripts/flink-bench.sh` inserts in this order.
+    Ascending,
+}
+
+impl InsertOrder {
+    /// The order's name as the option spells it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            InsertOrder::Shuffled => "shuffled",
+            InsertOrder::Ascending => "ascending",
+        }
+    }
 }
 
 /// The state `bench ops` runs on: a raw value state named `bench`, with a week's TTL when
@@ -226,7 +253,7 @@ fn run_slice(
     // over N weights, which would otherwise be timed along with the store.
     let keys: Vec<u64> = (lo..hi)
         .map(|i| match phase {
-            Phase::Insert => i,
+            Phase::Insert => w.inserted_key(i),
             Phase::GetMissing => rng.random_range(n..2 * n),
             Phase::Update | Phase::Get | Phase::ReadModifyWrite => w.existing_key(&mut rng, n),
         })
@@ -355,6 +382,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
         .text("existing_keys", key_distribution(args))
+        .text("insert_order", args.insert_order.name())
         .int("ops", args.ops.unwrap_or(args.keys).min(args.keys))
         .text("ttl", if args.ttl { "week" } else { "off" })
         .note(
@@ -403,6 +431,7 @@ fn run_solo(
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
         .text("existing_keys", key_distribution(args))
+        .text("insert_order", args.insert_order.name())
         .int("ops", args.ops.unwrap_or(args.keys).min(args.keys))
         .text("ttl", if args.ttl { "week" } else { "off" })
         .note(
@@ -525,24 +554,41 @@ pub(crate) struct Workload {
     values: Vec<Vec<u8>>,
     /// Cumulative Zipf weights of key ranks 0..N (`--zipf`); `None`: keys are uniform.
     zipf_cdf: Option<Vec<f64>>,
+    /// The insert phase's keys in order, a seeded random permutation of `0..keys`; `None`:
+    /// ascending.
+    shuffled: Option<Vec<u64>>,
 }
 
 impl Workload {
     fn new(args: &OpsArgs) -> rockstate::Result<Self> {
         let ops = args.ops.unwrap_or(args.keys);
-        Workload::with(args.keys, ops, args.value_bytes, args.zipf, args.seed)
+        Workload::with(
+            args.keys,
+            ops,
+            args.value_bytes,
+            args.zipf,
+            args.seed,
+            args.insert_order,
+        )
     }
 
-    /// `keys` keys of `value_bytes`-byte values, `ops` operations per phase after the insert
-    /// (capped at `keys`), existing keys uniform or Zipf-distributed with exponent `zipf`.
+    /// `keys` keys of `value_bytes`-byte values, inserted in `insert_order`, `ops` operations
+    /// per phase after the insert (capped at `keys`), existing keys uniform or
+    /// Zipf-distributed with exponent `zipf`.
     pub(crate) fn with(
         keys: u64,
         ops: u64,
         value_bytes: usize,
         zipf: Option<f64>,
         seed: u64,
+        insert_order: InsertOrder,
     ) -> rockstate::Result<Self> {
         let mut rng = SmallRng::seed_from_u64(seed);
+        let shuffled = (insert_order == InsertOrder::Shuffled).then(|| {
+            let mut order: Vec<u64> = (0..keys).collect();
+            order.shuffle(&mut SmallRng::seed_from_u64(seed ^ 0x5eed));
+            order
+        });
         let values = (0..4096)
             .map(|_| {
                 let mut v = vec![0u8; value_bytes];
@@ -576,6 +622,7 @@ impl Workload {
             rotate: 0,
             values,
             zipf_cdf,
+            shuffled,
         })
     }
 
@@ -585,6 +632,11 @@ impl Workload {
             Phase::Insert => self.keys,
             _ => self.ops,
         }
+    }
+
+    /// The `i`-th key the insert phase writes (`i` in `0..keys`).
+    fn inserted_key(&self, i: u64) -> u64 {
+        self.shuffled.as_ref().map_or(i, |keys| keys[i as usize])
     }
 
     /// An existing key: uniform in `0..n`, or Zipf-distributed ranks scattered over `0..n`
@@ -618,6 +670,7 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
         .int("keys", args.keys)
         .int("value_bytes", args.value_bytes as u64)
         .text("backend", "heap")
+        .text("insert_order", args.insert_order.name())
         .note(
             "rockstate heap RawValueState vs a plain BTreeMap<Vec<u8>, Vec<u8>>; raw_same_layout \
              stores rockstate's key layout, so layout_ratio is rockstate's code overhead alone",
@@ -683,4 +736,28 @@ fn run_heap(args: &OpsArgs) -> rockstate::Result<()> {
         )
         .print();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both orders write every key exactly once; the shuffled one, not in order.
+    #[test]
+    fn the_insert_phase_writes_every_key_once_in_either_order() {
+        for n in [1u64, 2, 7, 1000, 4096] {
+            for order in [InsertOrder::Shuffled, InsertOrder::Ascending] {
+                let w = Workload::with(n, n, 8, None, 42, order).unwrap();
+                let mut keys: Vec<u64> = (0..n).map(|i| w.inserted_key(i)).collect();
+                let scattered = keys.windows(2).any(|p| p[0] > p[1]);
+                // A shuffle of a thousand keys or more is never sorted by chance.
+                match order {
+                    InsertOrder::Ascending => assert!(!scattered, "{n}"),
+                    InsertOrder::Shuffled => assert!(scattered || n < 1000, "{n}"),
+                }
+                keys.sort_unstable();
+                assert!(keys.iter().copied().eq(0..n), "{n} {order:?}");
+            }
+        }
+    }
 }
