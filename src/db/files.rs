@@ -67,14 +67,14 @@ impl Cf {
     /// must be of one database, each at most once. Column families without files are left
     /// alone, and without any files nothing happens (no drain, no cache emptied).
     pub(crate) fn ingest_each(batches: &[(&Cf, &[PathBuf])]) -> Result<()> {
-        let mut slots: Vec<usize> = Vec::with_capacity(batches.len());
+        let mut seen: Vec<usize> = Vec::with_capacity(batches.len());
         for (cf, _) in batches {
-            if !Arc::ptr_eq(&cf.db, &batches[0].0.db) || slots.contains(&cf.slot) {
+            if !Arc::ptr_eq(&cf.db, &batches[0].0.db) || seen.contains(&cf.slot) {
                 return Err(Error::Internal(
                     "an ingestion into one column family twice, or into two databases".into(),
                 ));
             }
-            slots.push(cf.slot);
+            seen.push(cf.slot);
         }
         let batches: Vec<(&Cf, &[PathBuf])> = batches
             .iter()
@@ -219,7 +219,8 @@ impl super::Db {
     /// (`super::l0_triggers`): what the restore placed there is not compaction falling
     /// behind this database's writes.
     pub(crate) fn after_restore(&self) -> Result<()> {
-        self.opened()?.after_restore()
+        self.opened()?.after_restore();
+        Ok(())
     }
 }
 

@@ -297,14 +297,13 @@ impl Open {
     /// [`Open::raise_level0`] for every column family at its level-0 count: a restored
     /// database's level 0 holds what its sources held and what the restore ingested, none of
     /// it a sign of compaction falling behind this database's writes.
-    pub(super) fn after_restore(&self) -> Result<()> {
+    pub(super) fn after_restore(&self) {
         for slot in 0..self.all_handles().count() {
             match self.level0_files(slot) {
                 Ok(l0) => self.raise_level0(slot, l0),
                 Err(e) => tracing::warn!(slot, error = %e, "level 0 not counted"),
             }
         }
-        Ok(())
     }
 
     /// After a write to RocksDB: now and then, while an ingestion's triggers are raised, sets
