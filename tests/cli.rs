@@ -540,9 +540,23 @@ fn bench_matrix_runs_the_selected_cells_and_summarizes_each_phase() {
         "--only",
         "uniform/100B",
         "--same-layout",
+        "--compact-before-reads",
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
+    // Compacted before the reads: both stores' files lie in one level, none in level 0.
+    for l in out
+        .lines()
+        .filter(|l| l.starts_with("round=") && l.contains(" phase=get "))
+    {
+        for field in ["files_before=", "raw_files_before="] {
+            let files = l
+                .split(' ')
+                .find_map(|w| w.strip_prefix(field))
+                .unwrap_or_else(|| panic!("no {field}: {l}"));
+            assert!(files.starts_with('L') && !files.contains("L0:"), "{l}");
+        }
+    }
     let cells = [
         "fits/uniform/100B/plain",
         "fits/uniform/100B/ttl",

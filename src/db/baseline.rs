@@ -87,6 +87,16 @@ impl RawRocksDb {
         self.db.property_int_value(name).map_err(rocks_error)
     }
 
+    /// Compacts the whole key space into the last level (memtables first) with the same
+    /// options as `KeyedBackend::compact_state` uses for a state. rust-rocksdb reports no
+    /// error from a manual compaction, so neither does this.
+    pub fn compact_all(&self) {
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
+        self.db
+            .compact_range_opt(None::<&[u8]>, None::<&[u8]>, &opts);
+    }
+
     /// Flushes the memtables and waits until no compaction is pending or running.
     pub fn wait_for_compactions(&self) -> Result<()> {
         let mut opts = rocksdb::WaitForCompactOptions::default();

@@ -62,6 +62,11 @@ pub struct MatrixArgs {
     /// The order the insert phase writes the keys in.
     #[arg(long, value_enum, default_value_t = InsertOrder::Shuffled)]
     insert_order: InsertOrder,
+    /// Compacts every store fully before the read phases, so they read the same shape of
+    /// LSM tree (one level) instead of whatever level-0 files their flushes left: what the
+    /// read path costs apart from where the last flush fell. Not what a running job sees.
+    #[arg(long)]
+    compact_before_reads: bool,
 }
 
 /// One workload of the matrix.
@@ -141,14 +146,16 @@ pub fn run(args: &MatrixArgs) -> rockstate::Result<()> {
         .int("ops", args.ops)
         .num("zipf", args.zipf, 2)
         .text("insert_order", args.insert_order.name())
+        .int("compact_before_reads", u64::from(args.compact_before_reads))
         .int("rounds", args.rounds as u64)
         .int("cells", cells.len() as u64)
         .text("options", args.options.as_deref().unwrap_or("{}"))
         .note(
             "rockstate RawValueState vs raw rust-rocksdb with rockstate's options on a budget of \
              the same size; cell = fits|beyond / uniform|zipf / value bytes / plain|ttl; every \
-             store flushed and compacted, untimed, before each phase; the stores take turns in \
-             20 slices, the first rotating",
+             store flushed and its pending compactions run, untimed, before each phase \
+             (files_before, raw_files_before: each store's files per level then); the stores \
+             take turns in 20 slices, the first rotating",
         )
         .print();
     // One series per cell and phase, cell by cell in the order `run_cell` returns phases.
@@ -240,6 +247,13 @@ fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<V
         .transpose()?;
     let mut rates = Vec::new();
     for phase in Phase::ALL {
+        if args.compact_before_reads && phase == Phase::Get {
+            backend.compact_state("bench")?;
+            raw.db.compact_all();
+            if let Some(r) = &raw_same {
+                r.db.compact_all();
+            }
+        }
         backend.wait_for_compactions()?;
         raw.settle()?;
         let mut stores: Vec<&dyn Store> = vec![&ours, &raw];
@@ -248,6 +262,7 @@ fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<V
             stores.push(r);
         }
         let files = levels(|p| backend.state_property("bench", p).ok().flatten());
+        let raw_files = raw.files();
         let ops = run_phase(&stores, phase, &w)?;
         let mut line = Line::new()
             .int("round", round as u64 + 1)
@@ -262,7 +277,9 @@ fn run_cell(args: &MatrixArgs, cell: &Cell, round: usize) -> rockstate::Result<V
                 line.num("raw_same_layout_ops_s", *same, 0)
                     .num("layout_ratio", ops[0] / same, 3);
         }
-        line.text("files_before", files).print();
+        line.text("files_before", files)
+            .text("raw_files_before", raw_files)
+            .print();
         rates.push((ops[0], ops[1]));
     }
     Ok(rates)

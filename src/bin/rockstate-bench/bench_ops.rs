@@ -161,7 +161,7 @@ impl Raw {
         self.db.put(&self.key(key), value)
     }
     /// SST files per non-empty level, as `L<n>:<files>` joined by commas.
-    fn files(&self) -> String {
+    pub(crate) fn files(&self) -> String {
         levels(|p| self.db.property_u64(p).ok().flatten())
     }
     pub(crate) fn settle(&self) -> rockstate::Result<()> {
@@ -205,7 +205,7 @@ impl Store for RawValueState {
 }
 
 /// One phase of the workload.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
     Insert,
     Update,
