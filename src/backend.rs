@@ -484,6 +484,7 @@ impl KeyedBackend {
             // entries there would only take the room of values that point reads find
             // (docs/decisions/0033-list-runs.md).
             cf.keep_out_of_value_cache()?;
+            cf.restart_for_scans()?;
             if crate::state::list_writes_heads(&table, ttl.is_some()) {
                 cf.drop_dead_list_entries(self.inner.max_parallelism)?;
             }
