@@ -37,11 +37,6 @@ pub use budget::MemoryBudget;
 
 /// The name of RocksDB's default column family, which holds the backend's own metadata.
 pub(crate) const DEFAULT_CF_NAME: &str = rocksdb::DEFAULT_COLUMN_FAMILY_NAME;
-
-/// Entries between restart points in the data blocks of a state read by iterator seeks
-/// ([`Cf::restart_for_scans`]); RocksDB's default, which every other column family keeps, is
-/// 16.
-pub(crate) const SCAN_RESTART_INTERVAL: u32 = 2;
 pub(crate) use compaction_filter::TtlFilter;
 pub(crate) use files::{ingest_db_generated, ForeignFiles, LiveSst};
 pub use options::lower_compaction_priority;
@@ -54,6 +49,11 @@ use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::options::DbOptions;
+
+/// Entries between restart points in the data blocks of a state read by iterator seeks
+/// ([`Cf::restart_for_scans`]); RocksDB's default, which every other column family keeps, is
+/// 16.
+const SCAN_RESTART_INTERVAL: u32 = 2;
 
 /// RocksDB's error as rockstate's, its status code mapped to a kind.
 pub(crate) fn rocks_error(e: rocksdb::Error) -> Error {
