@@ -28,6 +28,7 @@ use rocksdb::{
 use super::budget::{MemoryBudget, Reservation, ValueShare};
 use super::l0_triggers::{Base, L0Triggers};
 use super::rocks_error;
+use super::scan_iters::{RawIter, ScanIters};
 use super::BatchOp;
 use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, Result};
@@ -110,6 +111,9 @@ unsafe impl Sync for SharedReadOptions {}
 /// drains the write cache, closes RocksDB (releasing its directory lock) and hands the shares
 /// back to the budget.
 pub(super) struct Open {
+    /// Iterators kept between bounded scans. Declared first: their lifetimes are erased, and
+    /// every one is dropped before the handles and the database they read.
+    scan_iters: ScanIters,
     /// Handles of every column family, by slot (the slot is a column family's place in the
     /// write cache); [`MAX_COLUMN_FAMILIES`] slots, filled in order. Declared before `rocks`:
     /// every handle is dropped before the database it belongs to, and no handle is ever
@@ -159,6 +163,8 @@ pub(super) struct FrontSettings {
     pub(super) value_cache_writes: ValueCacheWrites,
     /// Bytes of the key-group prefix when point reads are bounded per key group.
     pub(super) bounds_prefix: Option<usize>,
+    /// Bytes of writes after which the iterators kept between scans are refreshed.
+    pub(super) scan_sweep_bytes: usize,
 }
 
 impl Open {
@@ -202,6 +208,7 @@ impl Open {
         let value_share = (settings.value_cache_bytes > 0)
             .then(|| budget.join_values(&front, settings.value_cache_bytes));
         Ok(Open {
+            scan_iters: ScanIters::new(MAX_COLUMN_FAMILIES, settings.scan_sweep_bytes),
             handles,
             names: Mutex::new(names),
             rocks,
@@ -311,7 +318,8 @@ impl Open {
     /// slowdown count. A failure leaves them raised for a later write to retry; the write
     /// itself succeeded.
     #[inline]
-    fn after_write(&self) {
+    fn after_write(&self, bytes: usize) {
+        self.scan_iters.wrote(bytes);
         for slot in self.l0.due() {
             let base = self.l0.base();
             let settled = self.level0_files(slot).and_then(|l0| {
@@ -439,10 +447,11 @@ impl Open {
                 detail: "write made to fail by the test".into(),
             });
         }
+        let bytes = wb.size_in_bytes();
         self.rocks
             .write_opt(wb, &self.write.0)
             .map_err(rocks_error)?;
-        self.after_write();
+        self.after_write(bytes);
         Ok(())
     }
 
@@ -540,6 +549,8 @@ impl Open {
         let mut front = self.front.write();
         self.write_cached(&mut front)?;
         front.values.clear();
+        // The change replaces files a kept iterator would go on holding.
+        self.scan_iters.clear();
         // A change the log cannot express: the next checkpoint materializes instead.
         if let Some(log) = front.log.as_mut() {
             log.lose();
@@ -576,10 +587,11 @@ impl Open {
                 }
             }
         }
+        let bytes = wb.size_in_bytes();
         self.rocks
             .write_opt(wb, &self.write.0)
             .map_err(rocks_error)?;
-        self.after_write();
+        self.after_write(bytes);
         if let Some(front) = &mut front {
             for op in batch {
                 front
@@ -640,7 +652,7 @@ impl Open {
         self.rocks
             .put_cf_opt(handle, key, value, &self.write.0)
             .map_err(rocks_error)?;
-        self.after_write();
+        self.after_write(key.len() + value.len());
         if let Some(front) = &mut front {
             front.values.record_write(slot, key, Some(value));
         }
@@ -660,7 +672,7 @@ impl Open {
         self.rocks
             .delete_cf_opt(handle, key, &self.write.0)
             .map_err(rocks_error)?;
-        self.after_write();
+        self.after_write(key.len());
         if let Some(front) = &mut front {
             front.values.record_write(slot, key, None);
         }
@@ -767,6 +779,12 @@ impl Open {
         self.front.write().values.keep_out(slot);
     }
 
+    /// How many iterators are kept between scans (tests).
+    #[cfg(test)]
+    pub(super) fn kept_iterators(&self) -> usize {
+        self.scan_iters.count()
+    }
+
     /// The front, for the module's tests.
     #[cfg(test)]
     pub(super) fn front(&self) -> &RwLock<Front> {
@@ -866,10 +884,76 @@ impl<'a> Drained<'a> {
 
     /// Flushes every column family's memtable to SST files.
     pub(super) fn flush_all(&self) -> Result<()> {
+        self.release_kept_iterators();
         self.open
             .rocks
             .flush_cfs_opt(&self.handles(), &rocksdb::FlushOptions::default())
             .map_err(rocks_error)
+    }
+}
+
+impl<'a> Drained<'a> {
+    /// An iterator over column family `slot` for a scan that stops at its upper bound itself:
+    /// the one kept from the last scan of `slot`, refreshed, or a new one
+    /// ([`super::scan_iters`]). Dropping the returned guard keeps the iterator for the next
+    /// scan.
+    pub(super) fn kept_iterator(&self, slot: usize) -> Result<KeptIterator<'a>> {
+        let it = match self.open.scan_iters.take(slot) {
+            Some(it) => it,
+            None => {
+                let it = self
+                    .open
+                    .rocks
+                    .raw_iterator_cf_opt(self.open.handle(slot)?, ScanIters::read_options());
+                // SAFETY: the guard below owns it until it goes back to `scan_iters`, which
+                // `Open` declares before its handles and database, or is dropped; meanwhile
+                // the guard borrows the `Open` for `'a`.
+                unsafe { ScanIters::erase(it) }
+            }
+        };
+        Ok(KeptIterator {
+            open: self.open,
+            slot,
+            it: Some(it),
+        })
+    }
+
+    /// Drops the iterators kept between scans, so that none holds memtables or files on
+    /// through a flush or compaction about to replace them.
+    pub(super) fn release_kept_iterators(&self) {
+        self.open.scan_iters.clear();
+    }
+}
+
+/// A RocksDB iterator for one bounded scan ([`Drained::kept_iterator`]); kept for the next
+/// scan of its column family when dropped, unless [`KeptIterator::discard`]ed.
+pub(super) struct KeptIterator<'a> {
+    open: &'a Open,
+    slot: usize,
+    /// `Some` until dropped or discarded.
+    it: Option<RawIter>,
+}
+
+impl KeptIterator<'_> {
+    /// The iterator.
+    pub(super) fn get(&mut self) -> &mut RawIter {
+        // `it` is `Some` until `discard` or `drop` take it, and both consume the guard.
+        self.it
+            .as_mut()
+            .expect("a kept iterator is present until its guard goes")
+    }
+
+    /// Drops the iterator instead of keeping it (it failed).
+    pub(super) fn discard(mut self) {
+        self.it = None;
+    }
+}
+
+impl Drop for KeptIterator<'_> {
+    fn drop(&mut self) {
+        if let Some(it) = self.it.take() {
+            self.open.scan_iters.give_back(self.slot, it);
+        }
     }
 }
 

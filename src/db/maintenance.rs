@@ -6,6 +6,7 @@ use std::path::Path;
 
 use rocksdb::ReadOptions;
 
+use super::front::Drained;
 use super::rocks_error;
 use super::{Cf, Db};
 use crate::error::Result;
@@ -21,6 +22,7 @@ impl Db {
     pub(crate) fn wait_for_compactions(&self) -> Result<()> {
         let open = self.opened()?;
         let drained = open.drained()?;
+        drained.release_kept_iterators();
         let mut opts = rocksdb::WaitForCompactOptions::default();
         opts.set_flush(true);
         drained
@@ -96,6 +98,8 @@ impl Db {
     pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {
         let open = self.opened()?;
         let drained = open.drained()?;
+        // The checkpoint flushes every memtable.
+        drained.release_kept_iterators();
         rocksdb::checkpoint::Checkpoint::new(drained.rocks())
             .map_err(rocks_error)?
             .create_checkpoint(dir)
@@ -106,23 +110,76 @@ impl Db {
 
 impl Cf {
     /// Calls `f` for every entry with `lower <= key < upper` in key order until it returns
-    /// `Ok(false)`. `upper = None` scans to the end of the column family.
+    /// `Ok(false)`. `upper = None` scans to the end of the column family. A bounded scan
+    /// runs on the iterator kept from the last one of this column family
+    /// ([`super::scan_iters`]).
     pub(crate) fn scan(
         &self,
         lower: &[u8],
         upper: Option<&[u8]>,
-        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        self.scan_with(ReadOptions::default(), lower, upper, f)
+        let Some(upper) = upper else {
+            return self.scan_with(ReadOptions::default(), lower, None, f);
+        };
+        let open = self.db.opened()?;
+        let drained = open.drained()?;
+        // A list or map above every key its group holds (keys that grow, as new ids do)
+        // needs no iterator: the key bounds answer as they do for point reads.
+        if drained.empty_by_bound(self.slot, lower, upper)? {
+            return Ok(());
+        }
+        let mut kept = drained.kept_iterator(self.slot)?;
+        let it = kept.get();
+        it.seek(lower);
+        // The last key given to `f`, to go on after it if the iterator gives up.
+        let mut last: Option<Vec<u8>> = None;
+        while let Some((k, v)) = it.item() {
+            if k >= upper {
+                break;
+            }
+            match &mut last {
+                Some(l) => {
+                    l.clear();
+                    l.extend_from_slice(k);
+                }
+                None => last = Some(k.to_vec()),
+            }
+            if !f(k, v)? {
+                return Ok(());
+            }
+            it.next();
+        }
+        match it.status() {
+            Ok(()) => Ok(()),
+            // More hidden entries in one step than a kept iterator skips (it has no upper
+            // bound, so they may lie past `upper`): the rest of the range is scanned on a
+            // bounded iterator, which skips only those inside it.
+            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => {
+                kept.discard();
+                let from = match last {
+                    Some(mut k) => {
+                        k.push(0);
+                        k
+                    }
+                    None => lower.to_vec(),
+                };
+                self.scan_drained(&drained, ReadOptions::default(), &from, Some(upper), f)
+            }
+            Err(e) => {
+                kept.discard();
+                Err(rocks_error(e))
+            }
+        }
     }
 
     /// [`Cf::scan`] with `read` (its bounds are set here).
     fn scan_with(
         &self,
-        mut read: ReadOptions,
+        read: ReadOptions,
         lower: &[u8],
         upper: Option<&[u8]>,
-        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let open = self.db.opened()?;
         let drained = open.drained()?;
@@ -133,6 +190,18 @@ impl Cf {
                 return Ok(());
             }
         }
+        self.scan_drained(&drained, read, lower, upper, f)
+    }
+
+    /// [`Cf::scan_with`] through `drained`, on a new iterator.
+    fn scan_drained(
+        &self,
+        drained: &Drained<'_>,
+        mut read: ReadOptions,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
         read.set_iterate_lower_bound(lower.to_vec());
         if let Some(upper) = upper {
             read.set_iterate_upper_bound(upper.to_vec());
@@ -184,6 +253,7 @@ impl Cf {
     fn compact(&self, from: Option<&[u8]>, to: Option<&[u8]>) -> Result<()> {
         let open = self.db.opened()?;
         let drained = open.drained()?;
+        drained.release_kept_iterators();
         let mut opts = rocksdb::CompactOptions::default();
         opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
         drained

@@ -11,6 +11,7 @@
 //! | `compaction_filter` | the compaction filter: TTL expiry, dead list entries |
 //! | `front` | the open RocksDB handle and the write cache, value cache and key bounds in front of it; every read of RocksDB's data goes through its drain |
 //! | `maintenance` | reads of whole column families and databases: scans, properties, flushes, compaction, metrics, RocksDB checkpoints |
+//! | `scan_iters` | the iterators kept between bounded scans of one column family |
 //! | `files` | file-level changes: dropping files, range deletion, ingestion, live files, ingestion of other databases' files |
 //! | `sst_writer` | writing SST files with the database's table options |
 
@@ -22,8 +23,11 @@ mod front;
 mod l0_triggers;
 mod maintenance;
 mod options;
+mod scan_iters;
 mod sst_writer;
 
+#[cfg(test)]
+mod scan_iters_tests;
 #[cfg(test)]
 mod tests;
 
@@ -243,6 +247,7 @@ impl Db {
             bounds_prefix: layout
                 .filter(|_| options.key_bounds && !read_only)
                 .map(|l| l.group_prefix),
+            scan_sweep_bytes: options.write_buffer_size / 8,
         };
         let open = Open::new(rocks, existing, budget, settings, path)?;
         Ok(Arc::new(Db {

@@ -1,0 +1,131 @@
+//! Scans on iterators kept between them ([`super::scan_iters`]): they see every write made
+//! before the scan, let go of flushed memtables once the database has taken more writes, and
+//! give the same entries when RocksDB gives up skipping deleted ones.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::options::MemoryBudgetConfig;
+
+fn open(write_buffer_size: usize) -> (tempfile::TempDir, Arc<Db>) {
+    let dir = tempfile::tempdir().unwrap();
+    let options = DbOptions {
+        write_buffer_size,
+        ..DbOptions::default()
+    };
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let db = Db::open(dir.path(), &options, &budget, None).unwrap();
+    (dir, db)
+}
+
+fn kept(db: &Db) -> usize {
+    db.opened().unwrap().kept_iterators()
+}
+
+/// The keys of `[lower, upper)`.
+fn keys(cf: &Cf, lower: &[u8], upper: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    cf.scan(lower, Some(upper), |k, _| {
+        out.push(k.to_vec());
+        Ok(true)
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn a_kept_iterator_sees_the_writes_made_after_the_scan_that_kept_it() {
+    let (_dir, db) = open(16 << 20);
+    let cf = db.create_cf("s").unwrap();
+    cf.put(b"a1", b"x").unwrap();
+    cf.put(b"a2", b"x").unwrap();
+    cf.put(b"b1", b"x").unwrap();
+    assert_eq!(keys(&cf, b"a", b"b"), [b"a1".to_vec(), b"a2".to_vec()]);
+    assert_eq!(kept(&db), 1);
+    cf.put(b"a3", b"x").unwrap();
+    cf.delete(b"a1").unwrap();
+    assert_eq!(keys(&cf, b"a", b"b"), [b"a2".to_vec(), b"a3".to_vec()]);
+    assert_eq!(keys(&cf, b"b", b"c"), [b"b1".to_vec()]);
+    // A range deletion goes through the front's change guard, which lets go of them.
+    cf.delete_range(b"a", b"b").unwrap();
+    assert_eq!(kept(&db), 0);
+    assert!(keys(&cf, b"a", b"b").is_empty());
+    cf.put(b"a4", b"x").unwrap();
+    assert_eq!(keys(&cf, b"a", b"b"), [b"a4".to_vec()]);
+    // So does a flush this crate asks for.
+    db.flush_all().unwrap();
+    assert_eq!(kept(&db), 0);
+    assert_eq!(keys(&cf, b"a", b"c"), [b"a4".to_vec(), b"b1".to_vec()]);
+    assert_eq!(kept(&db), 1);
+}
+
+/// Bytes of flushed memtables that something (an iterator) still holds.
+fn pinned_memtable_bytes(cf: &Cf) -> u64 {
+    let all = cf.property_u64("rocksdb.size-all-mem-tables").unwrap();
+    let live = cf.property_u64("rocksdb.cur-size-all-mem-tables").unwrap();
+    all.unwrap() - live.unwrap()
+}
+
+#[test]
+fn writes_past_an_eighth_of_a_memtable_let_go_of_the_memtables_a_kept_iterator_held() {
+    // 64 KiB memtables: kept iterators are refreshed after every 8 KiB of writes.
+    let (_dir, db) = open(64 << 10);
+    let cf = db.create_cf("s").unwrap();
+    let value = vec![5u8; 1000];
+    cf.put(b"a", &value).unwrap();
+    assert_eq!(keys(&cf, b"a", b"b").len(), 1);
+    assert_eq!(kept(&db), 1);
+    // Enough writes for several memtables to fill, switch and flush in the background.
+    for i in 0..400u32 {
+        cf.put(&[b"k".as_slice(), &i.to_be_bytes()].concat(), &value)
+            .unwrap();
+    }
+    db.drain().unwrap();
+    while cf.property_u64("rocksdb.num-immutable-mem-table").unwrap() != Some(0) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // The last flush may have come after the last refresh: one more round of writes.
+    for i in 0..16u32 {
+        cf.put(&[b"m".as_slice(), &i.to_be_bytes()].concat(), &value)
+            .unwrap();
+    }
+    db.drain().unwrap();
+    assert_eq!(kept(&db), 1);
+    assert_eq!(pinned_memtable_bytes(&cf), 0);
+    assert_eq!(keys(&cf, b"a", b"b"), [b"a".to_vec()]);
+}
+
+#[test]
+fn a_scan_next_to_many_deleted_entries_gives_the_same_entries() {
+    let (_dir, db) = open(16 << 20);
+    let cf = db.create_cf("s").unwrap();
+    let key = |p: &[u8], i: u32| [p, &i.to_be_bytes()].concat();
+    cf.put(b"b", b"x").unwrap();
+    cf.put(&key(b"d", 0), b"x").unwrap();
+    cf.put(&key(b"d", 999), b"x").unwrap();
+    for i in 0..600 {
+        cf.put(&key(b"c", i), b"x").unwrap();
+        if (1..=300).contains(&i) {
+            cf.put(&key(b"d", i), b"x").unwrap();
+        }
+    }
+    // Put, then deleted: both stay in the memtable, and each deleted key hides two entries.
+    db.drain().unwrap();
+    for i in 0..600 {
+        cf.delete(&key(b"c", i)).unwrap();
+        if (1..=300).contains(&i) {
+            cf.delete(&key(b"d", i)).unwrap();
+        }
+    }
+    // Past the range's end: the kept iterator gives up after "b" and is dropped; the rest
+    // of the range is scanned on a bounded one.
+    assert_eq!(keys(&cf, b"b", b"c"), [b"b".to_vec()]);
+    assert_eq!(kept(&db), 0);
+    // Inside the range, between two live entries.
+    assert_eq!(keys(&cf, b"d", b"e"), [key(b"d", 0), key(b"d", 999)]);
+    assert_eq!(kept(&db), 0);
+    assert!(keys(&cf, b"c", b"d").is_empty());
+    // Where it skips few, it is kept.
+    assert_eq!(keys(&cf, b"a", b"b").len(), 0);
+    assert_eq!(kept(&db), 1);
+}
