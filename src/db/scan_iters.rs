@@ -44,7 +44,8 @@ unsafe impl Send for Kept {}
 /// [`super::front::Open`] before the column-family handles and the database, so that every
 /// iterator is dropped before them: the iterators' lifetimes are erased.
 pub(super) struct ScanIters {
-    slots: Box<[Mutex<Option<Kept>>]>,
+    /// Boxed, so a slot without one takes 16 bytes (a database has room for 1024).
+    slots: Box<[Mutex<Option<Box<Kept>>>]>,
     /// How many slots hold an iterator (sweeps skip the walk when none does).
     kept: AtomicUsize,
     /// Bytes written since the last sweep.
@@ -88,7 +89,7 @@ impl ScanIters {
     /// The iterator kept for `slot`, refreshed to see every write made before this call;
     /// `None` when none is kept (or its refresh failed, which drops it).
     pub(super) fn take(&self, slot: usize) -> Option<RawIter> {
-        let Kept(mut it) = self.slots.get(slot)?.lock().take()?;
+        let Kept(mut it) = *self.slots.get(slot)?.lock().take()?;
         self.kept.fetch_sub(1, Ordering::Relaxed);
         it.refresh().ok()?;
         Some(it)
@@ -101,7 +102,7 @@ impl ScanIters {
         };
         let mut cell = cell.lock();
         if cell.is_none() {
-            *cell = Some(Kept(it));
+            *cell = Some(Box::new(Kept(it)));
             self.kept.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -121,8 +122,8 @@ impl ScanIters {
         self.written.store(0, Ordering::Relaxed);
         for cell in self.slots.iter() {
             let mut cell = cell.lock();
-            if let Some(Kept(it)) = cell.as_mut() {
-                if it.refresh().is_err() {
+            if let Some(kept) = cell.as_mut() {
+                if kept.0.refresh().is_err() {
                     *cell = None;
                     self.kept.fetch_sub(1, Ordering::Relaxed);
                 }
