@@ -28,7 +28,7 @@ use rocksdb::{
 use super::budget::{MemoryBudget, Reservation, ValueShare};
 use super::l0_triggers::{Base, L0Triggers};
 use super::rocks_error;
-use super::scan_iters::{RawIter, ScanIters};
+use super::scan_iters::{RawIter, ScanIters, Taken};
 use super::BatchOp;
 use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, Result};
@@ -165,6 +165,9 @@ pub(super) struct FrontSettings {
     pub(super) bounds_prefix: Option<usize>,
     /// Bytes of writes after which the iterators kept between scans are refreshed.
     pub(super) scan_sweep_bytes: usize,
+    /// Whether iterators are kept between scans (RocksDB refreshes no iterator of a
+    /// read-only database).
+    pub(super) keep_scan_iterators: bool,
 }
 
 impl Open {
@@ -208,7 +211,11 @@ impl Open {
         let value_share = (settings.value_cache_bytes > 0)
             .then(|| budget.join_values(&front, settings.value_cache_bytes));
         Ok(Open {
-            scan_iters: ScanIters::new(MAX_COLUMN_FAMILIES, settings.scan_sweep_bytes),
+            scan_iters: ScanIters::new(
+                MAX_COLUMN_FAMILIES,
+                settings.scan_sweep_bytes,
+                settings.keep_scan_iterators,
+            ),
             handles,
             names: Mutex::new(names),
             rocks,
@@ -896,11 +903,16 @@ impl<'a> Drained<'a> {
     /// An iterator over column family `slot` for a scan that stops at its upper bound itself:
     /// the one kept from the last scan of `slot`, refreshed, or a new one
     /// ([`super::scan_iters`]). Dropping the returned guard keeps the iterator for the next
-    /// scan.
-    pub(super) fn kept_iterator(&self, slot: usize) -> Result<KeptIterator<'a>> {
-        let it = match self.open.scan_iters.take(slot) {
-            Some(it) => it,
+    /// scan. `None` where no iterator is kept (a read-only database).
+    pub(super) fn kept_iterator(&self, slot: usize) -> Result<Option<KeptIterator<'a>>> {
+        let iters = &self.open.scan_iters;
+        if !iters.enabled() {
+            return Ok(None);
+        }
+        let taken = match iters.take(slot) {
+            Some(taken) => taken,
             None => {
+                let epoch = iters.epoch();
                 let it = self
                     .open
                     .rocks
@@ -908,14 +920,14 @@ impl<'a> Drained<'a> {
                 // SAFETY: the guard below owns it until it goes back to `scan_iters`, which
                 // `Open` declares before its handles and database, or is dropped; meanwhile
                 // the guard borrows the `Open` for `'a`.
-                unsafe { ScanIters::erase(it) }
+                Taken::new(unsafe { ScanIters::erase(it) }, epoch)
             }
         };
-        Ok(KeptIterator {
+        Ok(Some(KeptIterator {
             open: self.open,
             slot,
-            it: Some(it),
-        })
+            it: Some(taken),
+        }))
     }
 
     /// Drops the iterators kept between scans, so that none holds memtables or files on
@@ -931,16 +943,18 @@ pub(super) struct KeptIterator<'a> {
     open: &'a Open,
     slot: usize,
     /// `Some` until dropped or discarded.
-    it: Option<RawIter>,
+    it: Option<Taken>,
 }
 
 impl KeptIterator<'_> {
     /// The iterator.
     pub(super) fn get(&mut self) -> &mut RawIter {
         // `it` is `Some` until `discard` or `drop` take it, and both consume the guard.
-        self.it
+        &mut self
+            .it
             .as_mut()
             .expect("a kept iterator is present until its guard goes")
+            .it
     }
 
     /// Drops the iterator instead of keeping it (it failed).

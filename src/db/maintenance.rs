@@ -2,6 +2,7 @@
 //! ([`super::front::Drained`]): bounded scans, integer properties, flushes, full compaction,
 //! waiting for compactions, metrics and RocksDB checkpoints.
 
+use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 
 use rocksdb::ReadOptions;
@@ -9,7 +10,7 @@ use rocksdb::ReadOptions;
 use super::front::Drained;
 use super::rocks_error;
 use super::{Cf, Db};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::{LevelMetrics, RocksDbMetrics};
 
 impl Db {
@@ -112,7 +113,8 @@ impl Cf {
     /// Calls `f` for every entry with `lower <= key < upper` in key order until it returns
     /// `Ok(false)`. `upper = None` scans to the end of the column family. A bounded scan
     /// runs on the iterator kept from the last one of this column family
-    /// ([`super::scan_iters`]).
+    /// ([`super::scan_iters`]). Every scan reads one consistent state: the writes made before
+    /// it, and none or all of a batch made during it.
     pub(crate) fn scan(
         &self,
         lower: &[u8],
@@ -129,22 +131,19 @@ impl Cf {
         if drained.empty_by_bound(self.slot, lower, upper)? {
             return Ok(());
         }
-        let mut kept = drained.kept_iterator(self.slot)?;
+        let Some(mut kept) = drained.kept_iterator(self.slot)? else {
+            return self.scan_drained(&drained, ReadOptions::default(), lower, Some(upper), f);
+        };
         let it = kept.get();
         it.seek(lower);
-        // The last key given to `f`, to go on after it if the iterator gives up.
-        let mut last: Option<Vec<u8>> = None;
+        // What went to `f`: how many entries, and a digest of them, to go on consistently
+        // if the iterator gives up.
+        let mut given = Given::default();
         while let Some((k, v)) = it.item() {
             if k >= upper {
                 break;
             }
-            match &mut last {
-                Some(l) => {
-                    l.clear();
-                    l.extend_from_slice(k);
-                }
-                None => last = Some(k.to_vec()),
-            }
+            given.add(k, v);
             if !f(k, v)? {
                 return Ok(());
             }
@@ -153,18 +152,40 @@ impl Cf {
         match it.status() {
             Ok(()) => Ok(()),
             // More hidden entries in one step than a kept iterator skips (it has no upper
-            // bound, so they may lie past `upper`): the rest of the range is scanned on a
-            // bounded iterator, which skips only those inside it.
+            // bound, so they may lie past `upper`): a new bounded iterator reads the range
+            // again, which skips only those inside it, and the scan goes on from it past the
+            // entries `f` had. If they differ from what it reads (a write landed in the range
+            // in between), no single state holds both: the scan fails, to be retried.
             Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => {
                 kept.discard();
-                let from = match last {
-                    Some(mut k) => {
-                        k.push(0);
-                        k
-                    }
-                    None => lower.to_vec(),
-                };
-                self.scan_drained(&drained, ReadOptions::default(), &from, Some(upper), f)
+                let mut again = Given::default();
+                let mut changed = false;
+                self.scan_drained(
+                    &drained,
+                    ReadOptions::default(),
+                    lower,
+                    Some(upper),
+                    |k, v| {
+                        if again.count < given.count {
+                            again.add(k, v);
+                            if again.count == given.count && again.digest() != given.digest() {
+                                changed = true;
+                                return Ok(false);
+                            }
+                            return Ok(true);
+                        }
+                        f(k, v)
+                    },
+                )?;
+                if changed || again.count < given.count {
+                    return Err(Error::RocksDb {
+                        kind: ErrorKind::Transient,
+                        detail: "the entries of a scan changed while it ran past deleted \
+                                 entries; retry the read"
+                            .into(),
+                    });
+                }
+                Ok(())
             }
             Err(e) => {
                 kept.discard();
@@ -284,5 +305,35 @@ impl Cf {
             }
         }
         Ok(true)
+    }
+}
+
+/// The entries a scan gave its caller: how many, and a 64-bit hash over their keys and
+/// values with their lengths (a CRC-32 cost map scans a tenth of their time).
+struct Given {
+    count: usize,
+    hash: foldhash::quality::FoldHasher<'static>,
+}
+
+impl Default for Given {
+    fn default() -> Self {
+        Given {
+            count: 0,
+            hash: foldhash::quality::FixedState::with_seed(0).build_hasher(),
+        }
+    }
+}
+
+impl Given {
+    fn add(&mut self, key: &[u8], value: &[u8]) {
+        self.count += 1;
+        self.hash.write_usize(key.len());
+        self.hash.write(key);
+        self.hash.write_usize(value.len());
+        self.hash.write(value);
+    }
+
+    fn digest(&self) -> u64 {
+        self.hash.finish()
     }
 }
