@@ -8,11 +8,14 @@ use super::*;
 use crate::options::MemoryBudgetConfig;
 
 fn open(write_buffer_size: usize) -> (tempfile::TempDir, Arc<Db>) {
-    let dir = tempfile::tempdir().unwrap();
-    let options = DbOptions {
+    open_with(DbOptions {
         write_buffer_size,
         ..DbOptions::default()
-    };
+    })
+}
+
+fn open_with(options: DbOptions) -> (tempfile::TempDir, Arc<Db>) {
+    let dir = tempfile::tempdir().unwrap();
     let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
     let db = Db::open(dir.path(), &options, &budget, None).unwrap();
     (dir, db)
@@ -133,13 +136,10 @@ fn a_scan_next_to_many_deleted_entries_gives_the_same_entries() {
 #[test]
 fn a_scan_that_gives_up_midway_goes_on_only_over_the_entries_it_gave() {
     // The write cache off: a put inside the scan's callback reaches RocksDB at once.
-    let dir = tempfile::tempdir().unwrap();
-    let options = DbOptions {
+    let (_dir, db) = open_with(DbOptions {
         write_cache_bytes: 0,
         ..DbOptions::default()
-    };
-    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
-    let db = Db::open(dir.path(), &options, &budget, None).unwrap();
+    });
     let cf = db.create_cf("s").unwrap();
     let key = |i: u32| [b"d".as_slice(), &i.to_be_bytes()].concat();
     cf.put(&key(0), b"first").unwrap();
