@@ -1,6 +1,7 @@
 //! Scans on iterators kept between them ([`super::scan_iters`]): they see every write made
-//! before the scan, let go of flushed memtables once the database has taken more writes, and
-//! give the same entries when RocksDB gives up skipping deleted ones.
+//! before the scan, let go of flushed memtables once the database has taken more writes, give
+//! the same entries when RocksDB gives up skipping deleted ones, and match a model through
+//! random writes, flushes, compactions and range deletions.
 
 use std::sync::Arc;
 
@@ -204,4 +205,59 @@ fn a_scan_still_running_when_the_iterators_are_cleared_does_not_keep_its_own() {
     assert_eq!(kept(&db), 0);
     assert_eq!(keys(&cf, b"a", b"b").len(), 2);
     assert_eq!(kept(&db), 1);
+}
+
+#[test]
+fn scans_on_kept_iterators_match_a_model_through_writes_flushes_and_file_changes() {
+    use rand::{Rng, SeedableRng};
+    use std::collections::BTreeMap;
+    // 64 KiB memtables: they fill, switch and flush in the background as the test writes.
+    let (_dir, db) = open(64 << 10);
+    let cfs = [db.create_cf("s").unwrap(), db.create_cf("t").unwrap()];
+    let mut models: [BTreeMap<Vec<u8>, Vec<u8>>; 2] = Default::default();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let key = |rng: &mut rand::rngs::StdRng| {
+        let prefix = b"abcd"[rng.random_range(0..4)];
+        vec![prefix, rng.random_range(0..64u8)]
+    };
+    for step in 0..6000 {
+        let c = rng.random_range(0..2);
+        let (cf, model) = (&cfs[c], &mut models[c]);
+        match rng.random_range(0..100) {
+            0..=44 => {
+                let k = key(&mut rng);
+                let v = vec![step as u8; rng.random_range(1..600)];
+                cf.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+            45..=59 => {
+                let k = key(&mut rng);
+                cf.delete(&k).unwrap();
+                model.remove(&k);
+            }
+            60..=95 => {
+                let p = b"abcd"[rng.random_range(0..4)];
+                let (lower, upper) = ([p], [p + 1]);
+                let mut got = Vec::new();
+                cf.scan(&lower, Some(&upper), |k, v| {
+                    got.push((k.to_vec(), v.to_vec()));
+                    Ok(true)
+                })
+                .unwrap();
+                let want: Vec<_> = model
+                    .range(lower.to_vec()..upper.to_vec())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                assert_eq!(got, want, "step {step}");
+            }
+            96 => db.flush_all().unwrap(),
+            97 => cf.compact_range(b"a", b"e").unwrap(),
+            98 => {
+                let p = b"abcd"[rng.random_range(0..4)];
+                cf.delete_range(&[p], &[p + 1]).unwrap();
+                model.retain(|k, _| k[0] != p);
+            }
+            _ => db.drain().unwrap(),
+        }
+    }
 }
