@@ -70,6 +70,9 @@ pub(crate) struct WriteCache {
     hasher: KeyHasher,
     /// The cache counts as full from this many bytes on.
     limit: usize,
+    /// One bit per slot that has a write here, so a read of one column family can tell
+    /// whether it needs a drain ([`WriteCache::holds_slot`]).
+    slots: Vec<u64>,
 }
 
 impl WriteCache {
@@ -82,7 +85,16 @@ impl WriteCache {
             index: HashTable::new(),
             hasher,
             limit,
+            slots: Vec::new(),
         }
+    }
+
+    /// Whether a write to column family `slot` is here.
+    #[inline]
+    pub(crate) fn holds_slot(&self, slot: usize) -> bool {
+        self.slots
+            .get(slot / 64)
+            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
     }
 
     /// The hash of (slot, key) that [`WriteCache::get`] takes.
@@ -141,6 +153,10 @@ impl WriteCache {
         match self.find(hash, slot, key) {
             Some(i) => self.entries[i].value = value,
             None => {
+                if self.slots.len() <= slot / 64 {
+                    self.slots.resize(slot / 64 + 1, 0);
+                }
+                self.slots[slot / 64] |= 1 << (slot % 64);
                 let key = self.append(key);
                 let i = self.entries.len();
                 self.entries.push(Entry {
@@ -220,6 +236,7 @@ impl WriteCache {
         self.entries.clear();
         self.index.clear();
         self.arena.clear();
+        self.slots.fill(0);
         if self.arena.capacity() > 2 * self.limit {
             self.arena = Vec::new();
         }

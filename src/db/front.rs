@@ -6,6 +6,8 @@
 //!
 //! - [`Open::drained`] drains the write cache and returns a [`Drained`] token, the way to every
 //!   read of RocksDB's data (scans, properties, live files, flushes, checkpoints);
+//!   [`Open::drained_for`] drains only when the cache holds a write to the one column family
+//!   a bounded scan reads;
 //! - [`Open::changing`] drains, empties the value cache and returns a [`Changing`] guard that
 //!   holds the front lock across a change of RocksDB's data other than a write (dropped
 //!   files, range deletion, ingestion).
@@ -547,6 +549,17 @@ impl Open {
         Ok(Drained { open: self })
     }
 
+    /// [`Open::drained`] for a read of column family `slot` only: what was written to it
+    /// before this call is in RocksDB. The cache is drained only when it holds a write to
+    /// `slot`, so reads of one state do not push the other states' writes into RocksDB one
+    /// by one (a batch over several column families is drained whole, as ever).
+    pub(super) fn drained_for(&self, slot: usize) -> Result<Drained<'_>> {
+        if self.cache_on() && !self.front.read().cache.holds_slot(slot) {
+            return Ok(Drained { open: self });
+        }
+        self.drained()
+    }
+
     /// Readies the front for a change of RocksDB's data other than a write (dropped files,
     /// range deletion, ingestion) and holds its lock until the guard is dropped: drains the
     /// write cache (so the change is newer than every cached write) and empties the value
@@ -850,8 +863,8 @@ impl<'a> Drained<'a> {
 
     /// Whether the key bounds show that column family `slot` holds no key in
     /// `[lower, upper)`, a range inside one key group (a list's or map's entries): `lower`
-    /// lies above every key RocksDB holds in that group, and the write cache was drained
-    /// when this guard was taken. Learns the group's bound first when it is not known (one
+    /// lies above every key RocksDB holds in that group, and the write cache held no write
+    /// to `slot` once this guard was taken ([`Open::drained`], [`Open::drained_for`]). Learns the group's bound first when it is not known (one
     /// reverse seek in the group, once). `false` when reads are not bounded or the range
     /// leaves its group.
     pub(super) fn empty_by_bound(&self, slot: usize, lower: &[u8], upper: &[u8]) -> Result<bool> {

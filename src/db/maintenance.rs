@@ -125,7 +125,7 @@ impl Cf {
             return self.scan_with(ReadOptions::default(), lower, None, f);
         };
         let open = self.db.opened()?;
-        let drained = open.drained()?;
+        let drained = open.drained_for(self.slot)?;
         // A list or map above every key its group holds (keys that grow, as new ids do)
         // needs no iterator: the key bounds answer as they do for point reads.
         if drained.empty_by_bound(self.slot, lower, upper)? {

@@ -261,3 +261,21 @@ fn scans_on_kept_iterators_match_a_model_through_writes_flushes_and_file_changes
         }
     }
 }
+
+#[test]
+fn a_scan_drains_the_write_cache_only_when_it_holds_a_write_to_the_scanned_state() {
+    let (_dir, db) = open(16 << 20);
+    let (s, t) = (db.create_cf("s").unwrap(), db.create_cf("t").unwrap());
+    let cached = |db: &Db| db.opened().unwrap().front().read().cache.is_empty();
+    s.put(b"a1", b"x").unwrap();
+    t.put(b"a1", b"y").unwrap();
+    // A write to the scanned column family is cached: the scan drains, and sees it.
+    assert_eq!(keys(&s, b"a", b"b"), [b"a1".to_vec()]);
+    assert!(cached(&db));
+    // Only another one's: it stays cached, and the scan reads what RocksDB has.
+    t.put(b"a2", b"y").unwrap();
+    assert_eq!(keys(&s, b"a", b"b"), [b"a1".to_vec()]);
+    assert!(!cached(&db));
+    assert_eq!(keys(&t, b"a", b"b"), [b"a1".to_vec(), b"a2".to_vec()]);
+    assert!(cached(&db));
+}

@@ -66,14 +66,16 @@ pub struct StatesArgs {
 
 /// The list phases, in order.
 const LIST_PHASES: [&str; 4] = ["list_fill", "list_append", "list_get", "list_update"];
-/// The map phases, in order.
-const MAP_PHASES: [&str; 7] = [
+/// The map phases, in order; `append_and_iterate` interleaves a list append of one key with a
+/// map iteration of another, as a join appends to its own side and reads the other's.
+const MAP_PHASES: [&str; 8] = [
     "map_fill",
     "map_update",
     "map_get",
     "map_contains",
     "map_iterate",
     "map_is_empty",
+    "append_and_iterate",
     "map_remove",
 ];
 
@@ -252,6 +254,17 @@ impl Work<'_> {
                 }
                 a.ops
             }
+            "append_and_iterate" => {
+                for &(k, r) in &draws {
+                    self.list
+                        .add(&(r % a.keys).to_be_bytes(), &[], &r.to_be_bytes())?;
+                    self.map.for_each(&k.to_be_bytes(), &[], |_, v| {
+                        visited += u64::from(v.len() == 8);
+                        Ok(true)
+                    })?;
+                }
+                a.ops
+            }
             "map_remove" => {
                 for &(k, r) in &draws {
                     let u = r % a.map_len;
@@ -279,7 +292,7 @@ impl Work<'_> {
             // Every list holds list_len elements at least (appends only add).
             "list_get" => a.ops * a.list_len,
             "map_get" | "map_is_empty" => a.ops,
-            "map_iterate" => a.ops * a.map_len,
+            "map_iterate" | "append_and_iterate" => a.ops * a.map_len,
             _ => 0,
         };
         if visited < expected_at_least {
