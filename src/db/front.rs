@@ -864,9 +864,9 @@ impl<'a> Drained<'a> {
     /// Whether the key bounds show that column family `slot` holds no key in
     /// `[lower, upper)`, a range inside one key group (a list's or map's entries): `lower`
     /// lies above every key RocksDB holds in that group, and the write cache held no write
-    /// to `slot` once this guard was taken ([`Open::drained`], [`Open::drained_for`]). Learns the group's bound first when it is not known (one
-    /// reverse seek in the group, once). `false` when reads are not bounded or the range
-    /// leaves its group.
+    /// to `slot` once this guard was taken ([`Open::drained`], [`Open::drained_for`]). Learns
+    /// the group's bound first when it is not known (one reverse seek in the group, once).
+    /// `false` when reads are not bounded or the range leaves its group.
     pub(super) fn empty_by_bound(&self, slot: usize, lower: &[u8], upper: &[u8]) -> Result<bool> {
         if !self.open.bounded {
             return Ok(false);
@@ -910,9 +910,7 @@ impl<'a> Drained<'a> {
             .flush_cfs_opt(&self.handles(), &rocksdb::FlushOptions::default())
             .map_err(rocks_error)
     }
-}
 
-impl<'a> Drained<'a> {
     /// An iterator over column family `slot` for a scan that stops at its upper bound itself:
     /// the one kept from the last scan of `slot`, refreshed, or a new one
     /// ([`super::scan_iters`]). Dropping the returned guard keeps the iterator for the next

@@ -85,7 +85,12 @@ fn writes_past_an_eighth_of_a_memtable_let_go_of_the_memtables_a_kept_iterator_h
             .unwrap();
     }
     db.drain().unwrap();
+    // RocksDB's background flushes, waited for without `wait_for_compactions` (which drops
+    // the kept iterators): polled, and bounded so a flush that never ends fails the test.
+    let mut polls = 0;
     while cf.property_u64("rocksdb.num-immutable-mem-table").unwrap() != Some(0) {
+        polls += 1;
+        assert!(polls < 6000, "the memtables were never flushed");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     // The last flush may have come after the last refresh: one more round of writes.
