@@ -23,7 +23,11 @@
 //! 3. **Merge the others** (opened read-only, so their live files stay put). Per state and
 //!    other source, with `copy` = the other's claimed range ∩ the target: first the base's
 //!    files entirely inside `copy` go (they hold only dead entries there; RocksDB drops such
-//!    files from L1 down, not from L0). Then, per file ([`plan_state`]):
+//!    files from L1 down, not from L0). A base L0 file inside `copy` that the source does not
+//!    hold (the clip tombstone an earlier split flushed) goes too where that spares the
+//!    rewrite of key groups: the base's column family is rebuilt from its other files
+//!    ([`db::FileSurgery::rebuild`]), only if each of them can be ingested as it is. Then,
+//!    per file ([`plan_state`]):
 //!    * a source file with no key in `copy`, or one the base holds too (same SST unique id:
 //!      both came from one checkpoint before an earlier split), needs nothing;
 //!    * a source file inside `copy` that overlaps no base file and that RocksDB wrote (a
@@ -130,6 +134,9 @@ pub(crate) struct RescaleStats {
     pub(crate) files_linked: usize,
     /// SST files written by the fallback (scanned from another source) and ingested.
     pub(crate) files_rewritten: usize,
+    /// Level-0 SST files of the base wholly inside another source's part of the target,
+    /// dropped by rebuilding the base's column family from its other files.
+    pub(crate) base_files_dropped: usize,
     /// Entries copied by the fallback into those files.
     pub(crate) entries_rewritten: u64,
     /// Ingestions of DB-generated files RocksDB refused (their states took the fallback).
@@ -140,6 +147,15 @@ pub(crate) struct RescaleStats {
     /// Clipped ranges (per state) that needed no range tombstone: nothing of the base was
     /// left there.
     pub(crate) clips_without_tombstone: usize,
+}
+
+/// A state column family of the base rebuilt without some of its files.
+#[derive(Default)]
+struct Rebuild {
+    /// Its live files when planned, in [`Cf::live_files`] order.
+    expect: Vec<PathBuf>,
+    /// The files left out.
+    drop: Vec<PathBuf>,
 }
 
 /// How one state of one other source gets into the base.
@@ -154,6 +170,19 @@ struct Plan {
     link: Vec<PathBuf>,
     /// Key groups rewritten by the fallback, disjoint and ascending.
     rewrite: Vec<KeyGroupRange>,
+    /// Files of the base `link` and `rewrite` assume dropped ([`StatePlan::drop`]).
+    drop: Vec<PathBuf>,
+    /// `link` and `rewrite` if those files stay.
+    if_kept: (Vec<PathBuf>, Vec<KeyGroupRange>),
+}
+
+impl Plan {
+    /// Plans as if the base kept every file.
+    fn keep_base(&mut self) {
+        (self.link, self.rewrite) = std::mem::take(&mut self.if_kept);
+        self.if_kept = (self.link.clone(), self.rewrite.clone());
+        self.drop.clear();
+    }
 }
 
 /// Checks `base` (already in the target directory; `opened`: its database, when the caller
@@ -244,34 +273,90 @@ pub(crate) fn rescale(
                     &prefix(u32::from(copy.start), m),
                     &prefix(u32::from(copy.end) + 1, m),
                 )?;
-                let (link, rewrite) = plan_state(&dst, &state_cf(&odb, other, name)?, copy, m)?;
+                let plan = plan_state(&dst, &state_cf(&odb, other, name)?, copy, m)?;
                 plans.push(Plan {
                     source: i,
                     name: name.clone(),
                     copy,
-                    link,
-                    rewrite,
+                    link: plan.link,
+                    rewrite: plan.rewrite,
+                    drop: plan.drop,
+                    if_kept: plan.if_kept,
                 });
             }
         }
         opened.push(odb);
     }
 
-    // 3b. Ingest the files that qualify as they are. RocksDB's DB-generated ingestion needs a
-    //     handle type `Db` is not, so the base is closed meanwhile (its memtables flushed).
-    let db = if plans.iter().any(|p| !p.link.is_empty()) {
+    // 3b. Which state column families of the base are rebuilt without the files the plans
+    //     drop: only where every other file of it can be ingested as it is (RocksDB wrote
+    //     it) and its memtables are empty; elsewhere the plans keep every file.
+    let mut rebuilds: BTreeMap<String, Rebuild> = BTreeMap::new();
+    for plan in &plans {
+        rebuilds
+            .entry(plan.name.clone())
+            .or_default()
+            .drop
+            .extend(plan.drop.iter().cloned());
+    }
+    rebuilds.retain(|_, r| !r.drop.is_empty());
+    for (name, rebuild) in &mut rebuilds {
+        let cf = state_cf(&db, base, name)?;
+        if !cf.memtables_empty()? {
+            rebuild.expect.clear();
+            continue;
+        }
+        let files = cf.live_files()?;
+        let all_linkable = files.iter().all(|f| {
+            rebuild.drop.contains(&f.path)
+                || sst_format::read_sst_meta(&f.path)
+                    .is_ok_and(|m| m.properties.external_sst_file_version.is_none())
+        });
+        let present = rebuild
+            .drop
+            .iter()
+            .all(|d| files.iter().any(|f| f.path == *d));
+        if all_linkable && present {
+            rebuild.expect = files.into_iter().map(|f| f.path).collect();
+        }
+    }
+    rebuilds.retain(|_, r| !r.expect.is_empty());
+    for plan in &mut plans {
+        if !plan.drop.is_empty() && !rebuilds.contains_key(&plan.name) {
+            plan.keep_base();
+        }
+    }
+
+    // 3c. Rebuild those column families, then ingest the files that qualify as they are.
+    //     RocksDB's DB-generated ingestion needs a handle type `Db` is not, so the base is
+    //     closed meanwhile (its memtables flushed).
+    let db = if plans.iter().any(|p| !p.link.is_empty()) || !rebuilds.is_empty() {
         db.flush_all()?;
         drop(db);
-        let batches: Vec<ForeignFiles> = plans
-            .iter()
-            .map(|p| ForeignFiles {
-                cf: format!("{STATE_CF_PREFIX}{}", p.name),
-                files: p.link.clone(),
-            })
-            .collect();
-        let results = db::ingest_db_generated(base.dir, target.options, target.budget, &batches)?;
-        for (plan, result) in plans.iter_mut().zip(results) {
-            match result {
+        let mut surgery = db::FileSurgery::open(base.dir, target.options, target.budget)?;
+        for (name, rebuild) in &rebuilds {
+            let cf = format!("{STATE_CF_PREFIX}{name}");
+            match surgery.rebuild(&cf, &rebuild.expect, &rebuild.drop, target.scratch)? {
+                Ok(()) => stats.base_files_dropped += rebuild.drop.len(),
+                Err(reason) => {
+                    tracing::warn!(
+                        state = %name,
+                        %reason,
+                        "the base's column family was not rebuilt without the files another \
+                         source provides; rewriting their key groups instead"
+                    );
+                    for plan in plans.iter_mut().filter(|p| p.name == *name) {
+                        plan.keep_base();
+                    }
+                }
+            }
+        }
+        for plan in &mut plans {
+            let batch = ForeignFiles {
+                cf: format!("{STATE_CF_PREFIX}{}", plan.name),
+                files: plan.link.clone(),
+            };
+            match surgery.ingest(&batch)? {
                 Ok(()) => stats.files_linked += plan.link.len(),
                 Err(reason) => {
                     // Fallback: the whole state is rewritten from the source's merged view.
@@ -287,12 +372,13 @@ pub(crate) fn rescale(
                 }
             }
         }
+        drop(surgery);
         Db::open(base.dir, target.options, target.budget, layout)?
     } else {
         db
     };
 
-    // 3c. The fallback: rewrite the key groups no linked file brings, per state and source,
+    // 3d. The fallback: rewrite the key groups no linked file brings, per state and source,
     //     cut into up to `threads` slices scanned into SSTs in parallel; each (state, source)
     //     is ingested in one call.
     let mut jobs: Vec<(usize, Cf, KeyGroupRange, PathBuf)> = Vec::new();
@@ -559,11 +645,25 @@ fn with_facts(cf: &Cf, keep: impl Fn(&LiveSst) -> bool) -> Result<Vec<FileFacts>
         .collect())
 }
 
+/// How one state of one source gets into the base, as [`plan_state`] found it.
+struct StatePlan {
+    /// Files ingested as they are, in ingestion order.
+    link: Vec<PathBuf>,
+    /// Key groups rewritten by the fallback, disjoint and ascending.
+    rewrite: Vec<KeyGroupRange>,
+    /// Files of the base that `link` and `rewrite` assume gone (the base's column family is
+    /// rebuilt without them, [`db::FileSurgery::rebuild`]); empty when none are.
+    drop: Vec<PathBuf>,
+    /// `link` and `rewrite` if the files of `drop` stay after all.
+    if_kept: (Vec<PathBuf>, Vec<KeyGroupRange>),
+}
+
 /// How `src`'s data for the key groups `copy` gets into `dst` (see the module docs): the files
-/// to ingest as they are, and the key groups the fallback rewrites.
+/// to ingest as they are, the key groups the fallback rewrites, and files of `dst` to drop.
 ///
-/// `dst` has already lost its files entirely inside `copy` (they held only dead entries and
-/// tombstones: the base's live keys are inside its own claimed range). Of the rest:
+/// `dst` has already lost its files entirely inside `copy` that RocksDB drops (L1 and deeper;
+/// they held only dead entries and tombstones: the base's live keys are inside its own
+/// claimed range). Of the rest:
 /// * a source file with no key in `copy`, or one `dst` holds too (same SST unique id, e.g.
 ///   both came from one checkpoint before an earlier split), needs nothing: `dst` has the
 ///   same entries, and the source's own newer files lie on top of it in both;
@@ -574,28 +674,87 @@ fn with_facts(cf: &Cf, keep: impl Fn(&LiveSst) -> bool) -> Result<Vec<FileFacts>
 ///   clip tombstone of an earlier split), marks its key groups of `copy` for the rewrite.
 ///   The rewrite's range tombstone hides whatever `dst` then holds there, linked files
 ///   included, and its entries are the source's merged view.
-fn plan_state(
-    dst: &Cf,
-    src: &Cf,
-    copy: KeyGroupRange,
-    m: u32,
-) -> Result<(Vec<PathBuf>, Vec<KeyGroupRange>)> {
+///
+/// A file of `dst` entirely inside `copy` that the source does not hold (level 0, where
+/// RocksDB drops nothing: typically the clip tombstone an earlier split flushed) holds only
+/// dead entries and tombstones over them, like those dropped before. Dropping it too leaves
+/// `dst` showing in `copy` only files the source holds as well, which then need nothing. So
+/// the plan drops such files when that marks fewer key groups for the rewrite than keeping
+/// them, and says what to do if they stay after all.
+fn plan_state(dst: &Cf, src: &Cf, copy: KeyGroupRange, m: u32) -> Result<StatePlan> {
     if !src.memtables_empty()? {
         // Fallback: data only in the source's memtables (a replayed WAL) is in no file.
-        return Ok((Vec::new(), vec![copy]));
+        return Ok(StatePlan {
+            link: Vec::new(),
+            rewrite: vec![copy],
+            drop: Vec::new(),
+            if_kept: (Vec::new(), vec![copy]),
+        });
     }
     let lo = prefix(u32::from(copy.start), m);
     let hi = prefix(u32::from(copy.end) + 1, m);
     // Key ranges are closed, except that a largest key equal to a bare key-group prefix can
     // only be a range tombstone's exclusive end (stored keys are longer than their prefix).
     let touches_copy = |f: &LiveSst| f.largest > lo && f.smallest < hi;
-    let overlap = |a: &LiveSst, b: &LiveSst| a.smallest <= b.largest && b.smallest <= a.largest;
     // Only files touching `copy` matter (a file both hold has one key range in both).
     let files = with_facts(src, touches_copy)?;
     let existing = with_facts(dst, touches_copy)?;
-    let held = |id: &Option<SstUniqueId>, set: &[FileFacts]| {
+    let (droppable, stay): (Vec<&FileFacts>, Vec<&FileFacts>) = existing
+        .iter()
+        .partition(|e| e.file.smallest >= lo && e.file.largest <= hi && !held(&e.id, &files));
+    let all: Vec<&FileFacts> = existing.iter().collect();
+    let if_kept = decide(&files, &all, copy, m);
+    if droppable.is_empty() {
+        let (link, rewrite) = if_kept.clone();
+        return Ok(StatePlan {
+            link,
+            rewrite,
+            drop: Vec::new(),
+            if_kept,
+        });
+    }
+    let (link, rewrite) = decide(&files, &stay, copy, m);
+    if groups(&rewrite) >= groups(&if_kept.1) {
+        return Ok(StatePlan {
+            link: if_kept.0.clone(),
+            rewrite: if_kept.1.clone(),
+            drop: Vec::new(),
+            if_kept,
+        });
+    }
+    Ok(StatePlan {
+        link,
+        rewrite,
+        drop: droppable.iter().map(|e| e.file.path.clone()).collect(),
+        if_kept,
+    })
+}
+
+/// Whether a file with SST unique id `id` is among `set`.
+fn held(id: &Option<SstUniqueId>, set: &[FileFacts]) -> bool {
+    id.as_ref()
+        .is_some_and(|id| set.iter().any(|other| other.id.as_ref() == Some(id)))
+}
+
+/// Key groups in `ranges`.
+fn groups(ranges: &[KeyGroupRange]) -> u64 {
+    ranges.iter().map(|r| u64::from(r.len())).sum()
+}
+
+/// [`plan_state`]'s rules for the source's `files` touching `copy` over the base's files
+/// `existing` touching it: the files to link and the key groups to rewrite.
+fn decide(
+    files: &[FileFacts],
+    existing: &[&FileFacts],
+    copy: KeyGroupRange,
+    m: u32,
+) -> (Vec<PathBuf>, Vec<KeyGroupRange>) {
+    let lo = prefix(u32::from(copy.start), m);
+    let hi = prefix(u32::from(copy.end) + 1, m);
+    let overlap = |a: &LiveSst, b: &LiveSst| a.smallest <= b.largest && b.smallest <= a.largest;
+    let base_holds = |id: &Option<SstUniqueId>| {
         id.as_ref()
-            .is_some_and(|id| set.iter().any(|other| other.id.as_ref() == Some(id)))
+            .is_some_and(|id| existing.iter().any(|e| e.id.as_ref() == Some(id)))
     };
     let mut link = Vec::new();
     let mut marked: Vec<&LiveSst> = Vec::new();
@@ -603,9 +762,9 @@ fn plan_state(
         file: f,
         id,
         linkable,
-    } in &files
+    } in files
     {
-        if held(id, &existing) {
+        if base_holds(id) {
             continue;
         }
         let inside = f.smallest >= lo && f.largest < hi;
@@ -618,7 +777,7 @@ fn plan_state(
     marked.extend(
         existing
             .iter()
-            .filter(|e| !held(&e.id, &files))
+            .filter(|e| !held(&e.id, files))
             .map(|e| &e.file),
     );
     // The key groups of `copy` the marked files touch (widened where a bound has no prefix).
@@ -648,7 +807,7 @@ fn plan_state(
             _ => merged.push(r),
         }
     }
-    Ok((link, merged))
+    (link, merged)
 }
 
 /// `range` cut into at most `parts` contiguous, non-empty slices, in order.

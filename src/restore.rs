@@ -505,6 +505,7 @@ fn restore_pinned<T>(
             report.sst_files_linked = stats.files_linked;
             report.sst_files_rewritten = stats.files_rewritten;
             report.entries_rewritten = stats.entries_rewritten;
+            report.sst_files_dropped = stats.base_files_dropped;
             report.sst_ingestions_refused = stats.refused;
             db
         };

@@ -112,46 +112,6 @@ fn clean_sources_are_linked_not_rewritten() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
-/// 1 → 2 → 1 with no compaction in between: each half still holds the source's SSTs that
-/// straddle the split (dead entries of the other half under its clip's range tombstone) and
-/// that tombstone, so those files of the other half cannot be linked and the fallback
-/// rewrites their key groups. The result equals the model, also after more writes and a
-/// checkpoint/restore round.
-#[test]
-fn straddling_files_take_the_fallback() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage: Arc<dyn CheckpointStorage> =
-        Arc::new(LocalStorage::new(dir.path().join("storage")).unwrap());
-    let opts = CheckpointOptions::default();
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(12);
-    let mut model = Model::default();
-    let src = open_fresh(dir.path(), &storage, "src", 1, &opts).remove(0);
-    random_ops(&src, &mut model, &mut rng, 3000);
-    checkpoint_job(&storage, &[&src], 1);
-    drop(src);
-    let halves = restore_all(
-        dir.path(),
-        &storage,
-        "h",
-        2,
-        &opts,
-        RestoreFrom::Checkpoint(1),
-    );
-    checkpoint_job(&storage, &halves.iter().collect::<Vec<_>>(), 2);
-    drop(halves);
-
-    let (merged, report) = restore_one(dir.path(), &storage, "merged", 2);
-    assert!(report.sst_files_rewritten > 0, "{report:?}");
-    assert!(report.entries_rewritten > 0, "{report:?}");
-    check_all(std::slice::from_ref(&merged), &model);
-    random_ops(&merged, &mut model, &mut rng, 2000);
-    check_all(std::slice::from_ref(&merged), &model);
-    checkpoint_job(&storage, &[&merged], 3);
-    drop(merged);
-    let (again, _) = restore_one(dir.path(), &storage, "again", 3);
-    check_all(std::slice::from_ref(&again), &model);
-}
-
 /// 2 → 3, middle instance (key groups 43..=85): its base is the upper half, the lower half
 /// provides groups 43..=63. The lower half's compacted SSTs inside 43..=63 are linked; its
 /// newest L0 file (deletes spread over all its groups) reaches outside and is not, so the

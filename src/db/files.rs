@@ -1,7 +1,8 @@
 //! File-level changes of one column family (docs/rescale.md): dropping the SST files inside a
 //! range, range deletion, ingestion of SSTs written by [`super::Db::write_sst`], the live file
-//! list, and ingestion of files written by *other* databases with their sequence numbers
-//! through RocksDB's C API.
+//! list, and, through RocksDB's C API on a closed database ([`FileSurgery`]), ingestion of
+//! files written by *other* databases with their sequence numbers and the rebuild of a column
+//! family without some of its files.
 
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
@@ -146,7 +147,7 @@ impl Cf {
         ingested
     }
 
-    /// The live SST files of this column family, in the order [`ingest_db_generated`] must
+    /// The live SST files of this column family, in the order [`FileSurgery::ingest`] must
     /// get them: the deepest level first, L0 oldest first. For any key in several of them the
     /// older version then comes first, as RocksDB requires (options.h,
     /// `allow_db_generated_files`). A file without key bounds is an error.
@@ -193,7 +194,7 @@ pub(crate) struct LiveSst {
     pub(crate) largest: Vec<u8>,
 }
 
-/// SST files written by another database, for one column family of [`ingest_db_generated`].
+/// SST files written by another database, for one column family of [`FileSurgery::ingest`].
 #[derive(Debug, Clone)]
 pub(crate) struct ForeignFiles {
     /// The column family to ingest into (it must exist).
@@ -224,59 +225,85 @@ impl super::Db {
     }
 }
 
-/// Ingests SST files written by *other* databases into the closed database at `path`, keeping
-/// their sequence numbers (RocksDB's `allow_db_generated_files`, which rust-rocksdb does not
-/// wrap; the C API is called directly). The files are hard-linked (`link_files`): the sources
-/// stay intact. Each entry is one ingestion call, atomic on its own; RocksDB refuses one whose
-/// files overlap any data already in the column family (that is the caller's fallback case,
-/// returned as `Err(reason)` per entry; the database is then unchanged by that entry). The
-/// database's last sequence number is raised to the largest ingested one (and persisted in its
-/// MANIFEST), so later writes, range tombstones included, are newer than every ingested entry.
+/// A closed database opened for file-level surgery with RocksDB's C API, which rust-rocksdb
+/// does not wrap: ingesting SST files written by *other* databases with their sequence numbers
+/// ([`FileSurgery::ingest`]), and rebuilding a column family from a subset of its own files
+/// ([`FileSurgery::rebuild`]). Both use RocksDB's `allow_db_generated_files` ingestion with
+/// `link_files`: the files are hard-linked, their sources stay intact.
 ///
-/// The database is opened single-threaded for this: only that handle type exposes its raw
-/// pointer in rust-rocksdb 0.25 (`AsRawPtr`). Nothing else may have it open.
-pub(crate) fn ingest_db_generated(
-    path: &Path,
-    options: &DbOptions,
-    budget: &MemoryBudget,
-    batches: &[ForeignFiles],
-) -> Result<Vec<std::result::Result<(), String>>> {
-    use rocksdb::{AsColumnFamilyRef, AsRawPtr};
-    options.validate()?;
-    let opts = super::options::db_options(options, budget)?;
-    // No file partitioning: the database is open only for the ingestion, and file cuts
-    // change where compaction splits files, never what a read sees.
-    let filters = FilterRegistry::default();
-    let level0 = super::l0_triggers::Base::new(options.level0_file_num_compaction_trigger);
-    let (_, descriptors) =
-        super::options::descriptors(path, &opts, options, budget, &filters, 0, level0)?;
-    let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors).map_err(rocks_error)?;
-    // SAFETY: creates a fresh options object; null (allocation failure) is checked below.
-    let raw =
-        RawIngestOptions(unsafe { librocksdb_sys::rocksdb_ingestexternalfileoptions_create() });
-    if raw.0.is_null() {
-        return Err(Error::Internal("cannot create ingestion options".into()));
-    }
-    // SAFETY: `raw.0` is a valid, exclusively owned options object (created above).
-    unsafe {
-        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_db_generated_files(raw.0, 1);
-        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_link_files(raw.0, 1);
-        // Both as options.h's setting guide asks for DB-generated files: they cannot get a
-        // global sequence number, and must not overlap a memtable (ours are empty).
-        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_snapshot_consistency(raw.0, 0);
-        librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_blocking_flush(raw.0, 0);
-    }
-    let mut out = Vec::with_capacity(batches.len());
-    for batch in batches {
-        if batch.files.is_empty() {
-            out.push(Ok(()));
-            continue;
+/// The database is opened single-threaded, with automatic compactions off (its live files
+/// stay as listed while it is open): only that handle type exposes its raw pointer in
+/// rust-rocksdb 0.25 (`AsRawPtr`). Nothing else may have it open.
+pub(crate) struct FileSurgery {
+    db: rocksdb::DB,
+    options: DbOptions,
+    budget: MemoryBudget,
+    filters: FilterRegistry,
+    level0: super::l0_triggers::Base,
+    ingest: RawIngestOptions,
+}
+
+impl FileSurgery {
+    /// Opens the closed database at `path`.
+    pub(crate) fn open(path: &Path, options: &DbOptions, budget: &MemoryBudget) -> Result<Self> {
+        options.validate()?;
+        let opts = super::options::db_options(options, budget)?;
+        let filters = FilterRegistry::default();
+        let level0 = super::l0_triggers::Base::new(options.level0_file_num_compaction_trigger);
+        let descriptors = super::options::cf_names(path, &opts)?
+            .into_iter()
+            .map(|name| {
+                let cf = surgery_cf_options(options, budget, &name, &filters, level0)?;
+                Ok(rocksdb::ColumnFamilyDescriptor::new(name, cf))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors).map_err(rocks_error)?;
+        // SAFETY: creates a fresh options object; null (allocation failure) is checked below.
+        let ingest =
+            RawIngestOptions(unsafe { librocksdb_sys::rocksdb_ingestexternalfileoptions_create() });
+        if ingest.0.is_null() {
+            return Err(Error::Internal("cannot create ingestion options".into()));
         }
-        let cf = db.cf_handle(&batch.cf).ok_or_else(|| {
-            Error::Internal(format!("column family {} missing for ingestion", batch.cf))
-        })?;
-        let paths = batch
-            .files
+        // SAFETY: `ingest.0` is a valid, exclusively owned options object (created above).
+        unsafe {
+            librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_db_generated_files(
+                ingest.0, 1,
+            );
+            librocksdb_sys::rocksdb_ingestexternalfileoptions_set_link_files(ingest.0, 1);
+            // Both as options.h's setting guide asks for DB-generated files: they cannot get a
+            // global sequence number, and must not overlap a memtable (ours are empty).
+            librocksdb_sys::rocksdb_ingestexternalfileoptions_set_snapshot_consistency(ingest.0, 0);
+            librocksdb_sys::rocksdb_ingestexternalfileoptions_set_allow_blocking_flush(ingest.0, 0);
+        }
+        Ok(FileSurgery {
+            db,
+            options: options.clone(),
+            budget: budget.clone(),
+            filters,
+            level0,
+            ingest,
+        })
+    }
+
+    /// Ingests `batch` in one call, atomic on its own. RocksDB refuses files that overlap any
+    /// data already in the column family (the caller's fallback case, returned as
+    /// `Err(reason)`; the database is then unchanged). The database's last sequence number is
+    /// raised to the largest ingested one (and persisted in its MANIFEST), so later writes,
+    /// range tombstones included, are newer than every ingested entry.
+    pub(crate) fn ingest(&self, batch: &ForeignFiles) -> Result<std::result::Result<(), String>> {
+        if batch.files.is_empty() {
+            return Ok(Ok(()));
+        }
+        self.ingest_files(&batch.cf, &batch.files)
+    }
+
+    fn ingest_files(&self, cf: &str, files: &[PathBuf]) -> Result<std::result::Result<(), String>> {
+        use rocksdb::{AsColumnFamilyRef, AsRawPtr};
+        let handle = self
+            .db
+            .cf_handle(cf)
+            .ok_or_else(|| Error::Internal(format!("column family {cf} missing for ingestion")))?;
+        let paths = files
             .iter()
             .map(|p| {
                 p.to_str()
@@ -289,32 +316,143 @@ pub(crate) fn ingest_db_generated(
             .collect::<Result<Vec<_>>>()?;
         let ptrs: Vec<*const std::ffi::c_char> = paths.iter().map(|p| p.as_ptr()).collect();
         let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
-        // SAFETY: `db` (and so its raw pointer and the column family handle `cf`) lives until
-        // the end of this function; `ptrs` points into `paths`, NUL-terminated strings alive
-        // across the call, and has `ptrs.len()` entries; `raw.0` is a valid options object;
-        // `err` is a valid out-pointer RocksDB sets to a malloc'ed message on failure.
+        // SAFETY: `self.db` (and so its raw pointer and the column family handle) outlives the
+        // call; `ptrs` points into `paths`, NUL-terminated strings alive across the call, and
+        // has `ptrs.len()` entries; `self.ingest.0` is a valid options object; `err` is a
+        // valid out-pointer RocksDB sets to a malloc'ed message on failure.
         unsafe {
             librocksdb_sys::rocksdb_ingest_external_file_cf(
-                db.as_raw_ptr(),
-                cf.inner(),
+                self.db.as_raw_ptr(),
+                handle.inner(),
                 ptrs.as_ptr(),
                 ptrs.len(),
-                raw.0,
+                self.ingest.0,
                 &mut err,
             );
         }
         if err.is_null() {
-            out.push(Ok(()));
-        } else {
-            // SAFETY: non-null `err` is a NUL-terminated C string RocksDB allocated with
-            // malloc; it is read once and freed once with `rocksdb_free`.
-            let message = unsafe {
-                let m = CStr::from_ptr(err).to_string_lossy().into_owned();
-                librocksdb_sys::rocksdb_free(err.cast());
-                m
-            };
-            out.push(Err(message));
+            return Ok(Ok(()));
         }
+        // SAFETY: non-null `err` is a NUL-terminated C string RocksDB allocated with malloc;
+        // it is read once and freed once with `rocksdb_free`.
+        let message = unsafe {
+            let m = CStr::from_ptr(err).to_string_lossy().into_owned();
+            librocksdb_sys::rocksdb_free(err.cast());
+            m
+        };
+        Ok(Err(message))
     }
-    Ok(out)
+
+    /// Rebuilds column family `cf` without its files `drop`: its files are hard-linked into
+    /// `scratch`, the column family is dropped and created again with the same options, and
+    /// the others are ingested into it as they are, with their sequence numbers, deepest level
+    /// first and level 0 oldest first (so for any key the older version comes first, as
+    /// RocksDB requires). This drops level-0 files, which RocksDB's `DeleteFilesInRange`
+    /// never does. `expect` is the column family's live files ([`Cf::live_files`], in its
+    /// order) as the caller planned with; every file but `drop` must have been written by
+    /// RocksDB itself (a file an `SstFileWriter` wrote holds sequence number 0 and got its
+    /// real one from the MANIFEST, which the new column family would not know).
+    ///
+    /// Returns `Ok(Err(reason))`, the column family as it was, when its live files are not
+    /// `expect` (a compaction ran since) or a link fails, and when RocksDB refuses the
+    /// ingestion: then every file of `expect` is ingested back, which gives the column
+    /// family's entries as they were. `Err` only if even that fails. Its memtables must be
+    /// empty (the caller checks; a flush here would add a file nobody planned with).
+    pub(crate) fn rebuild(
+        &mut self,
+        cf: &str,
+        expect: &[PathBuf],
+        drop: &[PathBuf],
+        scratch: &Path,
+    ) -> Result<std::result::Result<(), String>> {
+        let name_of = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        let mut live: Vec<String> = self
+            .db
+            .live_files()
+            .map_err(rocks_error)?
+            .into_iter()
+            .filter(|f| f.column_family_name == cf)
+            .map(|f| f.name.trim_start_matches('/').to_string())
+            .collect();
+        let mut planned: Vec<String> = expect.iter().filter_map(|p| name_of(p)).collect();
+        live.sort();
+        planned.sort();
+        if live != planned || planned.len() != expect.len() {
+            return Ok(Err(format!(
+                "the live files of {cf} changed since the rescale was planned"
+            )));
+        }
+        // Links under names of their own: the dropped column family's files go when it does.
+        let mut links: Vec<PathBuf> = Vec::with_capacity(expect.len());
+        for (i, file) in expect.iter().enumerate() {
+            let link = scratch.join(format!("rebuild-{}-{i}.sst", links_tag(cf)));
+            if let Err(e) = std::fs::hard_link(file, &link) {
+                remove_all(&links);
+                return Ok(Err(format!("cannot link {}: {e}", file.display())));
+            }
+            links.push(link);
+        }
+        let keep: Vec<PathBuf> = expect
+            .iter()
+            .zip(&links)
+            .filter(|(f, _)| !drop.contains(f))
+            .map(|(_, l)| l.clone())
+            .collect();
+        let result = self
+            .recreate(cf)
+            .and_then(|()| self.ingest_files(cf, &keep));
+        let outcome = match result {
+            Ok(Ok(())) => Ok(Ok(())),
+            Ok(Err(reason)) => {
+                // The column family is empty again after a refused ingestion (it is atomic):
+                // bring back every file it had.
+                match self.ingest_files(cf, &links)? {
+                    Ok(()) => Ok(Err(reason)),
+                    Err(again) => Err(Error::Internal(format!(
+                        "rebuilding {cf}: RocksDB refused its files ({reason}) and then \
+                         refused them back ({again})"
+                    ))),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        remove_all(&links);
+        outcome
+    }
+
+    /// Drops column family `cf` and creates it again, empty, with the options it was opened
+    /// with.
+    fn recreate(&mut self, cf: &str) -> Result<()> {
+        let opts = surgery_cf_options(&self.options, &self.budget, cf, &self.filters, self.level0)?;
+        self.db.drop_cf(cf).map_err(rocks_error)?;
+        self.db.create_cf(cf, &opts).map_err(rocks_error)
+    }
+}
+
+/// The options of column family `name` in a [`FileSurgery`]: as the backend opens it, but
+/// without file partitioning (cuts change where compaction splits files, never what a read
+/// sees) and without automatic compactions (its live files stay as listed).
+fn surgery_cf_options(
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    name: &str,
+    filters: &FilterRegistry,
+    level0: super::l0_triggers::Base,
+) -> Result<rocksdb::Options> {
+    let mut cf = super::options::state_cf_options(options, budget, name, filters, 0)?;
+    super::options::set_level0_triggers(&mut cf, level0);
+    cf.set_disable_auto_compactions(true);
+    Ok(cf)
+}
+
+/// `cf` as a file-name fragment (state names may hold any character).
+fn links_tag(cf: &str) -> String {
+    cf.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Removes the scratch links (a missing one is no error: nothing is left to clean).
+fn remove_all(links: &[PathBuf]) {
+    for l in links {
+        let _ = std::fs::remove_file(l);
+    }
 }

@@ -42,7 +42,7 @@ pub use budget::MemoryBudget;
 /// The name of RocksDB's default column family, which holds the backend's own metadata.
 pub(crate) const DEFAULT_CF_NAME: &str = rocksdb::DEFAULT_COLUMN_FAMILY_NAME;
 pub(crate) use compaction_filter::TtlFilter;
-pub(crate) use files::{ingest_db_generated, ForeignFiles, LiveSst};
+pub(crate) use files::{FileSurgery, ForeignFiles, LiveSst};
 pub use options::lower_compaction_priority;
 pub(crate) use sst_writer::write_ssts;
 

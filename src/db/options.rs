@@ -154,18 +154,9 @@ pub(super) fn set_level0_triggers(opts: &mut Options, l0: Base) {
     opts.set_level_zero_stop_writes_trigger(i32::try_from(l0.stop).unwrap_or(i32::MAX));
 }
 
-/// The names of every column family of the database at `path` (the default one first when
-/// the database is new) and their descriptors with rockstate's options, their level-0 stall
-/// triggers `level0`.
-pub(super) fn descriptors(
-    path: &Path,
-    opts: &Options,
-    options: &DbOptions,
-    budget: &MemoryBudget,
-    filters: &FilterRegistry,
-    partition_prefix: usize,
-    level0: Base,
-) -> Result<(Vec<String>, Vec<rocksdb::ColumnFamilyDescriptor>)> {
+/// The names of every column family of the database at `path`, the default one first when
+/// the database is new.
+pub(super) fn cf_names(path: &Path, opts: &Options) -> Result<Vec<String>> {
     let mut existing = if path.join("CURRENT").exists() {
         DBWithThreadMode::<MultiThreaded>::list_cf(opts, path).map_err(rocks_error)?
     } else {
@@ -178,6 +169,21 @@ pub(super) fn descriptors(
     {
         existing.insert(0, rocksdb::DEFAULT_COLUMN_FAMILY_NAME.to_string());
     }
+    Ok(existing)
+}
+
+/// [`cf_names`] and their descriptors with rockstate's options, their level-0 stall triggers
+/// `level0`.
+pub(super) fn descriptors(
+    path: &Path,
+    opts: &Options,
+    options: &DbOptions,
+    budget: &MemoryBudget,
+    filters: &FilterRegistry,
+    partition_prefix: usize,
+    level0: Base,
+) -> Result<(Vec<String>, Vec<rocksdb::ColumnFamilyDescriptor>)> {
+    let existing = cf_names(path, opts)?;
     let descriptors = existing
         .iter()
         .map(|name| {

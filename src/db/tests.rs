@@ -579,3 +579,67 @@ fn an_ingestion_of_no_files_changes_nothing_in_front_of_rocksdb() {
     Cf::ingest_each(&[(&a, &[]), (&b, &[])]).unwrap();
     assert!(value_cached(&a, b"\x01k").is_some());
 }
+
+/// `FileSurgery::rebuild` leaves out exactly the files it is told to, level 0 included, and
+/// changes nothing when the column family's files are not the planned ones or a link fails.
+#[test]
+fn a_rebuilt_column_family_holds_its_other_files_and_a_stale_plan_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let options = DbOptions::default();
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let db = Db::open(&path, &options, &budget, None).unwrap();
+    let cf = db.create_cf("s").unwrap();
+    // Three level-0 files: an old value, a newer one of the same key and another key.
+    for (k, v) in [(b"k1", b"old"), (b"k1", b"new"), (b"k2", b"two")] {
+        cf.put(k, v).unwrap();
+        db.flush_all().unwrap();
+    }
+    let files: Vec<PathBuf> = cf
+        .live_files()
+        .unwrap()
+        .into_iter()
+        .map(|f| f.path)
+        .collect();
+    assert_eq!(files.len(), 3);
+    assert!(cf.live_files().unwrap().iter().all(|f| f.level == 0));
+    db.close().unwrap();
+    drop((cf, db));
+    let reads = |expect: &[(&[u8], Option<&[u8]>)]| {
+        let db = Db::open(&path, &options, &budget, None).unwrap();
+        let cf = db.cf("s").unwrap().unwrap();
+        for (k, v) in expect {
+            assert_eq!(read(&cf, k), v.map(<[u8]>::to_vec), "{k:?}");
+        }
+        db.close().unwrap();
+    };
+
+    let mut surgery = FileSurgery::open(&path, &options, &budget).unwrap();
+    // A plan made before a compaction: the live files differ.
+    assert!(surgery
+        .rebuild("s", &files[..2], &[], &scratch)
+        .unwrap()
+        .is_err());
+    // A link that cannot be made.
+    let taken = scratch.join(format!("rebuild-{}-0.sst", "73"));
+    std::fs::write(&taken, b"x").unwrap();
+    assert!(surgery
+        .rebuild("s", &files, &files[2..], &scratch)
+        .unwrap()
+        .is_err());
+    std::fs::remove_file(&taken).unwrap();
+    drop(surgery);
+    reads(&[(b"k1", Some(b"new")), (b"k2", Some(b"two"))]);
+
+    // Leaving out the newest file: the other two keep their order (the newer value wins).
+    let mut surgery = FileSurgery::open(&path, &options, &budget).unwrap();
+    surgery
+        .rebuild("s", &files, &files[2..], &scratch)
+        .unwrap()
+        .unwrap();
+    drop(surgery);
+    assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
+    reads(&[(b"k1", Some(b"new")), (b"k2", None)]);
+}

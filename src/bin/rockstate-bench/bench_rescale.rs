@@ -436,6 +436,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         .int("sst_files_linked", report.sst_files_linked as u64)
         .int("sst_files_rewritten", report.sst_files_rewritten as u64)
         .int("entries_rewritten", report.entries_rewritten)
+        .int("sst_files_dropped", report.sst_files_dropped as u64)
         .print();
 
     // Savepoint write and read of the merged state.
@@ -488,6 +489,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         .int("sst_files_linked", report.sst_files_linked as u64)
         .int("sst_files_rewritten", report.sst_files_rewritten as u64)
         .int("entries_rewritten", report.entries_rewritten)
+        .int("sst_files_dropped", report.sst_files_dropped as u64)
         .print();
     Ok(())
 }
