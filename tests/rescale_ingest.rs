@@ -32,14 +32,7 @@ fn restore_one(
     name: &str,
     id: u64,
 ) -> (KeyedBackend, RestoreReport) {
-    KeyedBackend::builder(dir.join(name))
-        .options(small_options())
-        .max_parallelism(M)
-        .key_groups(KeyGroupRange::all(M).unwrap())
-        .checkpoint_storage(Arc::clone(storage))
-        .job_owner(owner_of(storage, 1))
-        .restore_with_report(RestoreFrom::Checkpoint(id))
-        .unwrap()
+    restore_one_with(dir, storage, name, id, &small_options())
 }
 
 /// Two fresh halves hold only their own key groups, so 2 → 1 links every SST of the other

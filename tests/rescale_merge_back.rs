@@ -26,14 +26,7 @@ fn restore_one(
     name: &str,
     id: u64,
 ) -> (KeyedBackend, RestoreReport) {
-    KeyedBackend::builder(dir.join(name))
-        .options(small_options_without_compaction())
-        .max_parallelism(M)
-        .key_groups(KeyGroupRange::all(M).unwrap())
-        .checkpoint_storage(Arc::clone(storage))
-        .job_owner(owner_of(storage, 1))
-        .restore_with_report(RestoreFrom::Checkpoint(id))
-        .unwrap()
+    restore_one_with(dir, storage, name, id, &small_options_without_compaction())
 }
 
 /// One instance with `n` random operations, checkpoint 1, split into two halves restored

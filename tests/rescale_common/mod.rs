@@ -403,6 +403,25 @@ pub fn restore_all_with(
         .collect()
 }
 
+/// Restores checkpoint `id` as one instance owning every key group under `dir/name`, with
+/// RocksDB options `options`, and the restore's report.
+pub fn restore_one_with(
+    dir: &Path,
+    storage: &Arc<dyn CheckpointStorage>,
+    name: &str,
+    id: u64,
+    options: &DbOptions,
+) -> (KeyedBackend, rockstate::RestoreReport) {
+    KeyedBackend::builder(dir.join(name))
+        .options(options.clone())
+        .max_parallelism(M)
+        .key_groups(KeyGroupRange::all(M).unwrap())
+        .checkpoint_storage(Arc::clone(storage))
+        .job_owner(owner_of(storage, 1))
+        .restore_with_report(RestoreFrom::Checkpoint(id))
+        .unwrap()
+}
+
 /// Checks every backend against the model and that together they cover all of it once.
 pub fn check_all(backends: &[KeyedBackend], model: &Model) {
     let total: usize = backends.iter().map(|b| check(b, model)).sum();
