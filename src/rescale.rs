@@ -23,20 +23,22 @@
 //! 3. **Merge the others** (opened read-only, so their live files stay put). Per state and
 //!    other source, with `copy` = the other's claimed range ∩ the target: first the base's
 //!    files entirely inside `copy` go (they hold only dead entries there; RocksDB drops such
-//!    files from L1 down, not from L0). A base L0 file inside `copy` that the source does not
-//!    hold (the clip tombstone an earlier split flushed) goes too where that spares the
-//!    rewrite of key groups: the base's column family is rebuilt from its other files
-//!    ([`db::FileSurgery::rebuild`]), only if each of them can be ingested as it is. Then,
-//!    per file ([`plan_state`]):
+//!    files from L1 down, not from L0). A base file inside `copy` that RocksDB kept and the
+//!    source does not hold (in practice the clip tombstone an earlier split flushed into L0)
+//!    goes too where that spares the rewrite of key groups: the base's column family is
+//!    rebuilt from its other files ([`db::FileSurgery::rebuild`]), only if each of them is
+//!    in level 0 or the last level and can be ingested as it is ([`ingestible_as_is`]).
+//!    Then, per file ([`plan_state`]):
 //!    * a source file with no key in `copy`, or one the base holds too (same SST unique id:
 //!      both came from one checkpoint before an earlier split), needs nothing;
 //!    * a source file inside `copy` that overlaps no base file and that RocksDB wrote (a
 //!      flush or compaction output) is ingested *as it is*, hard-linked, keeping its sequence
-//!      numbers (RocksDB's DB-generated-file ingestion, [`db::ingest_db_generated`]): no
+//!      numbers (RocksDB's DB-generated-file ingestion, [`db::FileSurgery::ingest`]): no
 //!      entry is rewritten. A file an earlier rescale's fallback wrote is never linked: its
 //!      entries carry sequence number 0 and got their real one from the database that
 //!      ingested it, so in another database they would sink below every linked entry and
-//!      tombstone (`tests/rescale_rewritten_files.rs`). Ingestion raises the base's last
+//!      tombstone (`tests/rescale_rewritten_files.rs`). Nor is a file holding a range
+//!      tombstone, which ingestion would widen ([`ingestible_as_is`]). Ingestion raises the base's last
 //!      sequence number to the largest ingested one (persisted), so every later write is
 //!      newer;
 //!    * **fallback** (the old path), for the key groups of `copy` that any other source file
@@ -289,8 +291,9 @@ pub(crate) fn rescale(
     }
 
     // 3b. Which state column families of the base are rebuilt without the files the plans
-    //     drop: only where every other file of it can be ingested as it is (RocksDB wrote
-    //     it) and its memtables are empty; elsewhere the plans keep every file.
+    //     drop: only where every other file of it lies in level 0 or the last level and can
+    //     be ingested as it is, and its memtables are empty; elsewhere the plans keep every
+    //     file.
     let mut rebuilds: BTreeMap<String, Rebuild> = BTreeMap::new();
     for plan in &plans {
         rebuilds
@@ -307,16 +310,20 @@ pub(crate) fn rescale(
             continue;
         }
         let files = cf.live_files()?;
-        let all_linkable = files.iter().all(|f| {
+        // Ingested again, the kept files must read as they did, and land where they were: an
+        // empty column family takes DB-generated files only into level 0 and the last level
+        // (its base level is the last), so a file from levels 1 to 5 would go to level 0,
+        // and the next compaction would rewrite the state under it (which the first
+        // checkpoint would upload again).
+        let all_ingestible = files.iter().all(|f| {
             rebuild.drop.contains(&f.path)
-                || sst_format::read_sst_meta(&f.path)
-                    .is_ok_and(|m| m.properties.external_sst_file_version.is_none())
+                || ((f.level == 0 || f.level == LAST_LEVEL) && ingestible_as_is(&f.path))
         });
         let present = rebuild
             .drop
             .iter()
             .all(|d| files.iter().any(|f| f.path == *d));
-        if all_linkable && present {
+        if all_ingestible && present {
             rebuild.expect = files.into_iter().map(|f| f.path).collect();
         }
     }
@@ -617,12 +624,7 @@ struct FileFacts {
     file: LiveSst,
     /// Its SST unique id (`None` if unreadable, which only makes it count as not shared).
     id: Option<SstUniqueId>,
-    /// Whether it may be ingested into another database as it is: RocksDB wrote it (a flush
-    /// or compaction), so every entry carries its own sequence number. A file an
-    /// `SstFileWriter` wrote (an earlier rescale's rewrite, ingested) holds sequence number 0
-    /// in every entry and got its real one from the database that ingested it; linked into
-    /// another database its entries would be older than anything else there. An unreadable
-    /// file is not linkable either.
+    /// Whether it may be ingested into another database as it is ([`ingestible_as_is`]).
     linkable: bool,
 }
 
@@ -633,16 +635,38 @@ fn with_facts(cf: &Cf, keep: impl Fn(&LiveSst) -> bool) -> Result<Vec<FileFacts>
         .into_iter()
         .filter(|f| keep(f))
         .map(|file| {
-            let meta = sst_format::read_sst_meta(&file.path).ok();
+            let id = sst_format::read_sst_meta(&file.path)
+                .ok()
+                .map(|m| m.unique_id);
             FileFacts {
-                id: meta.as_ref().map(|m| m.unique_id.clone()),
-                linkable: meta
-                    .as_ref()
-                    .is_some_and(|m| m.properties.external_sst_file_version.is_none()),
+                id,
+                linkable: ingestible_as_is(&file.path),
                 file,
             }
         })
         .collect())
+}
+
+/// RocksDB's last level (its default of 7 levels, which rockstate keeps).
+const LAST_LEVEL: i32 = 6;
+
+/// Whether the SST at `path` reads the same after RocksDB ingests it as it is into another
+/// column family, its sequence numbers kept (`allow_db_generated_files`):
+/// * RocksDB wrote it (a flush or compaction): a file an `SstFileWriter` wrote (an earlier
+///   rescale's rewrite, a changelog restore's log table) holds sequence number 0 in every
+///   entry and got its real one from the database that ingested it; ingested again, its
+///   entries would be older than anything else there;
+/// * it holds no range tombstone: a compaction that cuts a range tombstone across several
+///   output files stores it whole in each and narrows only the key range the MANIFEST
+///   records; an ingestion takes the range from the file's contents, so the siblings come
+///   back overlapping, a tombstone above newer entries of another sibling, and those
+///   entries are lost.
+///
+/// An unreadable file is not either.
+fn ingestible_as_is(path: &Path) -> bool {
+    sst_format::read_sst_meta(path).is_ok_and(|m| {
+        m.properties.external_sst_file_version.is_none() && m.properties.num_range_deletions == 0
+    })
 }
 
 /// How one state of one source gets into the base, as [`plan_state`] found it.
@@ -675,12 +699,13 @@ struct StatePlan {
 ///   The rewrite's range tombstone hides whatever `dst` then holds there, linked files
 ///   included, and its entries are the source's merged view.
 ///
-/// A file of `dst` entirely inside `copy` that the source does not hold (level 0, where
-/// RocksDB drops nothing: typically the clip tombstone an earlier split flushed) holds only
-/// dead entries and tombstones over them, like those dropped before. Dropping it too leaves
-/// `dst` showing in `copy` only files the source holds as well, which then need nothing. So
-/// the plan drops such files when that marks fewer key groups for the rewrite than keeping
-/// them, and says what to do if they stay after all.
+/// A file of `dst` entirely inside `copy` that the source does not hold and RocksDB did not
+/// drop (level 0 above all: typically the clip tombstone an earlier split flushed) holds only
+/// dead entries and tombstones over them, like those dropped before. Without it, what `dst`
+/// shows in `copy` comes from files the source holds as well, which need nothing, and from
+/// files it does not hold, whose key groups are rewritten as above. So the plan drops such
+/// files when that marks fewer key groups for the rewrite than keeping them, and says what
+/// to do if they stay after all.
 fn plan_state(dst: &Cf, src: &Cf, copy: KeyGroupRange, m: u32) -> Result<StatePlan> {
     if !src.memtables_empty()? {
         // Fallback: data only in the source's memtables (a replayed WAL) is in no file.
@@ -972,5 +997,47 @@ mod tests {
             }
             assert!(s.iter().all(|x| x.start <= x.end));
         }
+    }
+
+    /// Only a file RocksDB wrote without a range tombstone is ingested as it is: a flush of
+    /// puts is; a flush holding a range deletion is not, nor a file an `SstFileWriter` wrote.
+    #[test]
+    fn only_rocksdb_written_files_without_range_tombstones_are_ingestible_as_is() {
+        use crate::options::MemoryBudgetConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+        let db = Db::open(&dir.path().join("db"), &DbOptions::default(), &budget, None).unwrap();
+        let cf = db.create_cf("s").unwrap();
+        let flushed = |f: &dyn Fn(&Cf)| {
+            let before: Vec<PathBuf> = cf
+                .live_files()
+                .unwrap()
+                .into_iter()
+                .map(|f| f.path)
+                .collect();
+            f(&cf);
+            db.flush_all().unwrap();
+            let mut new: Vec<PathBuf> = cf
+                .live_files()
+                .unwrap()
+                .into_iter()
+                .map(|f| f.path)
+                .filter(|p| !before.contains(p))
+                .collect();
+            assert_eq!(new.len(), 1);
+            new.remove(0)
+        };
+        let puts = flushed(&|cf| cf.put(b"a1", b"x").unwrap());
+        assert!(ingestible_as_is(&puts));
+        let tombstone = flushed(&|cf| {
+            cf.put(b"b1", b"y").unwrap();
+            cf.delete_range(b"c", b"d").unwrap();
+        });
+        assert!(!ingestible_as_is(&tombstone));
+        let written = dir.path().join("written.sst");
+        db.write_sst(&written, |sink| sink.put(b"e1", b"z"))
+            .unwrap();
+        assert!(!ingestible_as_is(&written));
+        assert!(!ingestible_as_is(&dir.path().join("missing.sst")));
     }
 }

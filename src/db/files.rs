@@ -356,8 +356,11 @@ impl FileSurgery {
     /// Returns `Ok(Err(reason))`, the column family as it was, when its live files are not
     /// `expect` (a compaction ran since) or a link fails, and when RocksDB refuses the
     /// ingestion: then every file of `expect` is ingested back, which gives the column
-    /// family's entries as they were. `Err` only if even that fails. Its memtables must be
-    /// empty (the caller checks; a flush here would add a file nobody planned with).
+    /// family's entries as they were. `Err` if dropping or creating the column family fails
+    /// or RocksDB refuses its files back too: the database is then unusable and the restore
+    /// fails (it removes its target). Its memtables must be empty (the caller checks; a flush
+    /// here would add a file nobody planned with). Every kept file must read the same ingested
+    /// again (`crate::rescale` checks: written by RocksDB, no range tombstone).
     pub(crate) fn rebuild(
         &mut self,
         cf: &str,
@@ -398,26 +401,35 @@ impl FileSurgery {
             .filter(|(f, _)| !drop.contains(f))
             .map(|(_, l)| l.clone())
             .collect();
-        let result = self
-            .recreate(cf)
-            .and_then(|()| self.ingest_files(cf, &keep));
-        let outcome = match result {
-            Ok(Ok(())) => Ok(Ok(())),
-            Ok(Err(reason)) => {
-                // The column family is empty again after a refused ingestion (it is atomic):
-                // bring back every file it had.
-                match self.ingest_files(cf, &links)? {
-                    Ok(()) => Ok(Err(reason)),
-                    Err(again) => Err(Error::Internal(format!(
-                        "rebuilding {cf}: RocksDB refused its files ({reason}) and then \
-                         refused them back ({again})"
-                    ))),
-                }
-            }
-            Err(e) => Err(e),
-        };
+        let outcome = self.replace_files(cf, &keep, &links);
         remove_all(&links);
         outcome
+    }
+
+    /// Empties column family `cf` and ingests `keep` into it; if RocksDB refuses them, ingests
+    /// `all` (what it held) instead.
+    fn replace_files(
+        &mut self,
+        cf: &str,
+        keep: &[PathBuf],
+        all: &[PathBuf],
+    ) -> Result<std::result::Result<(), String>> {
+        self.recreate(cf)?;
+        if keep.is_empty() {
+            // RocksDB refuses an ingestion of no files.
+            return Ok(Ok(()));
+        }
+        let Err(reason) = self.ingest_files(cf, keep)? else {
+            return Ok(Ok(()));
+        };
+        // A refused ingestion changes nothing: the column family is empty again.
+        match self.ingest_files(cf, all)? {
+            Ok(()) => Ok(Err(reason)),
+            Err(again) => Err(Error::Internal(format!(
+                "rebuilding {cf}: RocksDB refused its files ({reason}) and then refused them \
+                 back ({again})"
+            ))),
+        }
     }
 
     /// Drops column family `cf` and creates it again, empty, with the options it was opened
