@@ -32,7 +32,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use common::crash::{self, read_model, spawn_child, storage_at, write_model};
+use common::crash::{self, read_model, storage_at, write_model};
+use common::process::spawn_child;
 use common::*;
 use rand::Rng;
 use rockstate::{CheckpointOptions, CheckpointStorage, KeyedBackend, RestoreFrom};

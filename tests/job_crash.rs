@@ -28,7 +28,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::crash::{self, read_model, spawn_child, storage_at, write_model};
+use common::crash::{self, read_model, storage_at, write_model};
+use common::process::spawn_child;
 use common::*;
 use rand::Rng;
 use rockstate::catalog::Catalog;

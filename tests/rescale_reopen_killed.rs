@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::crash::{kill_child_once_written, publish_and_wait_to_be_killed};
+use common::process::{kill_child_once_written, publish_and_wait_to_be_killed};
 use common::*;
 use rockstate::{CheckpointOptions, LocalStorage, RestoreFrom};
 

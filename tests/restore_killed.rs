@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::crash::{spawn_child, wait_for};
+use common::process::{spawn_child, wait_for};
 use common::*;
 use rockstate::{Fault, FaultyStorage, LocalStorage, OpKind, RestoreFrom};
 

@@ -6,6 +6,8 @@
 //! [`on_every_storage!`] runs a test body on both.
 #![allow(dead_code)]
 
+#[path = "../checkpoint_common/process.rs"]
+pub mod process;
 #[path = "../checkpoint_common/s3.rs"]
 pub mod s3;
 
