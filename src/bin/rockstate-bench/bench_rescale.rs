@@ -15,10 +15,11 @@
 //! - `rescale=2->1-right-after-1->2`: one backend restored from both manifests of checkpoint 2 (base + SST
 //!   ingestion of the other); baseline: the same two manifests restored plainly, one after
 //!   the other, on one thread (the same bytes, no merging). Then the merged backend's first
-//!   checkpoint (3) and how many of the other half's SSTs were linked or rewritten. Both
-//!   halves still hold the source's L0 SSTs and their clip tombstones, so the other half's
-//!   part is rewritten (docs/rescale.md, "Where linking cannot help"): the worst case, a
-//!   scale-in right after a scale-out, before compaction gave each half files of its own.
+//!   checkpoint (3) and how many of the other half's SSTs were linked, rewritten or dropped.
+//!   Both halves still hold the source's L0 SSTs and their clip tombstones: a scale-in right
+//!   after a scale-out, before compaction gave each half files of its own. The base drops
+//!   its clip file, so the files both halves hold serve the other half as they are
+//!   (docs/decisions/0044-merge-back-drops-level-0-clips.md).
 //! - savepoint write and read of the merged backend, median of `repeat` runs each. MB/s =
 //!   raw entry bytes (key + namespace + suffix + value lengths, uncompressed, summed over every
 //!   entry) / 10^6 / wall seconds of `write_savepoint` (including its final fsync) or of
