@@ -553,6 +553,27 @@ fn in_target(key: &[u8], name: &str, target: KeyGroupRange, max_parallelism: u32
     Ok(target.contains(group_of(key, name, max_parallelism)?))
 }
 
+/// The part of the keyed range `[start, end)` inside the key groups `target`, `None` if it
+/// holds no key of them (keys order by their big-endian key-group prefix first).
+fn range_in_target(
+    start: &[u8],
+    end: &[u8],
+    target: KeyGroupRange,
+    max_parallelism: u32,
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    let prefix = |group: u32| {
+        let mut out = Vec::with_capacity(2);
+        // `group <= max_parallelism <= 32768`, validated before any restore.
+        keygroup::write_prefix(&mut out, group as u16, max_parallelism);
+        out
+    };
+    let lo = prefix(u32::from(target.start));
+    let hi = prefix(u32::from(target.end) + 1);
+    let from = start.max(lo.as_slice()).to_vec();
+    let to = end.min(hi.as_slice()).to_vec();
+    (from < to).then_some((from, to))
+}
+
 /// At most this many threads sort and write a replay's SSTs; fewer on fewer cores (the work
 /// is CPU-bound).
 const REPLAY_THREADS: usize = 4;
@@ -819,18 +840,24 @@ fn apply_segment(
             file: name.to_string(),
             detail: format!("log segment: {e}"),
         })?;
-        let cf = match dests.get(entry.cf() as usize) {
-            Some(Dest::Meta(cf)) => cf,
+        let (cf, keyed) = match dests.get(entry.cf() as usize) {
+            Some(Dest::Meta(cf)) => (cf, false),
             Some(Dest::Keyed(cf)) => {
-                let key = match entry {
-                    LogEntry::Put { key, .. } | LogEntry::Delete { key, .. } => key,
-                    LogEntry::DeleteRange { start, .. } => start,
+                let inside = match entry {
+                    LogEntry::Put { key, .. } | LogEntry::Delete { key, .. } => {
+                        in_target(key, name, target, max_parallelism)?
+                    }
+                    // A range reaching into the target is applied (cut to it below), wherever
+                    // it starts.
+                    LogEntry::DeleteRange { start, end, .. } => {
+                        range_in_target(start, end, target, max_parallelism).is_some()
+                    }
                 };
-                if !in_target(key, name, target, max_parallelism)? {
+                if !inside {
                     counts.skipped += 1;
                     continue;
                 }
-                cf
+                (cf, true)
             }
             None => {
                 return Err(Error::CheckpointCorrupt {
@@ -842,7 +869,12 @@ fn apply_segment(
         match entry {
             LogEntry::Put { key, value, .. } => cf.put(key, value)?,
             LogEntry::Delete { key, .. } => cf.delete(key)?,
-            LogEntry::DeleteRange { start, end, .. } => cf.delete_range(start, end)?,
+            LogEntry::DeleteRange { start, end, .. } if keyed => {
+                if let Some((from, to)) = range_in_target(start, end, target, max_parallelism) {
+                    cf.range_tombstone(&from, &to)?;
+                }
+            }
+            LogEntry::DeleteRange { start, end, .. } => cf.range_tombstone(start, end)?,
         }
         counts.applied += 1;
     }
@@ -853,6 +885,24 @@ fn apply_segment(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A log's range deletion is cut to the target's key groups, and one outside them is
+    /// dropped, wherever it starts.
+    #[test]
+    fn a_range_deletion_is_cut_to_the_target() {
+        let target = KeyGroupRange::new(10, 20).unwrap();
+        // 128 key groups: one-byte prefixes.
+        assert_eq!(
+            range_in_target(b"\x05zz", b"\x0cb", target, 128),
+            Some((b"\x0a".to_vec(), b"\x0cb".to_vec()))
+        );
+        assert_eq!(
+            range_in_target(b"\x0ca", b"\x30", target, 128),
+            Some((b"\x0ca".to_vec(), b"\x15".to_vec()))
+        );
+        assert_eq!(range_in_target(b"\x01", b"\x0a", target, 128), None);
+        assert_eq!(range_in_target(b"\x15", b"\x20", target, 128), None);
+    }
 
     fn change(group: u16, key: &'static [u8]) -> Change<'static> {
         (group, key, None)

@@ -19,7 +19,7 @@
 //!    entirely inside its clipped ranges go (no tombstone yet: it would overlap what step 3
 //!    ingests). When the restore did not download some of them ([`skippable`]), this runs
 //!    first, right after opening the base with RocksDB's consistency checks off, and step 1
-//!    checks the base after it (see [`open_without_skipped`]).
+//!    checks the base after it, reopened with them on (see [`drop_skipped_files`]).
 //! 3. **Merge the others** (opened read-only, so their live files stay put). Per state and
 //!    other source, with `copy` = the other's claimed range ∩ the target: first the base's
 //!    files entirely inside `copy` go (they hold only dead entries there; RocksDB drops such
@@ -97,10 +97,11 @@ pub(crate) struct Source<'a> {
     pub(crate) manifest: &'a CheckpointManifest,
     /// The directory holding its downloaded files.
     pub(crate) dir: &'a Path,
-    /// Local names of its SSTs that were not downloaded ([`skippable`]). The base is opened
-    /// without them and they are dropped before anything reads it; another source is opened
-    /// read-only without them, and nothing reads it outside its `copy` range, which they lie
-    /// wholly outside of.
+    /// Local names of its SSTs that were not downloaded ([`skippable`]). They are dropped
+    /// ([`drop_skipped`]; for the base, first thing in [`rescale`]) before anything reads the
+    /// source: a bounded scan inside the target can still open one, since RocksDB's level
+    /// iterator opens the first file of a level at or after its seek key even when it starts
+    /// past the scan's upper bound. [`rescale`] refuses another source with skipped files.
     pub(crate) skipped: &'a [String],
 }
 
@@ -218,7 +219,10 @@ pub(crate) fn rescale(
         None if base.skipped.is_empty() => {
             Db::open(base.dir, target.options, target.budget, layout)?
         }
-        None => open_without_skipped(base, target, layout, &clips, &mut stats)?,
+        None => {
+            drop_skipped_files(base, target, layout, &clips, &mut stats)?;
+            Db::open(base.dir, target.options, target.budget, layout)?
+        }
     };
     let base_states = check_source(&db, base, m)?;
     let mut list_seq = read_list_seq(&db.default_cf()?)?;
@@ -241,12 +245,13 @@ pub(crate) fn rescale(
     let mut opened: Vec<Arc<Db>> = Vec::with_capacity(others.len());
     let mut plans: Vec<Plan> = Vec::new();
     for (i, other) in others.iter().enumerate() {
-        let odb = Db::open_read_only(
-            other.dir,
-            target.options,
-            target.budget,
-            !other.skipped.is_empty(),
-        )?;
+        if !other.skipped.is_empty() {
+            return Err(Error::Internal(format!(
+                "{}: another source of a rescale with files not dropped",
+                other.name
+            )));
+        }
+        let odb = Db::open_read_only(other.dir, target.options, target.budget, false)?;
         let other_states = check_source(&odb, other, m)?;
         list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
         for (name, st) in &other_states {
@@ -515,12 +520,10 @@ fn clip_ranges(claimed: KeyGroupRange, target: KeyGroupRange, m: u32) -> Vec<(Ve
 /// another) that need not be downloaded: keyed-state files (manifest version 2 records their
 /// key range) at L1 or deeper whose keys lie wholly inside one clipped range
 /// ([`clip_ranges`], the end inclusive as RocksDB's `DeleteFilesInRange` takes it), so
-/// wholly outside the target. For the base, step 2 drops exactly such files unless RocksDB
-/// is compacting one or its range's edge is not a clean cut; those are downloaded late
-/// ([`Target::fetch_late`]). Another source is only ever read inside the target (L1 and
-/// deeper files are opened only where a read reaches them, L0 files all at once: those are
-/// never skipped). Empty for a plain restore (no clipped range) and for version-1 manifests
-/// (no ranges).
+/// wholly outside the target. Every source's such files are dropped ([`drop_skipped`]) before
+/// anything reads it, unless RocksDB is compacting one or its range's edge is not a clean
+/// cut; those are downloaded late ([`Target::fetch_late`]). Empty for a plain restore (no
+/// clipped range) and for version-1 manifests (no ranges).
 pub(crate) fn skippable(base: &CheckpointManifest, target: KeyGroupRange) -> Result<Vec<String>> {
     let claimed = KeyGroupRange::new(base.key_group_start, base.key_group_end)?;
     let clips = clip_ranges(claimed, target, base.max_parallelism);
@@ -540,36 +543,37 @@ pub(crate) fn skippable(base: &CheckpointManifest, target: KeyGroupRange) -> Res
 }
 
 /// Drops a source's `skipped` SSTs (and every other file wholly outside the target) before
-/// anything else opens it: what [`rescale`] does first for the base, for a source that the
-/// changelog replay opens whole before the rescale. Returns the skipped files RocksDB kept,
-/// downloaded after all (local name, size); the rescale then takes the source with nothing
-/// skipped.
+/// anything else opens it: what [`rescale`] does first for the base, and what the restore does
+/// for every other source with skipped files and for a source whose log is replayed. Returns
+/// the skipped files RocksDB kept, downloaded after all (local name, size); the source is
+/// then taken with nothing skipped.
 pub(crate) fn drop_skipped(source: &Source<'_>, target: &Target<'_>) -> Result<Vec<(String, u64)>> {
     let m = target.max_parallelism;
     let clips = clip_ranges(claimed_range(source)?, target.key_groups, m);
     let mut stats = RescaleStats::default();
-    let db = open_without_skipped(
+    drop_skipped_files(
         source,
         target,
         Some(KeyLayout::new(m, target.key_groups)),
         &clips,
         &mut stats,
     )?;
-    db.close()?;
     Ok(stats.fetched_late)
 }
 
-/// Opens a source (the base, or one about to have its log replayed), whose `skipped` SSTs
-/// were not downloaded, and drops the files wholly inside `clips` from every state column
-/// family before anything reads it; skipped files RocksDB kept (being compacted, or not a
-/// clean cut) are fetched then, and the database is reopened with every check on.
-fn open_without_skipped(
+/// Opens a source whose `skipped` SSTs were not downloaded with RocksDB's `paranoid_checks`
+/// off (which tolerates the missing files), drops the files wholly inside `clips` from every
+/// state column family before anything reads it, fetches the skipped files RocksDB kept
+/// (being compacted, or not a clean cut) and closes it. The caller opens it again with every
+/// check on: a database left open with `paranoid_checks` off would go on ignoring background
+/// errors.
+fn drop_skipped_files(
     source: &Source<'_>,
     target: &Target<'_>,
     layout: Option<KeyLayout>,
     clips: &[(Vec<u8>, Vec<u8>)],
     stats: &mut RescaleStats,
-) -> Result<Arc<Db>> {
+) -> Result<()> {
     let db = Db::open_missing_files(source.dir, target.options, target.budget, layout)?;
     let mut live = std::collections::HashSet::new();
     for name in db.cf_names()? {
@@ -587,6 +591,8 @@ fn open_without_skipped(
             }
         }
     }
+    db.close()?;
+    drop(db);
     let late: Vec<String> = source
         .skipped
         .iter()
@@ -594,7 +600,7 @@ fn open_without_skipped(
         .cloned()
         .collect();
     if late.is_empty() {
-        return Ok(db);
+        return Ok(());
     }
     tracing::warn!(
         files = ?late,
@@ -614,9 +620,7 @@ fn open_without_skipped(
             (name, size)
         })
         .collect();
-    db.close()?;
-    drop(db);
-    Db::open(source.dir, target.options, target.budget, layout)
+    Ok(())
 }
 
 /// A live SST file with what its properties say about it.

@@ -492,6 +492,15 @@ fn restore_pinned<T>(
                 report.log_entries_replayed += counts.applied;
                 report.log_entries_skipped += counts.skipped;
             }
+            // Another source is read by bounded scans, and RocksDB's level iterator opens the
+            // first file of a level at or after a seek's key even when it starts past the
+            // scan's upper bound: opened without its skipped files, a source whose level has
+            // no file between could fail such a read. Its skipped files go first, as for a
+            // source whose log is replayed.
+            for source in other_sources.iter_mut().filter(|s| !s.skipped.is_empty()) {
+                fetched_late.extend(rescale::drop_skipped(source, &rescale_target)?);
+                source.skipped = &[];
+            }
             let (mut stats, db) =
                 rescale::rescale(&base, base_db, &other_sources, &rescale_target)?;
             db.after_restore()?;

@@ -402,3 +402,120 @@ fn a_log_checkpoint_rescale_skips_too() {
         check(&b, half);
     }
 }
+
+/// Another source's skipped files are dropped before the merge reads it: RocksDB's level
+/// iterator opens the first file of a level at or after a seek's key even when it starts past
+/// the scan's upper bound. Three instances hold no key in groups 52..=63; each has its state
+/// compacted into one file per group and two newer keys in an L0 file spanning its groups.
+/// The first half (0..=63) merges the first third (base, 0..=42) and the second (43..=85),
+/// whose files of 64..=85 are skipped; the second's L0 file marks 43..=63 for the rewrite,
+/// and the scan of a slice past its last key (group 51) lands on the skipped file of group
+/// 64. With that file missing, the restore failed with an IO error every time.
+#[test]
+fn a_scan_of_another_source_past_its_last_key_meets_no_skipped_file() {
+    let (dir, storage) = local_store();
+    let empty = |k: u64| (52..=63).contains(&group(k));
+    let owner = Arc::new(JobOwner::open(Arc::clone(&storage), 1, Arc::new(SystemClock)).unwrap());
+    let thirds: Vec<KeyedBackend> = (0..3)
+        .map(|i| {
+            let r = KeyGroupRange::for_operator(M, 3, i).unwrap();
+            let b = one_group_files(dir.path(), &storage, &format!("third-{i}"), r)
+                .checkpoint_options(from_storage())
+                .job_owner(Arc::clone(&owner))
+                .open()
+                .unwrap();
+            let s = b.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+            let mine: Vec<u64> = (0..KEYS)
+                .filter(|k| r.contains(group(*k)) && !empty(*k))
+                .collect();
+            for k in &mine {
+                s.put(&k.to_be_bytes(), &[], &value(*k, 0)).unwrap();
+            }
+            b.flush().unwrap();
+            b.compact_state("s").unwrap();
+            // Flushed by the checkpoint into an L0 file spanning the third's groups.
+            for k in [mine[0], mine[mine.len() - 1]] {
+                s.put(&k.to_be_bytes(), &[], &value(k, 0)).unwrap();
+            }
+            b
+        })
+        .collect();
+    let stats: Vec<_> = thirds.iter().map(|b| b.checkpoint(1).unwrap()).collect();
+    owner
+        .commit(&sst_format::JobCheckpoint {
+            checkpoint_id: 1,
+            job_name: "thirds".into(),
+            max_parallelism: M,
+            triggered_at_ms: 0,
+            completed_at_ms: 0,
+            tasks: thirds
+                .iter()
+                .zip(&stats)
+                .enumerate()
+                .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
+                .collect(),
+        })
+        .unwrap();
+    for b in &thirds {
+        b.notify_checkpoint_complete(1).unwrap();
+    }
+    let ids: Vec<String> = thirds.iter().map(|b| b.backend_id().to_string()).collect();
+    drop(thirds);
+
+    let half = KeyGroupRange::for_operator(M, 2, 0).unwrap();
+    let (b, report) = one_group_files(dir.path(), &storage, "half", half)
+        .checkpoint_options(from_storage())
+        .restore_with_report(RestoreFrom::Handles {
+            checkpoint_id: 1,
+            backend_ids: ids,
+        })
+        .unwrap();
+    assert!(report.files_skipped > 0, "{report:?}");
+    assert!(report.sst_files_rewritten > 0, "{report:?}");
+    let s = b.raw_value_state("s", CodecId::new("bytes", 1)).unwrap();
+    for k in (0..KEYS).filter(|k| half.contains(group(*k))) {
+        let want = (!empty(k)).then(|| value(k, 0));
+        assert_eq!(s.get(&k.to_be_bytes(), &[]).unwrap(), want, "key {k}");
+    }
+}
+
+/// A split whose base skipped files hands the backend a database opened with RocksDB's
+/// checks on: the newest OPTIONS file of the restored directory says `paranoid_checks=true`
+/// (with them off, RocksDB would go on ignoring background errors).
+#[test]
+fn a_base_that_skipped_files_is_reopened_with_every_check_on() {
+    let (dir, storage) = local_store();
+    let all = KeyGroupRange::all(M).unwrap();
+    let src = one_group_files(dir.path(), &storage, "src", all)
+        .checkpoint_options(from_storage())
+        .open()
+        .unwrap();
+    drop(fill_compacted(&src));
+    src.checkpoint(1).unwrap();
+    src.notify_checkpoint_complete(1).unwrap();
+    drop(src);
+    let half = KeyGroupRange::for_operator(M, 2, 0).unwrap();
+    let (b, report) = one_group_files(dir.path(), &storage, "half", half)
+        .checkpoint_options(from_storage())
+        .restore_with_report(RestoreFrom::Checkpoint(1))
+        .unwrap();
+    assert_eq!(report.files_skipped, 64, "{report:?}");
+    let newest = std::fs::read_dir(dir.path().join("half"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let n: u64 = name.strip_prefix("OPTIONS-")?.parse().ok()?;
+            Some((n, name))
+        })
+        .max()
+        .unwrap()
+        .1;
+    let text = std::fs::read_to_string(dir.path().join("half").join(newest)).unwrap();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("paranoid_checks="))
+        .unwrap();
+    assert_eq!(line, "paranoid_checks=true");
+    drop(b);
+}

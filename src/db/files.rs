@@ -30,6 +30,22 @@ impl Cf {
         self.delete_in_range(from, to, true)
     }
 
+    /// Deletes every key in `[from, to)` with a range tombstone only: no file is dropped, so
+    /// `to` may be any key (a file whose largest key is `to` itself keeps it, which
+    /// [`Cf::delete_range`]'s drop of whole files, `to` inclusive, would not).
+    pub(crate) fn range_tombstone(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let open = self.db.opened()?;
+        let changing = open.changing()?;
+        let handle = changing.handle(self.slot)?;
+        changing
+            .rocks()
+            .delete_range_cf_opt(handle, from, to, changing.write_options())
+            .map_err(rocks_error)
+    }
+
     /// Drops the files inside `[from, to)` and, with `tombstone`, deletes the rest of the
     /// range: one hold of the front lock across both changes, so no read records a value in
     /// between.

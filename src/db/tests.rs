@@ -643,3 +643,21 @@ fn a_rebuilt_column_family_holds_its_other_files_and_a_stale_plan_changes_nothin
     assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
     reads(&[(b"k1", Some(b"new")), (b"k2", None)]);
 }
+
+/// A range tombstone alone (`Cf::range_tombstone`, what a log's range deletion replays as)
+/// keeps the range's end key, even in a file whose largest key it is: `Cf::delete_range`
+/// drops whole files first with the end taken inclusive, which only a bare key-group prefix
+/// (no stored key equals one) makes safe.
+#[test]
+fn a_range_tombstone_keeps_the_end_key_of_its_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let db = Db::open(&dir.path().join("db"), &DbOptions::default(), &budget, None).unwrap();
+    let cf = db.create_cf("s").unwrap();
+    cf.put(b"\x05a", b"x").unwrap();
+    cf.put(b"\x05k", b"kept").unwrap();
+    cf.compact_all().unwrap();
+    cf.range_tombstone(b"\x05a", b"\x05k").unwrap();
+    assert_eq!(read(&cf, b"\x05a"), None);
+    assert_eq!(read(&cf, b"\x05k"), Some(b"kept".to_vec()));
+}
