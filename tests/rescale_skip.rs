@@ -197,6 +197,29 @@ fn rescale_skips_ssts_wholly_outside_the_target() {
 /// 1 -> 2 -> 1 with one key group per file: each half drops the other's files (and, with
 /// nothing of the base left in the range it gives away, writes no clip tombstone there), so
 /// merging the halves right away links every file instead of rewriting half the state.
+/// Takes checkpoint `id` of `backends` and completes it as one job of `owner`.
+fn checkpoint_job(owner: &JobOwner, backends: &[KeyedBackend], id: u64) {
+    let stats: Vec<_> = backends.iter().map(|b| b.checkpoint(id).unwrap()).collect();
+    owner
+        .commit(&sst_format::JobCheckpoint {
+            checkpoint_id: id,
+            job_name: "skip".into(),
+            max_parallelism: M,
+            triggered_at_ms: 0,
+            completed_at_ms: 0,
+            tasks: backends
+                .iter()
+                .zip(&stats)
+                .enumerate()
+                .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
+                .collect(),
+        })
+        .unwrap();
+    for b in backends {
+        b.notify_checkpoint_complete(id).unwrap();
+    }
+}
+
 /// The halves of a split, one job, and its owner.
 struct Halves {
     owner: Arc<JobOwner>,
@@ -206,30 +229,7 @@ struct Halves {
 impl Halves {
     /// Takes checkpoint `id` of both halves and completes it as one job.
     fn checkpoint(&self, id: u64) {
-        let stats: Vec<_> = self
-            .backends
-            .iter()
-            .map(|b| b.checkpoint(id).unwrap())
-            .collect();
-        self.owner
-            .commit(&sst_format::JobCheckpoint {
-                checkpoint_id: id,
-                job_name: "skip".into(),
-                max_parallelism: M,
-                triggered_at_ms: 0,
-                completed_at_ms: 0,
-                tasks: self
-                    .backends
-                    .iter()
-                    .zip(&stats)
-                    .enumerate()
-                    .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
-                    .collect(),
-            })
-            .unwrap();
-        for b in &self.backends {
-            b.notify_checkpoint_complete(id).unwrap();
-        }
+        checkpoint_job(&self.owner, &self.backends, id);
     }
 
     fn ids(&self) -> Vec<String> {
@@ -440,25 +440,7 @@ fn a_scan_of_another_source_past_its_last_key_meets_no_skipped_file() {
             b
         })
         .collect();
-    let stats: Vec<_> = thirds.iter().map(|b| b.checkpoint(1).unwrap()).collect();
-    owner
-        .commit(&sst_format::JobCheckpoint {
-            checkpoint_id: 1,
-            job_name: "thirds".into(),
-            max_parallelism: M,
-            triggered_at_ms: 0,
-            completed_at_ms: 0,
-            tasks: thirds
-                .iter()
-                .zip(&stats)
-                .enumerate()
-                .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
-                .collect(),
-        })
-        .unwrap();
-    for b in &thirds {
-        b.notify_checkpoint_complete(1).unwrap();
-    }
+    checkpoint_job(&owner, &thirds, 1);
     let ids: Vec<String> = thirds.iter().map(|b| b.backend_id().to_string()).collect();
     drop(thirds);
 

@@ -21,46 +21,38 @@ impl Cf {
     /// *inclusive*: callers pass a key-group prefix, which no stored key equals (stored keys
     /// are longer than their prefix).
     pub(crate) fn drop_files_in_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
-        self.delete_in_range(from, to, false)
+        self.delete_in_range(from, to, RangeChange::DropFiles)
     }
 
     /// Deletes every key in `[from, to)` with a range tombstone; first drops the SST files that
     /// lie entirely inside the range ([`Cf::drop_files_in_range`]).
     pub(crate) fn delete_range(&self, from: &[u8], to: &[u8]) -> Result<()> {
-        self.delete_in_range(from, to, true)
+        self.delete_in_range(from, to, RangeChange::DropFilesAndTombstone)
     }
 
     /// Deletes every key in `[from, to)` with a range tombstone only: no file is dropped, so
     /// `to` may be any key (a file whose largest key is `to` itself keeps it, which
     /// [`Cf::delete_range`]'s drop of whole files, `to` inclusive, would not).
     pub(crate) fn range_tombstone(&self, from: &[u8], to: &[u8]) -> Result<()> {
-        if from >= to {
-            return Ok(());
-        }
-        let open = self.db.opened()?;
-        let changing = open.changing()?;
-        let handle = changing.handle(self.slot)?;
-        changing
-            .rocks()
-            .delete_range_cf_opt(handle, from, to, changing.write_options())
-            .map_err(rocks_error)
+        self.delete_in_range(from, to, RangeChange::Tombstone)
     }
 
-    /// Drops the files inside `[from, to)` and, with `tombstone`, deletes the rest of the
-    /// range: one hold of the front lock across both changes, so no read records a value in
-    /// between.
-    fn delete_in_range(&self, from: &[u8], to: &[u8], tombstone: bool) -> Result<()> {
+    /// Applies `change` to `[from, to)`: one hold of the front lock across the file drop and
+    /// the tombstone, so no read records a value in between.
+    fn delete_in_range(&self, from: &[u8], to: &[u8], change: RangeChange) -> Result<()> {
         if from >= to {
             return Ok(());
         }
         let open = self.db.opened()?;
         let changing = open.changing()?;
         let handle = changing.handle(self.slot)?;
-        changing
-            .rocks()
-            .delete_file_in_range_cf(handle, from, to)
-            .map_err(rocks_error)?;
-        if tombstone {
+        if change != RangeChange::Tombstone {
+            changing
+                .rocks()
+                .delete_file_in_range_cf(handle, from, to)
+                .map_err(rocks_error)?;
+        }
+        if change != RangeChange::DropFiles {
             changing
                 .rocks()
                 .delete_range_cf_opt(handle, from, to, changing.write_options())
@@ -195,6 +187,17 @@ impl Cf {
         out.sort_by_key(|f| std::cmp::Reverse(f.level));
         Ok(out)
     }
+}
+
+/// What [`Cf::delete_in_range`] does to a key range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RangeChange {
+    /// Drops the files wholly inside it (RocksDB takes the end inclusive).
+    DropFiles,
+    /// Drops those files, then deletes the rest with a range tombstone.
+    DropFilesAndTombstone,
+    /// Only the range tombstone: no file is dropped.
+    Tombstone,
 }
 
 /// One live SST file of a column family ([`Cf::live_files`]).
