@@ -137,8 +137,9 @@ pub(crate) struct RescaleStats {
     pub(crate) files_linked: usize,
     /// SST files written by the fallback (scanned from another source) and ingested.
     pub(crate) files_rewritten: usize,
-    /// Level-0 SST files of the base wholly inside another source's part of the target,
-    /// dropped by rebuilding the base's column family from its other files.
+    /// SST files of the base wholly inside another source's part of the target that
+    /// RocksDB's `DeleteFilesInRange` left (level 0 above all), dropped by rebuilding the
+    /// base's column family from its other files.
     pub(crate) base_files_dropped: usize,
     /// Entries copied by the fallback into those files.
     pub(crate) entries_rewritten: u64,

@@ -57,10 +57,11 @@ pub struct RestoreReport {
     pub sst_files_rewritten: usize,
     /// Rescaling: entries the fallback copied into those files.
     pub entries_rewritten: u64,
-    /// Rescaling: level-0 SST files of the base checkpoint wholly inside the key groups
-    /// another source provides (typically the range tombstone an earlier split flushed),
-    /// dropped by rebuilding the base's column family from its other files, so that the
-    /// files both sources hold serve those key groups as they are (docs/rescale.md §2).
+    /// Rescaling: SST files of the base checkpoint wholly inside the key groups another
+    /// source provides that RocksDB does not drop by key range (level 0: typically the range
+    /// tombstone an earlier split flushed), dropped by rebuilding the base's column family
+    /// from its other files, so that the files both sources hold serve those key groups as
+    /// they are (docs/rescale.md §2).
     pub sst_files_dropped: usize,
     /// Rescaling: ingestions of another source's SST files (one per state) that RocksDB
     /// refused, so that state took the fallback.
