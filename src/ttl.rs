@@ -25,7 +25,10 @@ pub enum UpdateType {
     Disabled,
     /// Refreshed on every write (the default).
     OnCreateAndWrite,
-    /// Refreshed on every read and write.
+    /// Refreshed on every read and write. The refresh is written before the read hands the
+    /// value over, so a write the reader makes to the key comes after it; a write of the same
+    /// key from another thread between the read and its refresh is overwritten by the
+    /// refresh (a key belongs to one operator instance, read and written by one thread).
     OnReadAndWrite,
 }
 

@@ -545,3 +545,82 @@ fn a_ttl_value_written_around_the_write_cache_or_through_it_expires_alike() {
         }
     }
 }
+
+/// A read's TTL side effects come before what its caller writes while it reads: the refresh
+/// of an `OnReadAndWrite` value read through `get_with` does not overwrite a value the closure
+/// writes to the same key; nor does a map iteration's refresh of the entries it visits
+/// overwrite the updates the iteration makes, nor its cleanup of an expired entry delete the
+/// fresh value the iteration writes there. (The side effects used to be written after the
+/// read, over those writes.)
+#[test]
+fn a_reads_refresh_and_cleanup_never_undo_what_the_reader_writes() {
+    for kind in KINDS {
+        reads_refresh_and_cleanup_never_undo_what_the_reader_writes(kind);
+    }
+}
+
+fn reads_refresh_and_cleanup_never_undo_what_the_reader_writes(kind: BackendKind) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let b = open_kind(dir.path(), &clock, kind);
+    let codec = rockstate::CodecId::new("bytes", 1);
+    let v = b
+        .raw_value_state(
+            desc(
+                "v",
+                UpdateType::OnReadAndWrite,
+                Visibility::NeverReturnExpired,
+            ),
+            codec.clone(),
+        )
+        .unwrap();
+    v.put(b"k", &[], b"1").unwrap();
+    let seen = v
+        .get_with(b"k", &[], |old| {
+            let seen = old.to_vec();
+            v.put(b"k", &[], b"2")?;
+            Ok(seen)
+        })
+        .unwrap();
+    assert_eq!(seen, Some(b"1".to_vec()));
+    assert_eq!(v.get(b"k", &[]).unwrap(), Some(b"2".to_vec()));
+
+    let m = b
+        .raw_map_state(
+            desc(
+                "m",
+                UpdateType::OnReadAndWrite,
+                Visibility::NeverReturnExpired,
+            ),
+            codec.clone(),
+        )
+        .unwrap();
+    m.put(b"k", &[], b"a", b"old").unwrap();
+    m.for_each(b"k", &[], |uk, _| {
+        m.put(b"k", &[], uk, b"new")?;
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(m.get(b"k", &[], b"a").unwrap(), Some(b"new".to_vec()));
+
+    let c = b
+        .raw_map_state(
+            desc(
+                "c",
+                UpdateType::OnCreateAndWrite,
+                Visibility::NeverReturnExpired,
+            ),
+            codec,
+        )
+        .unwrap();
+    c.put(b"k", &[], b"a", b"old").unwrap();
+    clock.advance(TTL * 2);
+    c.put(b"k", &[], b"b", b"live").unwrap();
+    c.for_each(b"k", &[], |_, _| {
+        // Writes the expired entry the scan met before this one again.
+        c.put(b"k", &[], b"a", b"fresh")?;
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(c.get(b"k", &[], b"a").unwrap(), Some(b"fresh".to_vec()));
+}

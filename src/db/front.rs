@@ -920,6 +920,8 @@ impl<'a> Drained<'a> {
         if !iters.enabled() {
             return Ok(None);
         }
+        // The iterator's view is fixed here: not while a drain is half written.
+        let at_rest = self.at_rest();
         let taken = match iters.take(slot) {
             Some(taken) => taken,
             None => {
@@ -934,11 +936,21 @@ impl<'a> Drained<'a> {
                 Taken::new(unsafe { ScanIters::erase(it) }, epoch)
             }
         };
+        drop(at_rest);
         Ok(Some(KeptIterator {
             open: self.open,
             slot,
             it: Some(taken),
         }))
+    }
+
+    /// Holds off drains while the guard lives: a drain writes the cache to RocksDB in several
+    /// batches ([`DRAIN_BATCH_BYTES`]) under the front's write lock, so an iterator or a
+    /// checkpoint that takes its view of RocksDB while holding this sees all of a drain or
+    /// none of it (a batch made through the cache stays whole, as it is written straight
+    /// through). The caller must hold no lock of the front.
+    pub(super) fn at_rest(&self) -> parking_lot::RwLockReadGuard<'a, Front> {
+        self.open.front.read()
     }
 
     /// Drops the iterators kept between scans, so that none holds memtables or files on

@@ -101,6 +101,8 @@ impl Db {
         let drained = open.drained()?;
         // The checkpoint flushes every memtable.
         drained.release_kept_iterators();
+        // Not while another thread's drain is half written.
+        let _at_rest = drained.at_rest();
         rocksdb::checkpoint::Checkpoint::new(drained.rocks())
             .map_err(rocks_error)?
             .create_checkpoint(dir)
@@ -227,9 +229,11 @@ impl Cf {
         if let Some(upper) = upper {
             read.set_iterate_upper_bound(upper.to_vec());
         }
+        let at_rest = drained.at_rest();
         let mut it = drained
             .rocks()
             .raw_iterator_cf_opt(drained.handle(self.slot)?, read);
+        drop(at_rest);
         it.seek(lower);
         while let Some((k, v)) = it.item() {
             if !f(k, v)? {

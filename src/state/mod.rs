@@ -318,40 +318,36 @@ impl StateCore {
         if self.ttl.is_none() {
             return self.table.get_with(k, f)?.transpose();
         }
-        // The refreshed value is stamped inside the read, on the stack for small values.
-        let mut refresh: Option<ValueBuf> = None;
-        let mut expired = false;
+        // The side effects of the read (the refresh, the cleanup) are written before `f` runs,
+        // so a write `f` makes to this key comes after them and stays. The refreshed value is
+        // stamped inside the read, on the stack for small values.
         let out = self
             .table
             .get_with(k, |stored| -> Result<Option<R>> {
                 match self.classify(stored)? {
                     Found::Live(p) => f(p).map(Some),
                     Found::LiveRefresh(p) => {
-                        refresh = Some(self.stamp(p));
+                        self.table.put(k, &self.stamp(p))?;
                         f(p).map(Some)
                     }
                     Found::ExpiredHidden => {
-                        expired = true;
+                        self.table.delete(k)?;
+                        self.count_dropped_on_read(1);
                         Ok(None)
                     }
                 }
             })?
             .transpose()?
             .flatten();
-        if let Some(stored) = refresh {
-            self.table.put(k, &stored)?;
-        }
-        if expired {
-            self.table.delete(k)?;
-            self.count_dropped_on_read(1);
-        }
         self.cleanup_incrementally()?;
         Ok(out)
     }
 
     /// Visits the live entries under `prefix` (a key's list or map in one namespace) in key
-    /// order as `(suffix, payload)`, applying TTL: expired entries are skipped and removed,
-    /// refreshed ones rewritten, after the scan.
+    /// order as `(suffix, payload)`, applying TTL: an expired entry is skipped and removed, a
+    /// refreshed one rewritten, each as the scan meets it and before `f` sees the next entry
+    /// (or, when refreshed, this one), so a write `f` makes to an entry of the scan comes after
+    /// them and stays.
     pub(crate) fn scan_prefix(
         &self,
         prefix: &[u8],
@@ -363,26 +359,19 @@ impl StateCore {
                 .table
                 .scan(prefix, end.as_deref(), |k, v| f(&k[prefix.len()..], v));
         }
-        let mut batch = self.table.batch();
-        let mut dropped = 0;
         self.table
             .scan(prefix, end.as_deref(), |k, v| match self.classify(v)? {
                 Found::Live(p) => f(&k[prefix.len()..], p),
                 Found::LiveRefresh(p) => {
-                    self.batch_put_payload(&mut batch, k, p);
+                    self.table.put(k, &self.stamp(p))?;
                     f(&k[prefix.len()..], p)
                 }
                 Found::ExpiredHidden => {
-                    batch.delete(k);
-                    dropped += 1;
+                    self.table.delete(k)?;
+                    self.count_dropped_on_read(1);
                     Ok(true)
                 }
-            })?;
-        if batch.len() > 0 {
-            batch.commit()?;
-            self.count_dropped_on_read(dropped);
-        }
-        Ok(())
+            })
     }
 
     /// Deletes every entry under `prefix` (a key's list or map in one namespace).
