@@ -1,7 +1,10 @@
 //! The changelog recorder. In changelog mode (`ChangelogOptions`) a backend's database
 //! records here every change RocksDB takes from it, in the order it takes them: each put and
 //! delete of every column family, with the write cache's writes recorded as they are drained
-//! (so a key written many times between two drains is recorded once). A checkpoint cuts what
+//! (so a key written many times between two drains is recorded once). A write made straight
+//! through is recorded once RocksDB took it, so one RocksDB refuses is not; a drain records
+//! its writes as it makes them, and one that fails keeps them cached and records them again
+//! when it is made again. A checkpoint cuts what
 //! was recorded since the last cut ([`ChangeLog::cut`]) into one changelog segment
 //! (`sst_format::LogSegmentBuilder`, docs/changelog-format.md).
 //!

@@ -601,11 +601,6 @@ impl Open {
             for op in batch.iter().filter(|op| op.value.is_some()) {
                 front.raise(op.slot, &op.key);
             }
-            if let Some(log) = front.log.as_mut() {
-                for op in batch {
-                    log.record(op.slot, &op.key, op.value.as_deref());
-                }
-            }
         }
         let bytes = wb.size_in_bytes();
         self.rocks
@@ -613,6 +608,13 @@ impl Open {
             .map_err(rocks_error)?;
         self.after_write(bytes);
         if let Some(front) = &mut front {
+            // Logged once RocksDB took it (the front's lock keeps the log in RocksDB's
+            // order): a refused write never happened.
+            if let Some(log) = front.log.as_mut() {
+                for op in batch {
+                    log.record(op.slot, &op.key, op.value.as_deref());
+                }
+            }
             for op in batch {
                 front
                     .values
@@ -665,15 +667,15 @@ impl Open {
         let mut front = self.tracking_front();
         if let Some(front) = &mut front {
             front.raise(slot, key);
-            if let Some(log) = front.log.as_mut() {
-                log.record(slot, key, Some(value));
-            }
         }
         self.rocks
             .put_cf_opt(handle, key, value, &self.write.0)
             .map_err(rocks_error)?;
         self.after_write(key.len() + value.len());
         if let Some(front) = &mut front {
+            if let Some(log) = front.log.as_mut() {
+                log.record(slot, key, Some(value));
+            }
             front.values.record_write(slot, key, Some(value));
         }
         Ok(())
@@ -686,14 +688,14 @@ impl Open {
         }
         let handle = self.handle(slot)?;
         let mut front = self.tracking_front();
-        if let Some(log) = front.as_mut().and_then(|f| f.log.as_mut()) {
-            log.record(slot, key, None);
-        }
         self.rocks
             .delete_cf_opt(handle, key, &self.write.0)
             .map_err(rocks_error)?;
         self.after_write(key.len());
         if let Some(front) = &mut front {
+            if let Some(log) = front.log.as_mut() {
+                log.record(slot, key, None);
+            }
             front.values.record_write(slot, key, None);
         }
         Ok(())

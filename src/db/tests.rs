@@ -661,3 +661,38 @@ fn a_range_tombstone_keeps_the_end_key_of_its_range() {
     assert_eq!(read(&cf, b"\x05a"), None);
     assert_eq!(read(&cf, b"\x05k"), Some(b"kept".to_vec()));
 }
+
+/// With the write cache off, a put, a delete or a batch that RocksDB refuses is not in the
+/// change log: the caller got an error and the state never held the change, so a restore
+/// from the log must not apply it. (Through the cache a refused drain keeps the writes and
+/// records them again when they do go in.)
+#[test]
+fn a_write_rocksdb_refuses_stays_out_of_the_change_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = DbOptions {
+        write_cache_bytes: 0,
+        ..DbOptions::default()
+    };
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let mut db = Db::open(dir.path(), &options, &budget, None).unwrap();
+    open_of(&db)
+        .start_log(crate::change_log::ChangeLog::new(0, Some(0), 128, 1 << 20))
+        .unwrap();
+    fail_writes(&mut db, true);
+    let cf = db.default_cf().unwrap();
+    assert!(cf.put(b"refused", b"x").is_err());
+    assert!(cf.delete(b"refused").is_err());
+    let mut batch = Batch::new();
+    batch.put(&cf, b"refused-in-a-batch", b"x");
+    assert!(db.write(batch).is_err());
+    drop(cf);
+    fail_writes(&mut db, false);
+    let cf = db.default_cf().unwrap();
+    cf.put(b"taken", b"y").unwrap();
+    let cut = open_of(&db).cut_log().unwrap().unwrap();
+    assert_eq!(
+        cut.builder.len(),
+        1,
+        "only the write RocksDB took is logged"
+    );
+}
