@@ -12,8 +12,8 @@
 //!    column family (below the first claimed group's prefix, at or above the prefix after the
 //!    last one): keys are ordered by their key-group prefix, so a live key outside the range
 //!    is found by one of them. A seek is left out where no file's key range and no memtable
-//!    reaches that side (a seek opens the first file it lands on, which a source opened
-//!    without its skipped files may lack). Any failure is a typed error
+//!    reaches that side (a seek opens the first file it lands on, for nothing there). Any
+//!    failure is a typed error
 //!    ([`Error::DataOutsideKeyGroups`], [`Error::CheckpointCorrupt`]).
 //! 2. **Drop the base's files outside the target**: per state column family, the SST files
 //!    entirely inside its clipped ranges go (no tombstone yet: it would overlap what step 3
