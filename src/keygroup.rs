@@ -102,6 +102,15 @@ pub fn write_prefix(out: &mut impl Extend<u8>, key_group: u16, max_parallelism: 
     }
 }
 
+/// The big-endian key-group prefix of group `group` as a key, which may be `max_parallelism`:
+/// the prefix right after the last group, the exclusive end of a range's keys. `group` is at
+/// most `max_parallelism`, at most 32768 once validated, so it fits in 16 bits.
+pub(crate) fn group_prefix(group: u32, max_parallelism: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2);
+    write_prefix(&mut out, group as u16, max_parallelism);
+    out
+}
+
 /// Reads the key-group prefix from a stored key.
 pub fn read_prefix(key: &[u8], max_parallelism: u32) -> Result<u16> {
     match (prefix_len(max_parallelism), key) {

@@ -561,14 +561,8 @@ fn range_in_target(
     target: KeyGroupRange,
     max_parallelism: u32,
 ) -> Option<(Vec<u8>, Vec<u8>)> {
-    let prefix = |group: u32| {
-        let mut out = Vec::with_capacity(2);
-        // `group <= max_parallelism <= 32768`, validated before any restore.
-        keygroup::write_prefix(&mut out, group as u16, max_parallelism);
-        out
-    };
-    let lo = prefix(u32::from(target.start));
-    let hi = prefix(u32::from(target.end) + 1);
+    let lo = keygroup::group_prefix(u32::from(target.start), max_parallelism);
+    let hi = keygroup::group_prefix(u32::from(target.end) + 1, max_parallelism);
     let from = start.max(lo.as_slice()).to_vec();
     let to = end.min(hi.as_slice()).to_vec();
     (from < to).then_some((from, to))
