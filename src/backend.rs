@@ -5,7 +5,8 @@
 //! Metadata lives in RocksDB's default column family (the heap backend keeps the same keys in
 //! a metadata heap table):
 //! `backend` → [`BackendMeta`], `state/<name>` → [`StateMeta`], `list-seq` → u64 BE high-water
-//! mark of list element sequences. All values are postcard.
+//! mark of list element sequences, `ttl-floor/<name>` → u64 BE high-water mark of a TTL list's
+//! timestamps (`crate::meta::StampFloor`). `BackendMeta` and `StateMeta` are postcard.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use crate::checkpoint::{
 };
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::codec;
-use crate::db::TtlFilter;
+use crate::db::{CfFilter, TtlFilter};
 use crate::db::{Db, KeyLayout, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::heap::HeapTable;
@@ -43,7 +44,7 @@ use sst_format::SavepointStats;
 
 pub use crate::meta::{BackendMeta, BACKEND_META_VERSION, MAX_STATE_NAME};
 use crate::meta::{
-    SequenceAllocator, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX, STATE_CF_PREFIX,
+    SequenceAllocator, StampFloor, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX, STATE_CF_PREFIX,
 };
 use crate::state::{check_state_name, mismatch_error};
 
@@ -451,42 +452,66 @@ impl KeyedBackend {
             return Ok(Arc::clone(core));
         }
         let table = self.persist_state(&requested)?;
-        let ttl = desc.ttl.map(|config| {
-            let clock: Arc<dyn Clock> = match config.time_domain {
-                TimeDomain::ProcessingTime => Arc::clone(&self.inner.clock),
-                TimeDomain::EventTime => Arc::new(self.inner.watermark.clone()),
-            };
-            TtlRuntime {
-                ttl_ms: config.ttl_ms(),
-                clock,
-                counters: Arc::new(TtlCounters::default()),
-                config,
+        let ttl = match desc.ttl {
+            None => None,
+            Some(config) => {
+                let clock: Arc<dyn Clock> = match config.time_domain {
+                    TimeDomain::ProcessingTime => Arc::clone(&self.inner.clock),
+                    TimeDomain::EventTime => Arc::new(self.inner.watermark.clone()),
+                };
+                // A list's timestamps never go back, so a blind `update`'s head outlives the
+                // entries it replaced (docs/decisions/0045-blind-ttl-list-updates.md).
+                let floor = match (kind, &table) {
+                    (StateKind::List, Table::Rocks(_)) => Some(Arc::new(StampFloor::open(
+                        self.inner.meta.clone(),
+                        name,
+                        Arc::clone(&clock),
+                    )?)),
+                    _ => None,
+                };
+                Some(TtlRuntime {
+                    ttl_ms: config.ttl_ms(),
+                    clock,
+                    counters: Arc::new(TtlCounters::default()),
+                    config,
+                    floor,
+                })
             }
-        });
-        if let (Some(t), Table::Rocks(cf)) = (&ttl, &table) {
-            if t.config.cleanup.compaction_filter && t.config.update_type != UpdateType::Disabled {
-                cf.set_ttl_filter(
-                    TtlFilter {
+        };
+        if let Table::Rocks(cf) = &table {
+            let mut filter = CfFilter {
+                stamped: ttl.is_some(),
+                ..CfFilter::default()
+            };
+            let mut periodic_secs = None;
+            if let Some(t) = &ttl {
+                if t.config.cleanup.compaction_filter
+                    && t.config.update_type != UpdateType::Disabled
+                {
+                    filter.ttl = Some(TtlFilter {
                         ttl_ms: t.ttl_ms,
                         clock: Arc::clone(&t.clock),
                         refresh_every: t.config.cleanup.refresh_every,
                         counters: Arc::clone(&t.counters),
-                    },
-                    t.config.cleanup.periodic_compaction.as_secs(),
-                )?;
-                if t.config.visibility == crate::ttl::Visibility::ReturnExpiredIfNotCleanedUp {
-                    cf.keep_out_of_value_cache()?;
+                    });
+                    periodic_secs = Some(t.config.cleanup.periodic_compaction.as_secs());
+                    if t.config.visibility == crate::ttl::Visibility::ReturnExpiredIfNotCleanedUp {
+                        cf.keep_out_of_value_cache()?;
+                    }
                 }
             }
-        }
-        if let (StateKind::List, Table::Rocks(cf)) = (kind, &table) {
-            // Lists are read only by scans, which never consult the value cache: their
-            // entries there would only take the room of values that point reads find
-            // (docs/decisions/0033-list-runs.md).
-            cf.keep_out_of_value_cache()?;
-            cf.restart_for_scans()?;
-            if crate::state::list_writes_heads(&table, ttl.is_some()) {
-                cf.drop_dead_list_entries(self.inner.max_parallelism)?;
+            if kind == StateKind::List {
+                // Lists are read only by scans, which never consult the value cache: their
+                // entries there would only take the room of values that point reads find
+                // (docs/decisions/0033-list-runs.md).
+                cf.keep_out_of_value_cache()?;
+                cf.restart_for_scans()?;
+                // Every list may hold heads (one written under other TTL settings too), so
+                // its compactions drop what they made dead.
+                filter.dead_list_entries = Some(self.inner.max_parallelism);
+            }
+            if filter.ttl.is_some() || filter.dead_list_entries.is_some() {
+                cf.set_filter(filter, periodic_secs)?;
             }
         }
         let core = Arc::new(self.new_core(table, requested, ttl));
@@ -629,7 +654,8 @@ impl KeyedBackend {
     /// order, until `f` returns `Ok(false)` (savepoints and rescaling walk state this way).
     /// Values are as stored: TTL states' values start with their 8-byte timestamp. A list's
     /// entries are as stored too: after a blind `update` its head (empty suffix, a value of
-    /// the head's 8-byte sequence number and a run) and, until a read deletes them or a
+    /// the TTL timestamp if any, the head's 8-byte sequence number and a run) and, until a
+    /// read deletes them or a
     /// compaction drops them, the entries the head replaced (docs/decisions/0034).
     pub fn scan_key_group(
         &self,
@@ -711,6 +737,11 @@ impl KeyedBackend {
             }
         }
     }
+}
+
+/// The TTL-mark hook of a savepoint target that restores nothing (a savepoint being written).
+fn no_restore(_: &str, _: u64) -> Result<()> {
+    Ok(())
 }
 
 fn type_name<T>() -> &'static str {
@@ -851,6 +882,7 @@ impl KeyedBackend {
     fn savepoint_target<'a>(
         &'a self,
         core_for: &'a dyn Fn(&StateMeta) -> Result<Arc<StateCore>>,
+        raise_ttl_floor: &'a dyn Fn(&str, u64) -> Result<()>,
     ) -> Result<SavepointTarget<'a>> {
         Ok(SavepointTarget {
             max_parallelism: self.max_parallelism(),
@@ -864,7 +896,19 @@ impl KeyedBackend {
             clock: self.inner.clock.as_ref(),
             states: self.states()?,
             core_for,
+            raise_ttl_floor,
         })
+    }
+
+    /// Raises the stored TTL timestamp mark of list state `name` to at least `stamp`, where
+    /// its registration will read it (a savepoint restores only into a backend that has
+    /// registered no state).
+    fn raise_ttl_floor(&self, name: &str, stamp: u64) -> Result<()> {
+        let key = crate::meta::ttl_floor_key(name);
+        if crate::meta::read_ttl_floor(&self.inner.meta, &key)? < stamp {
+            self.inner.meta.put(&key, &stamp.to_be_bytes())?;
+        }
+        Ok(())
     }
 
     /// Writes every state of this backend into a canonical savepoint at `path` (created; an
@@ -882,7 +926,7 @@ impl KeyedBackend {
         operator_state: &OperatorState,
     ) -> Result<SavepointStats> {
         let core_for = |m: &StateMeta| self.core_for(m);
-        crate::savepoint::snapshot_view(&self.savepoint_target(&core_for)?)?
+        crate::savepoint::snapshot_view(&self.savepoint_target(&core_for, &no_restore)?)?
             .write_savepoint(path, operator_state)
     }
 
@@ -899,7 +943,7 @@ impl KeyedBackend {
             ));
         }
         let core_for = |m: &StateMeta| self.core_for(m);
-        crate::savepoint::snapshot_view(&self.savepoint_target(&core_for)?)
+        crate::savepoint::snapshot_view(&self.savepoint_target(&core_for, &no_restore)?)
     }
 
     /// Loads the savepoint at `path` into this backend, which must hold no state yet. Only key
@@ -917,7 +961,8 @@ impl KeyedBackend {
     /// agree. Every block of every file is verified before anything is written.
     pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
         let core_for = |m: &StateMeta| self.core_for(m);
-        crate::savepoint::restore_savepoints(&self.savepoint_target(&core_for)?, paths)
+        let raise = |name: &str, stamp: u64| self.raise_ttl_floor(name, stamp);
+        crate::savepoint::restore_savepoints(&self.savepoint_target(&core_for, &raise)?, paths)
     }
 }
 

@@ -1,15 +1,18 @@
 //! The backend's own metadata in the default column family (the heap backend keeps the same
 //! keys in a metadata table): the key of each record, [`BackendMeta`] (checked on every open),
-//! the column-family name of each state, and the allocator of list-element sequence numbers
-//! whose high-water mark lives there. A leaf below the state handles, the checkpoint and
-//! restore code and the backend facade, which all read these keys.
+//! the column-family name of each state, the allocator of list-element sequence numbers
+//! whose high-water mark lives there, and the TTL timestamps of list states, whose high-water
+//! marks live there too. A leaf below the state handles, the checkpoint and restore code and
+//! the backend facade, which all read these keys.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::clock::Clock;
+use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::store::Table;
 
@@ -18,6 +21,8 @@ pub const BACKEND_META_VERSION: u32 = 1;
 pub(crate) const META_BACKEND: &[u8] = b"backend";
 pub(crate) const META_STATE_PREFIX: &str = "state/";
 pub(crate) const META_LIST_SEQ: &[u8] = b"list-seq";
+/// Prefix of the key of a TTL list state's timestamp high-water mark (`ttl-floor/<name>`).
+pub(crate) const META_TTL_FLOOR_PREFIX: &str = "ttl-floor/";
 pub(crate) const STATE_CF_PREFIX: &str = "state:";
 /// Longest accepted state name in bytes.
 pub const MAX_STATE_NAME: usize = 255;
@@ -72,5 +77,92 @@ impl SequenceAllocator {
             self.reserved.store(new, Ordering::Release);
         }
         Ok(n)
+    }
+}
+
+/// The key of the timestamp high-water mark of TTL list state `name`.
+pub(crate) fn ttl_floor_key(name: &str) -> Vec<u8> {
+    format!("{META_TTL_FLOOR_PREFIX}{name}").into_bytes()
+}
+
+/// A TTL list state's timestamp mark as stored (`None`: absent, which reads as 0).
+pub(crate) fn decode_ttl_floor(stored: Option<&[u8]>) -> Result<u64> {
+    match stored.map(<[u8; 8]>::try_from) {
+        None => Ok(0),
+        Some(Ok(b)) => Ok(u64::from_be_bytes(b)),
+        Some(Err(_)) => Err(Error::decode("TTL timestamp mark", "not 8 bytes")),
+    }
+}
+
+/// Reads a timestamp high-water mark stored under `key` in `meta`: 0 when absent.
+pub(crate) fn read_ttl_floor(meta: &Table, key: &[u8]) -> Result<u64> {
+    decode_ttl_floor(meta.get_with(key, |b| b.to_vec())?.as_deref())
+}
+
+/// Hands out the TTL timestamps of one list state: the clock's time, but never below a
+/// timestamp handed out before, so an entry written after another never carries an earlier
+/// timestamp, even when the clock steps back or a restore lands on a machine whose clock is
+/// behind. A blind list `update` rests on it: its head must expire no earlier than the
+/// entries it replaced (docs/decisions/0045-blind-ttl-list-updates.md). The high-water mark is
+/// persisted before a timestamp above it is used, so it covers every timestamp the state
+/// holds across reopen, restore and rescale (which takes the maximum over its sources).
+pub(crate) struct StampFloor {
+    clock: Arc<dyn Clock>,
+    /// The largest timestamp handed out (or restored).
+    high: AtomicU64,
+    /// The mark persisted under `key`: every timestamp handed out is at or below it.
+    persisted: AtomicU64,
+    /// Serializes persisting a new mark.
+    persisting: Mutex<()>,
+    meta: Table,
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for StampFloor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StampFloor")
+            .field("high", &self.high.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl StampFloor {
+    /// The floor of state `name`, reading its persisted mark from `meta`.
+    pub(crate) fn open(meta: Table, name: &str, clock: Arc<dyn Clock>) -> Result<Self> {
+        let key = ttl_floor_key(name);
+        let mark = read_ttl_floor(&meta, &key)?;
+        Ok(StampFloor {
+            clock,
+            high: AtomicU64::new(mark),
+            persisted: AtomicU64::new(mark),
+            persisting: Mutex::new(()),
+            meta,
+            key,
+        })
+    }
+
+    /// The timestamp of a write made now: the clock's time, or the largest timestamp handed
+    /// out before when the clock is behind it.
+    #[inline]
+    pub(crate) fn next(&self) -> Result<u64> {
+        let now = self.clock.now_ms();
+        let stamp = self.high.fetch_max(now, Ordering::AcqRel).max(now);
+        self.cover(stamp)?;
+        Ok(stamp)
+    }
+
+    /// Persists a mark of at least `stamp` unless one is.
+    #[inline]
+    fn cover(&self, stamp: u64) -> Result<()> {
+        if stamp <= self.persisted.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _guard = self.persisting.lock();
+        // Another thread may have persisted past `stamp` while we waited.
+        if stamp > self.persisted.load(Ordering::Acquire) {
+            self.meta.put(&self.key, &stamp.to_be_bytes())?;
+            self.persisted.store(stamp, Ordering::Release);
+        }
+        Ok(())
     }
 }

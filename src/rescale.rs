@@ -62,7 +62,8 @@
 //!    number to the largest ingested one, so these tombstones (and every later write) are
 //!    newer than any ingested entry. Linked and rewritten data lies inside the target, so
 //!    the tombstones never cover it anyway.
-//! 5. **Fix the metadata**: the backend metadata gets the target range, the list-sequence
+//! 5. **Fix the metadata**: the backend metadata gets the target range, each TTL list's
+//!    timestamp mark the maximum over the sources (while they are opened), the list-sequence
 //!    high-water mark becomes the maximum over all sources (so new list elements sort after
 //!    every restored one). Nothing is flushed here: the backend open writes the new backend
 //!    id and flushes every column family once, clip tombstones and metadata included.
@@ -82,12 +83,12 @@ use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, group_prefix, KeyGroupRange};
 use crate::meta::{
-    BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX,
-    STATE_CF_PREFIX,
+    decode_ttl_floor, ttl_floor_key, BackendMeta, BACKEND_META_VERSION, META_BACKEND,
+    META_LIST_SEQ, META_STATE_PREFIX, STATE_CF_PREFIX,
 };
 use crate::options::DbOptions;
 use crate::parallel::run_parallel;
-use crate::state::StateMeta;
+use crate::state::{StateKind, StateMeta};
 
 /// One downloaded checkpoint database.
 pub(crate) struct Source<'a> {
@@ -240,6 +241,18 @@ pub(crate) fn rescale(
         let odb = Db::open_read_only(other.dir, target.options, target.budget, false)?;
         let other_states = check_source(&odb, other, m)?;
         list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
+        // A TTL list's timestamp mark: the maximum over the sources, so no head written
+        // after the rescale sorts as older than an entry of any source it replaces.
+        let other_meta = odb.default_cf()?;
+        for (name, st) in &other_states {
+            if st.kind == StateKind::List && st.ttl {
+                let stamp = read_ttl_floor(&other_meta, name)?;
+                if stamp > read_ttl_floor(&db.default_cf()?, name)? {
+                    db.default_cf()?
+                        .put(&ttl_floor_key(name), &stamp.to_be_bytes())?;
+                }
+            }
+        }
         for (name, st) in &other_states {
             match states.get(name) {
                 Some(have) if have != st => {
@@ -856,6 +869,14 @@ fn claimed_range(src: &Source<'_>) -> Result<KeyGroupRange> {
 fn state_cf(db: &Arc<Db>, src: &Source<'_>, name: &str) -> Result<Cf> {
     db.cf(&format!("{STATE_CF_PREFIX}{name}"))?
         .ok_or_else(|| corrupt(src, format!("state `{name}` has no column family")))
+}
+
+/// The timestamp mark of TTL list state `name` in a source's metadata: 0 when absent.
+fn read_ttl_floor(meta: &Cf, name: &str) -> Result<u64> {
+    decode_ttl_floor(
+        meta.get_with(&ttl_floor_key(name), |b| b.to_vec())?
+            .as_deref(),
+    )
 }
 
 fn read_list_seq(meta: &Cf) -> Result<u64> {

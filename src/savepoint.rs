@@ -67,6 +67,9 @@ pub(crate) struct SavepointTarget<'a> {
     /// The state registered under `meta` (registering it if new; other metadata under the
     /// same name is an error).
     pub(crate) core_for: &'a dyn Fn(&StateMeta) -> Result<Arc<StateCore>>,
+    /// Raises the stored TTL timestamp mark of list state `name` to at least the given
+    /// timestamp (`crate::meta::StampFloor`): a restore brought in entries stamped up to it.
+    pub(crate) raise_ttl_floor: &'a dyn Fn(&str, u64) -> Result<()>,
 }
 
 /// Every state's metadata, table view and TTL expiry rule as of now: the view a savepoint is
@@ -215,6 +218,8 @@ fn restore_into_rocksdb(
         .clamp(1, RESTORE_THREADS);
     // Per state (by name): its metadata and its SSTs, one per file and run, in key order.
     let mut ingest: BTreeMap<String, (StateMeta, Vec<std::path::PathBuf>)> = BTreeMap::new();
+    // Per TTL list state (by name): the largest timestamp restored.
+    let mut stamps: BTreeMap<String, u64> = BTreeMap::new();
     for (file_no, ((_, reader), path)) in readers.iter_mut().zip(paths).enumerate() {
         let states = reader.header().states.clone();
         let blocks = blocks_in(reader, range);
@@ -230,53 +235,58 @@ fn restore_into_rocksdb(
         let path: &Path = path;
         let index = reader.index().to_vec();
         let index = index.as_slice();
-        let results: Vec<Result<(Vec<Option<u64>>, SavepointStats)>> =
-            std::thread::scope(|scope| {
-                // Runs after the first on threads of their own, each with its own handle
-                // (opening it verifies the header and index again, a few reads)...
-                let spawned: Vec<_> = runs
-                    .iter()
-                    .zip(&sst_paths)
-                    .skip(1)
-                    .map(|(blocks, ssts)| {
-                        scope.spawn(move || {
-                            let file = File::open(path).map_err(|e| Error::io(path, e))?;
-                            let mut own = SavepointReader::open(BufReader::new(file))
-                                .map_err(Error::format)?;
-                            if own.index() != index {
-                                return Err(Error::Decode {
-                                    what: "savepoint",
-                                    detail: format!("{} changed while it was read", path.display()),
-                                });
-                            }
-                            restore_run(db, &mut own, blocks, ssts, max_parallelism, list_seq)
-                        })
+        let results: Vec<Result<RestoredRun>> = std::thread::scope(|scope| {
+            // Runs after the first on threads of their own, each with its own handle
+            // (opening it verifies the header and index again, a few reads)...
+            let spawned: Vec<_> = runs
+                .iter()
+                .zip(&sst_paths)
+                .skip(1)
+                .map(|(blocks, ssts)| {
+                    scope.spawn(move || {
+                        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+                        let mut own =
+                            SavepointReader::open(BufReader::new(file)).map_err(Error::format)?;
+                        if own.index() != index {
+                            return Err(Error::Decode {
+                                what: "savepoint",
+                                detail: format!("{} changed while it was read", path.display()),
+                            });
+                        }
+                        restore_run(db, &mut own, blocks, ssts, max_parallelism, list_seq)
                     })
-                    .collect();
-                // ... the first one here, through the reader already open.
-                let mut results = Vec::with_capacity(runs.len());
-                if let (Some(blocks), Some(ssts)) = (runs.first(), sst_paths.first()) {
-                    results.push(restore_run(
-                        db,
-                        reader,
-                        blocks,
-                        ssts,
-                        max_parallelism,
-                        list_seq,
-                    ));
-                }
-                for handle in spawned {
-                    results.push(handle.join().unwrap_or_else(|_| {
-                        Err(Error::Internal("a savepoint reader thread panicked".into()))
-                    }));
-                }
-                results
-            });
+                })
+                .collect();
+            // ... the first one here, through the reader already open.
+            let mut results = Vec::with_capacity(runs.len());
+            if let (Some(blocks), Some(ssts)) = (runs.first(), sst_paths.first()) {
+                results.push(restore_run(
+                    db,
+                    reader,
+                    blocks,
+                    ssts,
+                    max_parallelism,
+                    list_seq,
+                ));
+            }
+            for handle in spawned {
+                results.push(handle.join().unwrap_or_else(|_| {
+                    Err(Error::Internal("a savepoint reader thread panicked".into()))
+                }));
+            }
+            results
+        });
         for (result, ssts) in results.into_iter().zip(&sst_paths) {
-            let (written, run_stats) = result?;
-            stats.entries += run_stats.entries;
-            stats.raw_bytes += run_stats.raw_bytes;
-            for ((meta, sst), written) in states.iter().zip(ssts).zip(written) {
+            let run = result?;
+            stats.entries += run.stats.entries;
+            stats.raw_bytes += run.stats.raw_bytes;
+            for (meta, &stamp) in states.iter().zip(&run.stamps) {
+                if stamp > 0 {
+                    let high = stamps.entry(meta.name.clone()).or_insert(0);
+                    *high = (*high).max(stamp);
+                }
+            }
+            for ((meta, sst), written) in states.iter().zip(ssts).zip(run.written) {
                 if written.is_some() {
                     ingest
                         .entry(meta.name.clone())
@@ -292,6 +302,11 @@ fn restore_into_rocksdb(
         for meta in &reader.header().states {
             (t.core_for)(meta)?;
         }
+    }
+    // The restored lists' timestamps are covered before their entries go in, so no head
+    // written later can sort as older than an entry it replaces.
+    for (name, &stamp) in &stamps {
+        (t.raise_ttl_floor)(name, stamp)?;
     }
     for (meta, paths) in ingest.values() {
         match &(t.core_for)(meta)?.table {
@@ -309,8 +324,7 @@ fn restore_into_rocksdb(
 /// Most threads one savepoint file is restored on.
 const RESTORE_THREADS: usize = 4;
 
-/// Reads `blocks` (consecutive key groups) through `reader` into one SST per state at `ssts`;
-/// returns what [`Db::write_ssts`] returns and the run's entry and byte counts.
+/// Reads `blocks` (consecutive key groups) through `reader` into one SST per state at `ssts`.
 fn restore_run(
     db: &Db,
     reader: &mut SavepointReader<BufReader<File>>,
@@ -318,9 +332,16 @@ fn restore_run(
     ssts: &[std::path::PathBuf],
     max_parallelism: u32,
     list_seq: &SequenceAllocator,
-) -> Result<(Vec<Option<u64>>, SavepointStats)> {
+) -> Result<RestoredRun> {
     let mut stats = SavepointStats::default();
     let refs: Vec<&Path> = ssts.iter().map(|p| p.as_path()).collect();
+    let ttl_lists: Vec<bool> = reader
+        .header()
+        .states
+        .iter()
+        .map(|m| m.kind == StateKind::List && m.ttl)
+        .collect();
+    let mut stamps = vec![0u64; ttl_lists.len()];
     // One sink per state of the header, and `restore_entries` passes only indices of the
     // header's states.
     let written = db.write_ssts(&refs, |sinks| {
@@ -330,10 +351,32 @@ fn restore_run(
             max_parallelism,
             Some(list_seq),
             &mut stats,
-            |state, k, v| sinks[state].put(k, v),
+            |state, k, v| {
+                if ttl_lists[state] {
+                    if let Some((stamp, _)) = ttl::split(v) {
+                        stamps[state] = stamps[state].max(stamp);
+                    }
+                }
+                sinks[state].put(k, v)
+            },
         )
     })?;
-    Ok((written, stats))
+    Ok(RestoredRun {
+        written,
+        stats,
+        stamps,
+    })
+}
+
+/// What [`restore_run`] wrote.
+struct RestoredRun {
+    /// What [`Db::write_ssts`] returns, one per state of the header.
+    written: Vec<Option<u64>>,
+    /// The run's entry and byte counts.
+    stats: SavepointStats,
+    /// Per state of the header, the largest TTL timestamp of a list entry (0 for none and
+    /// for other states).
+    stamps: Vec<u64>,
 }
 
 /// `blocks` cut into at most `parts` non-empty runs of consecutive blocks, each of about the
@@ -575,30 +618,51 @@ impl FullSnapshot {
             b.reset(g);
         }
         for (index, s) in self.states.iter().enumerate() {
-            // A list without TTL may hold heads (blind updates): a head goes out as a run
-            // under its own sequence number, the entries it made dead not at all, so the
-            // savepoint holds each list as a read returns it (`crate::list_entry`).
-            let mut lists = (s.meta.kind == StateKind::List && !s.meta.ttl).then(ListCursor::new);
+            // A list may hold heads (blind updates): a head goes out as a run under its own
+            // sequence number, the entries it made dead not at all, so the savepoint holds
+            // each list as a read returns it (`crate::list_entry`). Entries are classified
+            // by the heads before their expiry is judged: an expired head left out still
+            // leaves out the entries it replaced. Under TTL a list entry's payload follows
+            // its timestamp, and a head goes out as the timestamp and its run.
+            let mut lists = (s.meta.kind == StateKind::List).then(ListCursor::new);
+            let stamped = s.meta.ttl;
             let mut head_suffix = [0u8; list_entry::SEQ_BYTES + 1];
             head_suffix[list_entry::SEQ_BYTES] = list_entry::RUN_MARK;
+            let mut head_value: Vec<u8> = Vec::new();
             state::scan_key_groups(&s.table, self.max_parallelism, first, last, |e| {
+                let (suffix, value) = match &mut lists {
+                    None => (e.suffix, e.value),
+                    Some(c) => {
+                        let (stamp, payload) = if stamped {
+                            e.value
+                                .split_first_chunk::<{ ttl::TS_LEN }>()
+                                .ok_or_else(|| {
+                                    Error::decode("TTL value", "shorter than its 8-byte timestamp")
+                                })?
+                        } else {
+                            (&[0u8; ttl::TS_LEN], e.value)
+                        };
+                        match c.next((e.key, e.namespace), e.suffix, payload)? {
+                            Entry::Dead => return Ok(true),
+                            Entry::Live { seq, payload, .. } if e.suffix.is_empty() => {
+                                head_suffix[..list_entry::SEQ_BYTES]
+                                    .copy_from_slice(&seq.to_be_bytes());
+                                head_value.clear();
+                                if stamped {
+                                    head_value.extend_from_slice(stamp);
+                                }
+                                head_value.extend_from_slice(payload);
+                                (&head_suffix[..], head_value.as_slice())
+                            }
+                            Entry::Live { .. } => (e.suffix, e.value),
+                        }
+                    }
+                };
                 if let Some((ttl_ms, now)) = s.expiry {
-                    if ttl::stored_is_expired(e.value, ttl_ms, now) {
+                    if ttl::stored_is_expired(value, ttl_ms, now) {
                         return Ok(true);
                     }
                 }
-                let (suffix, value) = match &mut lists {
-                    None => (e.suffix, e.value),
-                    Some(c) => match c.next((e.key, e.namespace), e.suffix, e.value)? {
-                        Entry::Dead => return Ok(true),
-                        Entry::Live { seq, payload, .. } if e.suffix.is_empty() => {
-                            head_suffix[..list_entry::SEQ_BYTES]
-                                .copy_from_slice(&seq.to_be_bytes());
-                            (&head_suffix[..], payload)
-                        }
-                        Entry::Live { .. } => (e.suffix, e.value),
-                    },
-                };
                 // The scan's bounds keep every entry in `first..=last`; a stored key whose
                 // prefix says otherwise is corrupt data, reported rather than misfiled.
                 let block = e

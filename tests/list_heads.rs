@@ -4,19 +4,17 @@
 //! What a user must never notice: a list reads exactly as written, whatever mix of `add`,
 //! `add_all`, `update` and `clear` made it, before and after reads delete dead entries and
 //! compactions drop them, after a reopen, a checkpoint restore at another parallelism and a
-//! savepoint into either backend. Lists with TTL keep the reading `update`.
+//! savepoint into either backend. The heap backend keeps the reading `update`; lists with
+//! TTL are in `list_heads_ttl.rs`.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 use common::*;
 use rockstate::{
-    BackendKind, CheckpointOptions, CodecId, KeyGroupRange, KeyedBackend, ManualClock,
-    RawListState, RestoreFrom, StateDescriptor, TtlConfig,
+    BackendKind, CheckpointOptions, CodecId, KeyGroupRange, KeyedBackend, RawListState, RestoreFrom,
 };
 
 const M: u32 = 128;
@@ -228,25 +226,17 @@ fn a_savepoint_holds_each_list_as_read_and_restores_into_both_backends() {
 }
 
 #[test]
-fn lists_with_ttl_and_on_the_heap_update_by_reading() {
+fn lists_on_the_heap_update_by_reading() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(0);
-    for (kind, ttl) in [(BackendKind::RocksDb, true), (BackendKind::Heap, false)] {
-        let b = KeyedBackend::builder(dir.path().join(format!("{kind:?}-{ttl}")))
-            .kind(kind)
-            .clock(Arc::new(clock.clone()))
-            .open()
-            .unwrap();
-        let mut d = StateDescriptor::new("l");
-        if ttl {
-            d = d.with_ttl(TtlConfig::new(Duration::from_secs(10)));
-        }
-        let l = b.raw_list_state(d, CodecId::new("bytes", 1)).unwrap();
-        let want = write_history(&l);
-        assert_eq!(heads(&b), 0, "{kind:?}");
-        assert_eq!(entries(&b).len(), 200 * 2, "{kind:?}");
-        check(&l, &want, &format!("{kind:?}"));
-    }
+    let b = KeyedBackend::builder(dir.path())
+        .kind(BackendKind::Heap)
+        .open()
+        .unwrap();
+    let l = list(&b);
+    let want = write_history(&l);
+    assert_eq!(heads(&b), 0);
+    assert_eq!(entries(&b).len(), 200 * 2);
+    check(&l, &want, "heap");
 }
 
 #[test]

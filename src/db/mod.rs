@@ -41,12 +41,12 @@ pub use budget::MemoryBudget;
 
 /// The name of RocksDB's default column family, which holds the backend's own metadata.
 pub(crate) const DEFAULT_CF_NAME: &str = rocksdb::DEFAULT_COLUMN_FAMILY_NAME;
-pub(crate) use compaction_filter::TtlFilter;
+pub(crate) use compaction_filter::{CfFilter, TtlFilter};
 pub(crate) use files::{FileSurgery, ForeignFiles, LiveSst};
 pub use options::lower_compaction_priority;
 pub(crate) use sst_writer::write_ssts;
 
-use compaction_filter::{CfFilter, FilterRegistry};
+use compaction_filter::FilterRegistry;
 use front::{FrontSettings, Open, Rocks};
 
 use crate::change_log::{ChangeLog, LogCut};
@@ -431,29 +431,22 @@ impl Cf {
         )
     }
 
-    /// Installs the TTL compaction filter for this column family (used from the next
-    /// compaction on) and sets RocksDB's periodic compaction so every file is filtered at
-    /// least every `periodic_secs` seconds (0 = off).
-    pub(crate) fn set_ttl_filter(&self, filter: TtlFilter, periodic_secs: u64) -> Result<()> {
+    /// Installs this column family's compaction filter (used from the next compaction on).
+    /// With a TTL part it also sets RocksDB's periodic compaction so every file is filtered
+    /// at least every `periodic_secs` seconds (0 = off).
+    pub(crate) fn set_filter(&self, filter: CfFilter, periodic_secs: Option<u64>) -> Result<()> {
         let open = self.db.opened()?;
         self.db
             .filters
             .write()
-            .insert(self.name.to_string(), Arc::new(CfFilter::Ttl(filter)));
-        let secs = periodic_secs.to_string();
-        open.set_options_cf(self.slot, &[("periodic_compaction_seconds", secs.as_str())])
-    }
-
-    /// Makes this column family's compactions drop the list entries a head made dead
-    /// (`crate::list_entry`); its keys are split with `max_parallelism`. Used from the next
-    /// compaction on.
-    pub(crate) fn drop_dead_list_entries(&self, max_parallelism: u32) -> Result<()> {
-        drop(self.db.opened()?);
-        self.db.filters.write().insert(
-            self.name.to_string(),
-            Arc::new(CfFilter::DeadListEntries { max_parallelism }),
-        );
-        Ok(())
+            .insert(self.name.to_string(), Arc::new(filter));
+        match periodic_secs {
+            Some(secs) => {
+                let secs = secs.to_string();
+                open.set_options_cf(self.slot, &[("periodic_compaction_seconds", secs.as_str())])
+            }
+            None => Ok(()),
+        }
     }
 }
 

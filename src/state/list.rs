@@ -4,10 +4,10 @@
 //! `update` wrote together, each framed by its varint length (docs/decisions/0033). Elements
 //! written together share their write time, so a run expires as a whole exactly when each of
 //! its elements would have, and one entry per call is what makes replacing or filling a list
-//! one write instead of one per element. On RocksDB without TTL, `update` is blind: its first
-//! run becomes the list's *head*, an entry under `[kg][key][ns]` itself that sorts first and
-//! makes every older entry of the list dead (`crate::list_entry`, docs/decisions/0034), so
-//! replacing a list reads nothing. Reads skip and delete dead entries; the compaction filter
+//! one write instead of one per element. On RocksDB, `update` is blind (unless reads may return
+//! expired entries; `writes_heads`): its first run becomes the list's *head*, an entry under
+//! `[kg][key][ns]` itself that sorts first and makes every older entry of the list dead
+//! (`crate::list_entry`, docs/decisions/0034 and 0045), so replacing a list reads nothing. Reads skip and delete dead entries; the compaction filter
 //! drops them.
 //!
 //! Why (B) and not (A) (one framed value extended by a merge operator): (B) needs no read and no
@@ -25,24 +25,33 @@ use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Serialize};
 
-use super::{with_encoded, StateCore};
+use super::{with_encoded, Found, StateCore};
 use crate::codec;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::list_entry::{self, Entry, ListCursor, RUN_MARK};
 use crate::store::Table;
+use crate::ttl::{self, TtlConfig, UpdateType, Visibility};
 
 /// A run holds at most this many stored bytes; longer writes are cut into several runs (and a
 /// larger element goes into an entry of its own), so no entry nears RocksDB's value limit and
 /// a TTL refresh rewrites at most this much per entry.
 pub(crate) const RUN_BYTES: usize = 64 << 10;
 
-/// Whether a list state stored in `table` (with TTL when `ttl`) is updated blindly, with a
+/// Whether a list state stored in `table` with TTL settings `ttl` is updated blindly, with a
 /// head instead of reading the old entries to delete them
 /// (docs/decisions/0034-blind-list-updates.md): on RocksDB, whose compaction filter then drops
-/// the entries a head made dead (the backend installs it by the same rule), and without TTL,
-/// where an expired head removed before its dead entries would let them be read again.
-pub(crate) fn writes_heads(table: &Table, ttl: bool) -> bool {
-    matches!(table, Table::Rocks(_)) && !ttl
+/// the entries a head made dead (the backend installs it for every list), and where no read
+/// can return an expired entry. With TTL a head must then expire no earlier than the entries
+/// it replaced, which the state's timestamps guarantee: they never go back
+/// (`crate::meta::StampFloor`, docs/decisions/0045-blind-ttl-list-updates.md). A list whose
+/// reads may return expired entries (`ReturnExpiredIfNotCleanedUp`) keeps the reading
+/// `update`: an expired head removed by a compaction that does not hold the entries it
+/// replaced would let them be read again.
+pub(crate) fn writes_heads(table: &Table, ttl: Option<&TtlConfig>) -> bool {
+    matches!(table, Table::Rocks(_))
+        && ttl.is_none_or(|t| {
+            t.visibility == Visibility::NeverReturnExpired || t.update_type == UpdateType::Disabled
+        })
 }
 
 /// List state over serialized bytes.
@@ -53,31 +62,55 @@ pub struct RawListState {
 
 impl RawListState {
     /// Visits the elements of `key` in `ns` in insertion order until `f` returns `Ok(false)`.
-    /// Entries a head made dead are skipped and deleted after the scan.
+    /// Entries a head made dead are skipped and deleted after the scan. Under TTL, each
+    /// entry is first classified by the heads before it, then by its timestamp: a dead entry
+    /// is never refreshed, and an expired head (removed like any expired entry) still makes
+    /// the entries it replaced dead.
     pub fn for_each(
         &self,
         key: &[u8],
         ns: &[u8],
         mut f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
-        let prefix = self.core.key(key, ns)?;
+        let core = &self.core;
+        let prefix = core.key(key, ns)?;
+        let end = codec::prefix_end(&prefix);
         let mut cursor = ListCursor::new();
         let mut dead: Vec<Vec<u8>> = Vec::new();
-        self.core.scan_prefix(&prefix, |suffix, v| {
-            match cursor.next((&[], &[]), suffix, v)? {
-                Entry::Live { run, payload, .. } => {
-                    list_entry::visit_elements(run, payload, &mut f)
+        core.table.scan(&prefix, end.as_deref(), |k, stored| {
+            let suffix = &k[prefix.len()..];
+            let payload = match &core.ttl {
+                None => stored,
+                Some(_) => {
+                    ttl::split(stored)
+                        .ok_or_else(|| {
+                            Error::decode("TTL value", "shorter than its 8-byte timestamp")
+                        })?
+                        .1
                 }
+            };
+            let (run, elements) = match cursor.next((&[], &[]), suffix, payload)? {
                 Entry::Dead => {
                     dead.push(suffix.to_vec());
-                    Ok(true)
+                    return Ok(true);
+                }
+                Entry::Live { run, payload, .. } => (run, payload),
+            };
+            match core.classify(stored)? {
+                Found::Live(_) => {}
+                Found::LiveRefresh(p) => core.table.put(k, &core.stamp(p)?)?,
+                Found::ExpiredHidden => {
+                    core.table.delete(k)?;
+                    core.count_dropped_on_read(1);
+                    return Ok(true);
                 }
             }
+            list_entry::visit_elements(run, elements, &mut f)
         })?;
         if dead.is_empty() {
             return Ok(());
         }
-        let mut batch = self.core.table.batch();
+        let mut batch = core.table.batch();
         let mut k = super::KeyBuf::from_slice(&prefix);
         for suffix in &dead {
             k.truncate(prefix.len());
@@ -140,7 +173,8 @@ impl RawListState {
     ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
         let mut batch = self.core.table.batch();
-        let blind = replace && writes_heads(&self.core.table, self.core.ttl.is_some());
+        let blind =
+            replace && writes_heads(&self.core.table, self.core.ttl.as_ref().map(|t| &t.config));
         if replace && !blind {
             self.delete_entries(&prefix, &mut batch)?;
         }
@@ -156,7 +190,7 @@ impl RawListState {
             if !pending.is_empty() && framed + size > limit {
                 let entry = self.entry(&prefix, &pending, head)?;
                 if let Some((k, payload)) = held.replace(entry) {
-                    self.core.batch_put_payload(&mut batch, &k, &payload);
+                    self.core.batch_put_payload(&mut batch, &k, &payload)?;
                 }
                 head = false;
                 pending.clear();
@@ -168,7 +202,7 @@ impl RawListState {
         if !pending.is_empty() {
             let entry = self.entry(&prefix, &pending, head)?;
             if let Some((k, payload)) = held.replace(entry) {
-                self.core.batch_put_payload(&mut batch, &k, &payload);
+                self.core.batch_put_payload(&mut batch, &k, &payload)?;
             }
         } else if head {
             // Replaced by nothing: a head with no elements would stay behind for good.
@@ -177,7 +211,7 @@ impl RawListState {
         match held {
             Some((k, payload)) if batch.len() == 0 => self.core.put_payload(&k, &payload),
             Some((k, payload)) => {
-                self.core.batch_put_payload(&mut batch, &k, &payload);
+                self.core.batch_put_payload(&mut batch, &k, &payload)?;
                 batch.commit()
             }
             None => batch.commit(),

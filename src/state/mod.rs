@@ -18,7 +18,6 @@ use serde::Serialize;
 use smallvec::SmallVec;
 
 pub use aggregating::{AggregateFunction, AggregatingState};
-pub(crate) use list::writes_heads as list_writes_heads;
 pub use list::{ListState, RawListState};
 pub use map::{MapState, RawMapState};
 pub use reducing::ReducingState;
@@ -123,6 +122,20 @@ pub(crate) struct TtlRuntime {
     pub(crate) ttl_ms: u64,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) counters: Arc<TtlCounters>,
+    /// Where a list state's timestamps come from: never below one handed out before
+    /// (`crate::meta::StampFloor`). `None`: the clock's time as it is.
+    pub(crate) floor: Option<Arc<crate::meta::StampFloor>>,
+}
+
+impl TtlRuntime {
+    /// The timestamp of an entry written now.
+    #[inline]
+    pub(crate) fn stamp_ms(&self) -> Result<u64> {
+        match &self.floor {
+            Some(floor) => floor.next(),
+            None => Ok(self.clock.now_ms()),
+        }
+    }
 }
 
 /// How a stored entry reads under TTL.
@@ -228,13 +241,13 @@ impl StateCore {
 
     /// The bytes to store for `payload`: itself, or prefixed with the current timestamp.
     #[inline]
-    pub(crate) fn stamp(&self, payload: &[u8]) -> ValueBuf {
+    pub(crate) fn stamp(&self, payload: &[u8]) -> Result<ValueBuf> {
         let mut out = ValueBuf::new();
         if let Some(t) = &self.ttl {
-            out.extend_from_slice(&t.clock.now_ms().to_be_bytes());
+            out.extend_from_slice(&t.stamp_ms()?.to_be_bytes());
         }
         out.extend_from_slice(payload);
-        out
+        Ok(out)
     }
 
     /// Stores `payload` under the full key `k`.
@@ -247,7 +260,7 @@ impl StateCore {
         // place, where joining them here would copy the payload once more (a tenth of a 1 KiB
         // insert's time in `rockstate-bench ops --value-bytes 1024 --ttl`).
         self.table
-            .put_parts(k, &t.clock.now_ms().to_be_bytes(), payload)?;
+            .put_parts(k, &t.stamp_ms()?.to_be_bytes(), payload)?;
         self.cleanup_incrementally()
     }
 
@@ -292,15 +305,21 @@ impl StateCore {
     }
 
     /// Adds a put of `payload` under the full key `k` to `batch`.
-    pub(crate) fn batch_put_payload(&self, batch: &mut TableBatch, k: &[u8], payload: &[u8]) {
+    pub(crate) fn batch_put_payload(
+        &self,
+        batch: &mut TableBatch,
+        k: &[u8],
+        payload: &[u8],
+    ) -> Result<()> {
         if self.ttl.is_none() {
             batch.put(k, payload);
-            return;
+            return Ok(());
         }
-        batch.put(k, &self.stamp(payload));
+        batch.put(k, &self.stamp(payload)?);
+        Ok(())
     }
 
-    fn count_dropped_on_read(&self, n: u64) {
+    pub(crate) fn count_dropped_on_read(&self, n: u64) {
         if let Some(t) = &self.ttl {
             t.counters
                 .dropped_on_read
@@ -327,7 +346,7 @@ impl StateCore {
                 match self.classify(stored)? {
                     Found::Live(p) => f(p).map(Some),
                     Found::LiveRefresh(p) => {
-                        self.table.put(k, &self.stamp(p))?;
+                        self.table.put(k, &self.stamp(p)?)?;
                         f(p).map(Some)
                     }
                     Found::ExpiredHidden => {
@@ -363,7 +382,7 @@ impl StateCore {
             .scan(prefix, end.as_deref(), |k, v| match self.classify(v)? {
                 Found::Live(p) => f(&k[prefix.len()..], p),
                 Found::LiveRefresh(p) => {
-                    self.table.put(k, &self.stamp(p))?;
+                    self.table.put(k, &self.stamp(p)?)?;
                     f(&k[prefix.len()..], p)
                 }
                 Found::ExpiredHidden => {
