@@ -165,9 +165,14 @@ impl PendingSnapshot {
         let (mut log, log_bytes, segments_reused) = changelog::log_part(plan, base, |segment| {
             let name = layout::new_log_name(id, cp.clock.now_ms());
             cp.protect(id, std::slice::from_ref(&name));
-            let digest = put_recorded(uploaded, &name, || {
-                cp.storage.put_file(&name, segment.file.path())
-            })?;
+            // The sync phase wrote the segment without syncing it (a device flush there would
+            // hold up processing); `put_file` needs it durable, and a storage on the same
+            // filesystem links the file itself rather than copying it.
+            let path = segment.file.path();
+            fs::File::open(path)
+                .and_then(|f| f.sync_data())
+                .map_err(|e| Error::io(path, e))?;
+            let digest = put_recorded(uploaded, &name, || cp.storage.put_file(&name, path))?;
             if (digest.size, digest.crc32) != (segment.size, segment.crc32) {
                 return Err(Error::CheckpointCorrupt {
                     file: segment.file.path().display().to_string(),
