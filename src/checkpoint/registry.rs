@@ -109,6 +109,9 @@ pub(crate) struct Checkpointer {
     pub(crate) sst_ids: Mutex<HashMap<String, (FileStamp, SstUniqueId)>>,
     /// Changelog mode's local segments and materializations (see `super::changelog`).
     pub(crate) log: Mutex<super::changelog::LogBook>,
+    /// Whether a backend without a coordinator has removed what earlier runs of its job left
+    /// (see [`Checkpointer::collect_earlier_runs`]).
+    earlier_runs_collected: std::sync::atomic::AtomicBool,
     /// Held while the backend is open: a staging directory whose lock nobody holds belongs
     /// to a backend that is gone (see `clean_staging`).
     _staging_lock: Option<File>,
@@ -329,8 +332,31 @@ impl Checkpointer {
             book: Mutex::new(book),
             sst_ids: Mutex::new(HashMap::new()),
             log: Mutex::new(log),
+            earlier_runs_collected: std::sync::atomic::AtomicBool::new(false),
             _staging_lock: staging_lock,
         })
+    }
+
+    /// A backend without a coordinator owns its job's storage alone: before its first upload
+    /// it runs one garbage pass, which removes the attempts earlier runs uploaded and never
+    /// completed (every id up to the highest in storage when it opened belongs to a run that
+    /// is gone), so runs that die before their first completion do not pile up
+    /// (`docs/ownership.md` §3 rule 5). Not at open: the pass would run in every restore's
+    /// time, and before the first attempt's sync phase protects the files it may reuse. A
+    /// failed pass is logged and left to the first completion's pass, which reports it.
+    pub(crate) fn collect_earlier_runs(&self) {
+        let Completion::Standalone(owner) = &self.completion else {
+            return;
+        };
+        if self
+            .earlier_runs_collected
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        if let Err(e) = owner.collect_garbage() {
+            tracing::warn!(error = %e, "garbage pass before the first upload failed");
+        }
     }
 
     /// The owner this backend's attempts register with, if it lives in this process.

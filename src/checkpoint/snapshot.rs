@@ -89,6 +89,7 @@ impl PendingSnapshot {
         let _span = tracing::info_span!("checkpoint.upload", id = self.id).entered();
         let start = Instant::now();
         let uploaded = Mutex::new(Vec::<String>::new());
+        self.cp.collect_earlier_runs();
         let result = if self.cp.is_aborted(self.id) {
             Err(Error::CheckpointAborted { id: self.id })
         } else {
