@@ -948,8 +948,9 @@ impl KeyedBackend {
 
     /// Loads the savepoint at `path` into this backend, which must hold no state yet. Only key
     /// groups in this backend's range are loaded, so any parallelism works; the max parallelism
-    /// must match. Every block is verified before anything is written: a corrupt savepoint is
-    /// a typed error and leaves the backend's data untouched.
+    /// must match. The file's header and index, and every block of this backend's key groups,
+    /// are verified before anything is written (blocks of other key groups are not read): a
+    /// corrupt savepoint is a typed error and leaves the backend's data untouched.
     pub fn restore_savepoint(&self, path: &Path) -> Result<SavepointStats> {
         self.restore_savepoints(&[path])
     }
@@ -958,7 +959,8 @@ impl KeyedBackend {
     /// parallelism-2 job) into this empty backend, keeping only this backend's key groups: the
     /// restore side of rescaling through savepoints. The files' key-group ranges must not
     /// overlap, their max parallelism must be this backend's, and their state metadata must
-    /// agree. Every block of every file is verified before anything is written.
+    /// agree. Every file's header and index, and every block of this backend's key groups, are
+    /// verified before anything is written.
     pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
         let core_for = |m: &StateMeta| self.core_for(m);
         let raise = |name: &str, stamp: u64| self.raise_ttl_floor(name, stamp);

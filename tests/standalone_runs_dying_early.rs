@@ -1,4 +1,5 @@
-//! A backend without a coordinator owns its job's storage alone (docs/ownership.md §3 rule 5):
+//! A backend without a coordinator whose storage holds a job record owns it alone
+//! (docs/ownership.md §3 rule 5):
 //! runs that upload and die before their first completion must not pile up in storage. Each
 //! run's first upload is preceded by one garbage pass that removes what the earlier runs left,
 //! and never what the last completed checkpoint needs.

@@ -337,17 +337,24 @@ impl Checkpointer {
         })
     }
 
-    /// A backend without a coordinator owns its job's storage alone: before its first upload
-    /// it runs one garbage pass, which removes the attempts earlier runs uploaded and never
-    /// completed (every id up to the highest in storage when it opened belongs to a run that
-    /// is gone), so runs that die before their first completion do not pile up
-    /// (`docs/ownership.md` §3 rule 5). Not at open: the pass would run in every restore's
-    /// time, and before the first attempt's sync phase protects the files it may reuse. A
-    /// failed pass is logged and left to the first completion's pass, which reports it.
+    /// A backend without a coordinator whose job completes checkpoints through job records
+    /// (storage held one when its owner opened) owns that storage alone: before its first
+    /// upload it runs one garbage pass, which removes the attempts earlier runs uploaded and
+    /// never completed (every id up to the highest in storage when it opened belongs to a
+    /// run that is gone), so runs that die before their first completion do not pile up
+    /// (`docs/ownership.md` §3 rule 5). Not where storage holds no record: several backends
+    /// without a coordinator may share a storage whose completion an engine keeps elsewhere
+    /// (§3 rule 6), and one's pass would delete another's attempts. Not at open: the pass
+    /// would run in every restore's time, and before the first attempt's sync phase protects
+    /// the files it may reuse. A failed pass is logged and left to the first completion's
+    /// pass, which reports it.
     pub(crate) fn collect_earlier_runs(&self) {
         let Completion::Standalone(owner) = &self.completion else {
             return;
         };
+        if owner.latest().is_none() {
+            return;
+        }
         if self
             .earlier_runs_collected
             .swap(true, std::sync::atomic::Ordering::AcqRel)
