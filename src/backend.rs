@@ -371,32 +371,84 @@ impl KeyedBackend {
 
     /// Checks `requested` against the persisted metadata of its state (persisting it when new)
     /// and returns the state's table (column family or heap table).
-    fn persist_state(&self, requested: &StateMeta) -> Result<Table> {
+    fn persist_state(&self, requested: &StateMeta) -> Result<(Table, bool)> {
         let name = requested.name.as_str();
         check_state_name(name)?;
         let meta_key = format!("{META_STATE_PREFIX}{name}");
-        match read_meta::<StateMeta>(&self.inner.meta, meta_key.as_bytes(), "state metadata")? {
+        let created = match read_meta::<StateMeta>(
+            &self.inner.meta,
+            meta_key.as_bytes(),
+            "state metadata",
+        )? {
             Some(existing) if &existing != requested => {
                 return Err(mismatch_error(&existing, requested))
             }
-            Some(_) => {}
-            None => self.inner.meta.put(
-                meta_key.as_bytes(),
-                &codec::encode(requested, "state metadata")?,
-            )?,
-        }
-        match &self.inner.engine {
-            Engine::Rocks(db) => Ok(Table::Rocks(
-                db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?,
-            )),
-            Engine::Heap { tables, path } => Ok(Table::Heap(
+            Some(_) => false,
+            None => {
+                self.inner.meta.put(
+                    meta_key.as_bytes(),
+                    &codec::encode(requested, "state metadata")?,
+                )?;
+                true
+            }
+        };
+        let table = match &self.inner.engine {
+            Engine::Rocks(db) => Table::Rocks(db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?),
+            Engine::Heap { tables, path } => Table::Heap(
                 tables
                     .lock()
                     .entry(name.to_string())
                     .or_insert_with(|| HeapTable::new(path))
                     .clone(),
-            )),
+            ),
+        };
+        Ok((table, created))
+    }
+
+    /// The timestamp floor of TTL list state `name` registering with `config` (`created`: its
+    /// metadata was written just now), or `None` when its `update` must read
+    /// (docs/decisions/0045-blind-ttl-list-updates.md). A list's timestamps never go back when
+    /// its mark covers them, so a blind `update`'s head outlives the entries it replaced. Only
+    /// a list whose reads never return expired entries gets one, and only if the mark has
+    /// covered it since it was created (a new state gets its mark now; a state written before
+    /// marks existed has none and keeps the reading `update`). A list registering with a
+    /// visibility that returns expired entries but holding a mark may hold heads written
+    /// under another setting: they are folded into ordinary runs first and the mark dropped.
+    fn list_floor(
+        &self,
+        name: &str,
+        config: &crate::ttl::TtlConfig,
+        created: bool,
+        table: &Table,
+        clock: &Arc<dyn Clock>,
+    ) -> Result<Option<Arc<StampFloor>>> {
+        let meta = &self.inner.meta;
+        let key = crate::meta::ttl_floor_key(name);
+        let marked = crate::meta::read_ttl_floor(meta, &key)?.is_some();
+        let heads = config.visibility == crate::ttl::Visibility::NeverReturnExpired
+            || config.update_type == UpdateType::Disabled;
+        if !heads {
+            if marked {
+                let folded = crate::state::fold_list_heads(
+                    table,
+                    self.inner.max_parallelism,
+                    self.inner.key_groups,
+                )?;
+                tracing::info!(state = name, folded, "list heads folded into runs");
+                meta.delete(&key)?;
+            }
+            return Ok(None);
         }
+        if created {
+            meta.put(&key, &0u64.to_be_bytes())?;
+        } else if !marked {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(StampFloor::open(
+            meta.clone(),
+            name,
+            Arc::clone(clock),
+        )?)))
     }
 
     /// A handle core for persisted state `meta`: the registered one if registered in this
@@ -409,7 +461,7 @@ impl KeyedBackend {
             }
             return Ok(Arc::clone(core));
         }
-        let table = self.persist_state(meta)?;
+        let (table, _) = self.persist_state(meta)?;
         Ok(Arc::new(self.new_core(table, meta.clone(), None)))
     }
 
@@ -451,7 +503,7 @@ impl KeyedBackend {
             }
             return Ok(Arc::clone(core));
         }
-        let table = self.persist_state(&requested)?;
+        let (table, created) = self.persist_state(&requested)?;
         let ttl = match desc.ttl {
             None => None,
             Some(config) => {
@@ -459,14 +511,10 @@ impl KeyedBackend {
                     TimeDomain::ProcessingTime => Arc::clone(&self.inner.clock),
                     TimeDomain::EventTime => Arc::new(self.inner.watermark.clone()),
                 };
-                // A list's timestamps never go back, so a blind `update`'s head outlives the
-                // entries it replaced (docs/decisions/0045-blind-ttl-list-updates.md).
                 let floor = match (kind, &table) {
-                    (StateKind::List, Table::Rocks(_)) => Some(Arc::new(StampFloor::open(
-                        self.inner.meta.clone(),
-                        name,
-                        Arc::clone(&clock),
-                    )?)),
+                    (StateKind::List, Table::Rocks(_)) => {
+                        self.list_floor(name, &config, created, &table, &clock)?
+                    }
                     _ => None,
                 };
                 Some(TtlRuntime {
@@ -900,12 +948,12 @@ impl KeyedBackend {
         })
     }
 
-    /// Raises the stored TTL timestamp mark of list state `name` to at least `stamp`, where
-    /// its registration will read it (a savepoint restores only into a backend that has
+    /// Stores a TTL timestamp mark of at least `stamp` for list state `name`, where its
+    /// registration will read it (a savepoint restores only into a backend that has
     /// registered no state).
     fn raise_ttl_floor(&self, name: &str, stamp: u64) -> Result<()> {
         let key = crate::meta::ttl_floor_key(name);
-        if crate::meta::read_ttl_floor(&self.inner.meta, &key)? < stamp {
+        if crate::meta::read_ttl_floor(&self.inner.meta, &key)?.is_none_or(|m| m < stamp) {
             self.inner.meta.put(&key, &stamp.to_be_bytes())?;
         }
         Ok(())

@@ -85,17 +85,20 @@ pub(crate) fn ttl_floor_key(name: &str) -> Vec<u8> {
     format!("{META_TTL_FLOOR_PREFIX}{name}").into_bytes()
 }
 
-/// A TTL list state's timestamp mark as stored (`None`: absent, which reads as 0).
-pub(crate) fn decode_ttl_floor(stored: Option<&[u8]>) -> Result<u64> {
-    match stored.map(<[u8; 8]>::try_from) {
-        None => Ok(0),
-        Some(Ok(b)) => Ok(u64::from_be_bytes(b)),
-        Some(Err(_)) => Err(Error::decode("TTL timestamp mark", "not 8 bytes")),
-    }
+/// A TTL list state's timestamp mark as stored (`None` when absent).
+pub(crate) fn decode_ttl_floor(stored: Option<&[u8]>) -> Result<Option<u64>> {
+    stored
+        .map(|b| {
+            <[u8; 8]>::try_from(b)
+                .map(u64::from_be_bytes)
+                .map_err(|_| Error::decode("TTL timestamp mark", "not 8 bytes"))
+        })
+        .transpose()
 }
 
-/// Reads a timestamp high-water mark stored under `key` in `meta`: 0 when absent.
-pub(crate) fn read_ttl_floor(meta: &Table, key: &[u8]) -> Result<u64> {
+/// Reads the timestamp high-water mark stored under `key` in `meta` (`None` when absent: a
+/// state whose timestamps no mark covers).
+pub(crate) fn read_ttl_floor(meta: &Table, key: &[u8]) -> Result<Option<u64>> {
     decode_ttl_floor(meta.get_with(key, |b| b.to_vec())?.as_deref())
 }
 
@@ -105,7 +108,9 @@ pub(crate) fn read_ttl_floor(meta: &Table, key: &[u8]) -> Result<u64> {
 /// behind. A blind list `update` rests on it: its head must expire no earlier than the
 /// entries it replaced (docs/decisions/0045-blind-ttl-list-updates.md). The high-water mark is
 /// persisted before a timestamp above it is used, so it covers every timestamp the state
-/// holds across reopen, restore and rescale (which takes the maximum over its sources).
+/// holds across reopen, restore and rescale (which takes the maximum over its sources). A
+/// state has a mark only if one has covered it since it was created (or since a savepoint
+/// restore wrote it): a state written before marks existed has none, and updates by reading.
 pub(crate) struct StampFloor {
     clock: Arc<dyn Clock>,
     /// The largest timestamp handed out (or restored).
@@ -127,10 +132,11 @@ impl std::fmt::Debug for StampFloor {
 }
 
 impl StampFloor {
-    /// The floor of state `name`, reading its persisted mark from `meta`.
+    /// The floor of state `name`, reading its persisted mark from `meta` (which the caller
+    /// checked is there, or wrote for a new state).
     pub(crate) fn open(meta: Table, name: &str, clock: Arc<dyn Clock>) -> Result<Self> {
         let key = ttl_floor_key(name);
-        let mark = read_ttl_floor(&meta, &key)?;
+        let mark = read_ttl_floor(&meta, &key)?.unwrap_or(0);
         Ok(StampFloor {
             clock,
             high: AtomicU64::new(mark),

@@ -63,7 +63,8 @@
 //!    newer than any ingested entry. Linked and rewritten data lies inside the target, so
 //!    the tombstones never cover it anyway.
 //! 5. **Fix the metadata**: the backend metadata gets the target range, each TTL list's
-//!    timestamp mark the maximum over the sources (while they are opened), the list-sequence
+//!    timestamp mark the maximum over the sources that hold the state (none if one of them
+//!    lacks it), the list-sequence
 //!    high-water mark becomes the maximum over all sources (so new list elements sort after
 //!    every restored one). Nothing is flushed here: the backend open writes the new backend
 //!    id and flushes every column family once, clip tombstones and metadata included.
@@ -227,6 +228,16 @@ pub(crate) fn rescale(
         }
     }
 
+    // A TTL list's timestamp mark: the maximum over the sources that hold the state, so no
+    // head written after the rescale sorts as older than an entry of any source it
+    // replaces; none if a source lacks it (that source's timestamps no mark covers).
+    let mut marks: BTreeMap<String, Option<u64>> = BTreeMap::new();
+    for (name, st) in &base_states {
+        if st.kind == StateKind::List && st.ttl {
+            marks.insert(name.clone(), read_ttl_floor(&db.default_cf()?, name)?);
+        }
+    }
+
     // 3a. Open and check the others, merge the state lists, plan each state.
     let mut states = base_states.clone();
     let mut opened: Vec<Arc<Db>> = Vec::with_capacity(others.len());
@@ -241,16 +252,13 @@ pub(crate) fn rescale(
         let odb = Db::open_read_only(other.dir, target.options, target.budget, false)?;
         let other_states = check_source(&odb, other, m)?;
         list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
-        // A TTL list's timestamp mark: the maximum over the sources, so no head written
-        // after the rescale sorts as older than an entry of any source it replaces.
-        let other_meta = odb.default_cf()?;
         for (name, st) in &other_states {
             if st.kind == StateKind::List && st.ttl {
-                let stamp = read_ttl_floor(&other_meta, name)?;
-                if stamp > read_ttl_floor(&db.default_cf()?, name)? {
-                    db.default_cf()?
-                        .put(&ttl_floor_key(name), &stamp.to_be_bytes())?;
-                }
+                let theirs = read_ttl_floor(&odb.default_cf()?, name)?;
+                marks
+                    .entry(name.clone())
+                    .and_modify(|m| *m = m.zip(theirs).map(|(a, b)| a.max(b)))
+                    .or_insert(theirs);
             }
         }
         for (name, st) in &other_states {
@@ -489,6 +497,12 @@ pub(crate) fn rescale(
         &codec::encode(&backend_meta, "backend metadata")?,
     )?;
     meta.put(META_LIST_SEQ, &list_seq.to_be_bytes())?;
+    for (name, mark) in &marks {
+        match mark {
+            Some(stamp) => meta.put(&ttl_floor_key(name), &stamp.to_be_bytes())?,
+            None => meta.delete(&ttl_floor_key(name))?,
+        }
+    }
     Ok((stats, db))
 }
 
@@ -871,8 +885,8 @@ fn state_cf(db: &Arc<Db>, src: &Source<'_>, name: &str) -> Result<Cf> {
         .ok_or_else(|| corrupt(src, format!("state `{name}` has no column family")))
 }
 
-/// The timestamp mark of TTL list state `name` in a source's metadata: 0 when absent.
-fn read_ttl_floor(meta: &Cf, name: &str) -> Result<u64> {
+/// The timestamp mark of TTL list state `name` in a source's metadata (`None` when absent).
+fn read_ttl_floor(meta: &Cf, name: &str) -> Result<Option<u64>> {
     decode_ttl_floor(
         meta.get_with(&ttl_floor_key(name), |b| b.to_vec())?
             .as_deref(),

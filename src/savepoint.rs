@@ -218,7 +218,8 @@ fn restore_into_rocksdb(
         .clamp(1, RESTORE_THREADS);
     // Per state (by name): its metadata and its SSTs, one per file and run, in key order.
     let mut ingest: BTreeMap<String, (StateMeta, Vec<std::path::PathBuf>)> = BTreeMap::new();
-    // Per TTL list state (by name): the largest timestamp restored.
+    // Per TTL list state (by name): the largest timestamp restored (0 for none), which
+    // becomes its mark: the restore holds no head, and the mark covers what it wrote.
     let mut stamps: BTreeMap<String, u64> = BTreeMap::new();
     for (file_no, ((_, reader), path)) in readers.iter_mut().zip(paths).enumerate() {
         let states = reader.header().states.clone();
@@ -281,7 +282,7 @@ fn restore_into_rocksdb(
             stats.entries += run.stats.entries;
             stats.raw_bytes += run.stats.raw_bytes;
             for (meta, &stamp) in states.iter().zip(&run.stamps) {
-                if stamp > 0 {
+                if meta.kind == StateKind::List && meta.ttl {
                     let high = stamps.entry(meta.name.clone()).or_insert(0);
                     *high = (*high).max(stamp);
                 }

@@ -316,3 +316,137 @@ fn lists_that_may_return_expired_entries_update_by_reading() {
     assert_eq!(entries(&b).len(), 200 * 2);
     check(&l, &want, "read");
 }
+
+/// Deletes the timestamp mark of state `l` from the closed database in `dir`: what a database
+/// written before marks existed looks like.
+fn drop_mark(dir: &std::path::Path) {
+    let opts = rocksdb::Options::default();
+    let cfs = rocksdb::DB::list_cf(&opts, dir).unwrap();
+    let db = rocksdb::DB::open_cf(&opts, dir, &cfs).unwrap();
+    assert!(db.get(b"ttl-floor/l").unwrap().is_some());
+    db.delete(b"ttl-floor/l").unwrap();
+    db.flush().unwrap();
+}
+
+#[test]
+fn a_list_no_mark_covers_updates_by_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = StepClock::at(50_000);
+    let key = 1u32.to_be_bytes();
+    {
+        let b = builder(dir.path(), &clock).open().unwrap();
+        list(&b)
+            .add_all(&key, b"", [&b"old1"[..], b"old2"])
+            .unwrap();
+        b.close().unwrap();
+    }
+    drop_mark(dir.path());
+    // Reopened on a clock behind what the list holds: a head stamped with the clock would
+    // expire before the run it replaced, and a compaction holding only the head would let
+    // the run be read again.
+    clock.set(1_000);
+    let b = builder(dir.path(), &clock).open().unwrap();
+    let l = list(&b);
+    b.compact_state("l").unwrap();
+    l.update(&key, b"", [&b"new"[..]]).unwrap();
+    assert!(heads(&b).is_empty(), "no head without a mark");
+    b.flush().unwrap();
+    clock.set(12_000);
+    b.compact_state("l").unwrap();
+    assert_eq!(l.get(&key, b"").unwrap(), Vec::<Vec<u8>>::new());
+}
+
+/// Session 1 writes heads under `NeverReturnExpired`; session 2 registers the list with
+/// `visibility`, and RocksDB compacts the files holding the expired head without the file
+/// holding the run it replaced. Returns what the list reads then.
+fn after_restart_with(visibility: Visibility) -> Vec<Vec<u8>> {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = StepClock::at(0);
+    let key = 1u32.to_be_bytes();
+    let kg = rockstate::keygroup::key_group_of(&key, M);
+    // Keys of other lists in lower key groups, one per group, lowest group first.
+    let mut lower: Vec<(u16, [u8; 4])> = (0..10_000u32)
+        .map(|k| k.to_be_bytes())
+        .map(|k| (rockstate::keygroup::key_group_of(&k, M), k))
+        .filter(|(g, _)| *g < kg)
+        .collect();
+    lower.sort();
+    lower.dedup_by_key(|(g, _)| *g);
+    assert!(lower.len() >= 7, "{kg}");
+    let options = DbOptions {
+        write_buffer_size: 128 << 10,
+        target_file_size_base: 128 << 10,
+        level0_file_num_compaction_trigger: 5,
+        ..DbOptions::default()
+    };
+    {
+        let b = builder(dir.path(), &clock)
+            .options(options.clone())
+            .open()
+            .unwrap();
+        let l = list(&b);
+        // The last level: one file with the run `update` will replace, one with list x.
+        l.add_all(&key, b"", [&b"old1"[..], b"old2"]).unwrap();
+        b.flush().unwrap();
+        b.compact_state("l").unwrap();
+        l.add(&lower[6].1, b"", b"x").unwrap();
+        b.flush().unwrap();
+        b.compact_state("l").unwrap();
+        clock.set(5_000);
+        // Four level-0 files spanning [a lower key, the head]: they overlap each other and
+        // x's file, not the run's.
+        for (i, (_, k)) in lower.iter().take(4).enumerate() {
+            l.add(k, b"", b"o").unwrap();
+            l.update(&key, b"", [format!("new{i}").as_bytes()]).unwrap();
+            b.flush().unwrap();
+        }
+        b.close().unwrap();
+    }
+    // The heads (5,000) and the run they replaced (0) have expired.
+    clock.set(15_500);
+    let b = builder(dir.path(), &clock).options(options).open().unwrap();
+    let l = list_with(&b, TtlConfig::new(TTL).visibility(visibility));
+    // A fifth level-0 file: RocksDB compacts the five with x's file.
+    l.add(&lower[4].1, b"", b"o").unwrap();
+    b.flush().unwrap();
+    b.wait_for_compactions().unwrap();
+    l.get(&key, b"").unwrap()
+}
+
+#[test]
+fn heads_are_folded_when_a_list_switches_to_returning_expired_entries() {
+    assert_eq!(
+        after_restart_with(Visibility::NeverReturnExpired),
+        Vec::<Vec<u8>>::new()
+    );
+    // Returning expired entries, the list reads the last update's element, expired but not
+    // yet cleaned up, and never what it replaced.
+    let got = after_restart_with(Visibility::ReturnExpiredIfNotCleanedUp);
+    assert!(got.is_empty() || got == [el("new3")], "{got:?}");
+    // Folded: no head is left, and the list reads as a list that was never blind-updated.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = StepClock::at(1_000);
+    {
+        let b = builder(dir.path(), &clock).open().unwrap();
+        write_history(&list(&b));
+        assert_eq!(heads(&b).len(), 200);
+        b.close().unwrap();
+    }
+    let b = builder(dir.path(), &clock).open().unwrap();
+    let l = list_with(
+        &b,
+        TtlConfig::new(TTL).visibility(Visibility::ReturnExpiredIfNotCleanedUp),
+    );
+    assert!(heads(&b).is_empty());
+    assert_eq!(entries(&b).len(), 200 * 2, "the heads as runs and z");
+    let want = write_history(&l);
+    check(&l, &want, "updated by reading after the fold");
+    assert!(heads(&b).is_empty());
+    b.close().unwrap();
+    // Back to `NeverReturnExpired`: the mark went with the heads, so `update` keeps reading.
+    let b = builder(dir.path(), &clock).open().unwrap();
+    let l = list(&b);
+    check(&l, &want, "reopened");
+    l.update(&0u32.to_be_bytes(), b"", [&b"n"[..]]).unwrap();
+    assert!(heads(&b).is_empty());
+}

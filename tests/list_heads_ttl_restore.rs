@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use rockstate::ttl::Visibility;
 use rockstate::{
     CheckpointOptions, Clock, CodecId, KeyGroupRange, KeyedBackend, RawListState, RestoreFrom,
     StateDescriptor, TtlConfig,
@@ -27,7 +28,11 @@ impl Clock for StepClock {
 }
 
 fn list(b: &KeyedBackend) -> RawListState {
-    let d = StateDescriptor::new("l").with_ttl(TtlConfig::new(Duration::from_secs(10)));
+    list_with(b, TtlConfig::new(Duration::from_secs(10)))
+}
+
+fn list_with(b: &KeyedBackend, ttl: TtlConfig) -> RawListState {
+    let d = StateDescriptor::new("l").with_ttl(ttl);
     b.raw_list_state(d, CodecId::new("bytes", 1)).unwrap()
 }
 
@@ -127,4 +132,52 @@ fn the_timestamp_mark_survives_restores_splits_and_merges() {
     let store: Store = Store::local();
     job(&store, "two", &[40_000, 60_000]);
     restore_and_update_behind(&store, "merged", 1, 60_000);
+}
+
+#[test]
+fn a_merge_with_a_source_no_mark_covers_keeps_the_reading_update() {
+    let store = Store::local();
+    let clock = StepClock::default();
+    clock.0.store(50_000, Ordering::SeqCst);
+    let backends: Vec<KeyedBackend> = (0..2)
+        .map(|i| instance(&store, "two", 2, i, &clock).open().unwrap())
+        .collect();
+    // Instance 1's list returns expired entries: it never writes heads, so no mark covers
+    // its timestamps.
+    let lists = [
+        list(&backends[0]),
+        list_with(
+            &backends[1],
+            TtlConfig::new(Duration::from_secs(10))
+                .visibility(Visibility::ReturnExpiredIfNotCleanedUp),
+        ),
+    ];
+    for (b, l) in backends.iter().zip(&lists) {
+        for k in keys_of(b) {
+            l.add_all(&k.to_be_bytes(), b"", [&b"old1"[..], b"old2"])
+                .unwrap();
+        }
+    }
+    let refs: Vec<&KeyedBackend> = backends.iter().collect();
+    checkpoint_job(&store.storage, &refs, 1);
+    clock.0.store(1_000, Ordering::SeqCst);
+    let b = instance(&store, "merged", 1, 0, &clock)
+        .restore(RestoreFrom::Checkpoint(1))
+        .unwrap();
+    let l = list(&b);
+    for k in keys_of(&b) {
+        l.update(&k.to_be_bytes(), b"", [&b"new"[..]]).unwrap();
+    }
+    let mut heads = 0;
+    for g in b.key_groups().iter() {
+        b.scan_key_group("l", g, |e| {
+            heads += usize::from(e.suffix.is_empty());
+            Ok(true)
+        })
+        .unwrap();
+    }
+    assert_eq!(heads, 0, "the merged list has no mark, so its update reads");
+    for k in keys_of(&b) {
+        assert_eq!(l.get(&k.to_be_bytes(), b"").unwrap(), vec![b"new".to_vec()]);
+    }
 }

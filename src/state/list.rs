@@ -25,33 +25,73 @@ use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Serialize};
 
-use super::{with_encoded, Found, StateCore};
+use super::{with_encoded, Found, StateCore, TtlRuntime};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::list_entry::{self, Entry, ListCursor, RUN_MARK};
 use crate::store::Table;
-use crate::ttl::{self, TtlConfig, UpdateType, Visibility};
+use crate::ttl;
 
 /// A run holds at most this many stored bytes; longer writes are cut into several runs (and a
 /// larger element goes into an entry of its own), so no entry nears RocksDB's value limit and
 /// a TTL refresh rewrites at most this much per entry.
 pub(crate) const RUN_BYTES: usize = 64 << 10;
 
-/// Whether a list state stored in `table` with TTL settings `ttl` is updated blindly, with a
+/// Whether a list state stored in `table` with TTL runtime `ttl` is updated blindly, with a
 /// head instead of reading the old entries to delete them
 /// (docs/decisions/0034-blind-list-updates.md): on RocksDB, whose compaction filter then drops
-/// the entries a head made dead (the backend installs it for every list), and where no read
-/// can return an expired entry. With TTL a head must then expire no earlier than the entries
-/// it replaced, which the state's timestamps guarantee: they never go back
-/// (`crate::meta::StampFloor`, docs/decisions/0045-blind-ttl-list-updates.md). A list whose
-/// reads may return expired entries (`ReturnExpiredIfNotCleanedUp`) keeps the reading
-/// `update`: an expired head removed by a compaction that does not hold the entries it
-/// replaced would let them be read again.
-pub(crate) fn writes_heads(table: &Table, ttl: Option<&TtlConfig>) -> bool {
-    matches!(table, Table::Rocks(_))
-        && ttl.is_none_or(|t| {
-            t.visibility == Visibility::NeverReturnExpired || t.update_type == UpdateType::Disabled
-        })
+/// the entries a head made dead (the backend installs it for every list). With TTL a head
+/// must expire no earlier than the entries it replaced, so only a list whose timestamps a
+/// mark covers writes heads (`TtlRuntime::floor`, docs/decisions/0045-blind-ttl-list-updates.md):
+/// the backend gives one only to a list whose reads never return expired entries, and whose
+/// every stored timestamp the mark covers.
+pub(crate) fn writes_heads(table: &Table, ttl: Option<&TtlRuntime>) -> bool {
+    matches!(table, Table::Rocks(_)) && ttl.is_none_or(|t| t.floor.is_some())
+}
+
+/// Folds the heads of the TTL list state in `table` (key groups `key_groups` of a backend of
+/// `max_parallelism`) into ordinary run entries under their own sequence numbers, with their
+/// timestamps, and deletes the entries they made dead, one batch per key group: afterwards
+/// the state holds no head and every list reads as before. For a list whose reads may return
+/// expired entries, where a head dropped as expired before the entries it replaced would let
+/// them be returned (docs/decisions/0045-blind-ttl-list-updates.md). Returns the heads folded.
+pub(crate) fn fold_heads(
+    table: &Table,
+    max_parallelism: u32,
+    key_groups: crate::keygroup::KeyGroupRange,
+) -> Result<u64> {
+    let mut folded = 0;
+    let mut key = Vec::new();
+    for group in key_groups.iter() {
+        let mut batch = table.batch();
+        let mut cursor = ListCursor::new();
+        super::scan_key_group(table, max_parallelism, group, |e| {
+            let (stamp, payload) = ttl::split(e.value)
+                .ok_or_else(|| Error::decode("TTL value", "shorter than its 8-byte timestamp"))?;
+            let entry = cursor.next((e.key, e.namespace), e.suffix, payload)?;
+            if !e.suffix.is_empty() && entry != Entry::Dead {
+                return Ok(true);
+            }
+            key.clear();
+            codec::write_key_prefix(&mut key, group, max_parallelism, e.key, e.namespace);
+            key.extend_from_slice(e.suffix);
+            batch.delete(&key);
+            if let Entry::Live { seq, payload, .. } = entry {
+                key.extend_from_slice(&seq.to_be_bytes());
+                key.push(RUN_MARK);
+                let mut value = Vec::with_capacity(ttl::TS_LEN + payload.len());
+                value.extend_from_slice(&stamp.to_be_bytes());
+                value.extend_from_slice(payload);
+                batch.put(&key, &value);
+                folded += 1;
+            }
+            Ok(true)
+        })?;
+        if batch.len() > 0 {
+            batch.commit()?;
+        }
+    }
+    Ok(folded)
 }
 
 /// List state over serialized bytes.
@@ -173,8 +213,7 @@ impl RawListState {
     ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
         let mut batch = self.core.table.batch();
-        let blind =
-            replace && writes_heads(&self.core.table, self.core.ttl.as_ref().map(|t| &t.config));
+        let blind = replace && writes_heads(&self.core.table, self.core.ttl.as_ref());
         if replace && !blind {
             self.delete_entries(&prefix, &mut batch)?;
         }

@@ -18,6 +18,7 @@ use serde::Serialize;
 use smallvec::SmallVec;
 
 pub use aggregating::{AggregateFunction, AggregatingState};
+pub(crate) use list::fold_heads as fold_list_heads;
 pub use list::{ListState, RawListState};
 pub use map::{MapState, RawMapState};
 pub use reducing::ReducingState;
