@@ -172,3 +172,71 @@ impl StampFloor {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::heap::HeapTable;
+
+    /// A clock another thread may set back.
+    #[derive(Debug, Default)]
+    struct Settable(AtomicU64);
+
+    impl Clock for Settable {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    #[test]
+    fn stamps_never_go_back_and_the_stored_mark_covers_each_one() {
+        let meta = Table::Heap(HeapTable::new(std::path::Path::new("meta")));
+        let clock = Arc::new(Settable::default());
+        clock.0.store(1_000, Ordering::SeqCst);
+        let floor = Arc::new(StampFloor::open(meta.clone(), "l", clock.clone()).unwrap());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (floor, meta) = (Arc::clone(&floor), meta.clone());
+                std::thread::spawn(move || {
+                    let mut last = 0;
+                    for _ in 0..2_000 {
+                        let stamp = floor.next().unwrap();
+                        assert!(stamp >= last, "{stamp} after {last}");
+                        let stored = read_ttl_floor(&meta, &ttl_floor_key("l")).unwrap();
+                        assert!(stored >= Some(stamp), "{stored:?} below {stamp}");
+                        last = stamp;
+                    }
+                })
+            })
+            .collect();
+        // The clock moves forward and back while they stamp.
+        for t in [5_000, 2_000, 9_000, 100, 12_000] {
+            clock.0.store(t, Ordering::SeqCst);
+            std::thread::yield_now();
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        clock.0.store(12_000, Ordering::SeqCst);
+        assert_eq!(floor.next().unwrap(), 12_000);
+        clock.0.store(3_000, Ordering::SeqCst);
+        assert_eq!(floor.next().unwrap(), 12_000);
+        // A floor opened again reads the mark.
+        let again = StampFloor::open(meta, "l", Arc::new(ManualClock::new(0))).unwrap();
+        assert_eq!(again.next().unwrap(), 12_000);
+    }
+
+    #[test]
+    fn a_mark_that_is_not_eight_bytes_is_a_decode_error() {
+        assert_eq!(decode_ttl_floor(None).unwrap(), None);
+        assert_eq!(
+            decode_ttl_floor(Some(&7u64.to_be_bytes())).unwrap(),
+            Some(7)
+        );
+        assert!(matches!(
+            decode_ttl_floor(Some(b"short")),
+            Err(Error::Decode { .. })
+        ));
+    }
+}
