@@ -405,6 +405,14 @@ impl KeyedBackend {
         Ok((table, created))
     }
 
+    /// Whether checkpoints run in changelog mode (`ChangelogOptions::enabled`).
+    fn changelog_mode(&self) -> bool {
+        self.inner
+            .checkpointer
+            .as_ref()
+            .is_some_and(|c| c.options.changelog.enabled)
+    }
+
     /// The timestamp floor of TTL list state `name` registering with `config` (`created`: its
     /// metadata was written just now), or `None` when its `update` must read
     /// (docs/decisions/0045-blind-ttl-list-updates.md). A list's timestamps never go back when
@@ -466,7 +474,10 @@ impl KeyedBackend {
     }
 
     fn new_core(&self, table: Table, meta: StateMeta, ttl: Option<TtlRuntime>) -> StateCore {
+        let list_heads = meta.kind == StateKind::List
+            && crate::state::list_writes_heads(&table, ttl.as_ref(), self.changelog_mode());
         StateCore {
+            list_heads,
             table,
             meta,
             key_groups: self.inner.key_groups,
@@ -554,9 +565,14 @@ impl KeyedBackend {
                 // (docs/decisions/0033-list-runs.md).
                 cf.keep_out_of_value_cache()?;
                 cf.restart_for_scans()?;
-                // Every list may hold heads (one written under other TTL settings too), so
-                // its compactions drop what they made dead.
-                filter.dead_list_entries = Some(self.inner.max_parallelism);
+                // Every list may hold heads (one written under other settings too), so its
+                // compactions drop what they made dead; not in changelog mode, where such a
+                // drop is not logged and a restore replays the log onto a materialization
+                // that still holds the entry: a `clear` after the drop finds nothing to
+                // delete there, and the entry would be read again once its head is gone.
+                if !self.changelog_mode() {
+                    filter.dead_list_entries = Some(self.inner.max_parallelism);
+                }
             }
             if filter.ttl.is_some() || filter.dead_list_entries.is_some() {
                 cf.set_filter(filter, periodic_secs)?;

@@ -44,9 +44,12 @@ pub(crate) const RUN_BYTES: usize = 64 << 10;
 /// must expire no earlier than the entries it replaced, so only a list whose timestamps a
 /// mark covers writes heads (`TtlRuntime::floor`, docs/decisions/0045-blind-ttl-list-updates.md):
 /// the backend gives one only to a list whose reads never return expired entries, and whose
-/// every stored timestamp the mark covers.
-pub(crate) fn writes_heads(table: &Table, ttl: Option<&TtlRuntime>) -> bool {
-    matches!(table, Table::Rocks(_)) && ttl.is_none_or(|t| t.floor.is_some())
+/// every stored timestamp the mark covers. Not in changelog mode (`changelog`): there the
+/// compaction filter may not drop dead entries (a restore replays the log onto an older
+/// materialization that still holds them, and a later `clear` deletes only the entries it
+/// finds), so every blind `update` would leave its replaced entries until a read.
+pub(crate) fn writes_heads(table: &Table, ttl: Option<&TtlRuntime>, changelog: bool) -> bool {
+    matches!(table, Table::Rocks(_)) && !changelog && ttl.is_none_or(|t| t.floor.is_some())
 }
 
 /// Folds the heads of the TTL list state in `table` (key groups `key_groups` of a backend of
@@ -213,7 +216,7 @@ impl RawListState {
     ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
         let mut batch = self.core.table.batch();
-        let blind = replace && writes_heads(&self.core.table, self.core.ttl.as_ref());
+        let blind = replace && self.core.list_heads;
         if replace && !blind {
             self.delete_entries(&prefix, &mut batch)?;
         }

@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 
 pub use aggregating::{AggregateFunction, AggregatingState};
 pub(crate) use list::fold_heads as fold_list_heads;
+pub(crate) use list::writes_heads as list_writes_heads;
 pub use list::{ListState, RawListState};
 pub use map::{MapState, RawMapState};
 pub use reducing::ReducingState;
@@ -160,6 +161,8 @@ pub(crate) struct StateCore {
     pub(crate) ttl: Option<TtlRuntime>,
     /// Heap incremental TTL cleanup, when configured (only with TTL on a heap backend).
     pub(crate) incremental: Option<IncrementalCleanup>,
+    /// A list state whose `update` is blind, writing a head (`state::list::writes_heads`).
+    pub(crate) list_heads: bool,
 }
 
 /// Incremental TTL cleanup (heap backend): each access examines the next `entries` entries
