@@ -35,13 +35,13 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rescale_common::{check, owns, random_ops, small_options, Avg, Model, KEYS, M, NS};
+use rescale_common::{
+    check, checkpoint_job, owner_of, owns, random_ops, small_options, Avg, Model, KEYS, M, NS,
+};
 use rockstate::checkpoint::layout;
-use rockstate::coordinator::task_checkpoint;
 use rockstate::{
     BackendKind, ChangelogOptions, CheckpointOptions, CheckpointStorage, Error, ErrorKind,
-    JobOwner, KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom, StateDescriptor, SystemClock,
-    TtlConfig,
+    KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom, StateDescriptor, TtlConfig,
 };
 use sst_format::CheckpointManifest;
 
@@ -804,6 +804,64 @@ fn sweep_storage(
     }
 }
 
+/// Runs `rounds` of `(checkpoint id, operations)` on `b` (random operations from `seed`, then
+/// the checkpoint, judged by `check`, completed); returns the model after each, by id.
+fn completed_rounds(
+    b: &KeyedBackend,
+    seed: u64,
+    rounds: &[(u64, usize)],
+    check: impl Fn(u64, &rockstate::CheckpointStats),
+) -> BTreeMap<u64, Full> {
+    let mut r = SmallRng::seed_from_u64(seed);
+    let mut model = Full::default();
+    let mut models = BTreeMap::new();
+    for &(id, n) in rounds {
+        ops(b, &mut model, &mut r, n);
+        let st = b.checkpoint(id).unwrap();
+        check(id, &st);
+        b.notify_checkpoint_complete(id).unwrap();
+        models.insert(id, model.clone());
+    }
+    models
+}
+
+/// A restore kind: `label`, restoring `from` as instance `i` of `p`, which restores checkpoint
+/// `id` from the undamaged storage.
+fn kind(label: &'static str, from: RestoreFrom, p: u32, i: u32, id: u64) -> RestoreKind {
+    RestoreKind {
+        label,
+        from,
+        p,
+        i,
+        id,
+    }
+}
+
+/// Sweeps the storage at `root` (a base of checkpoints whose states `models` holds, by id)
+/// against `kinds`, in scratch space under `dir`, reports, and fails on any anomaly.
+fn sweep_and_judge(
+    base: &str,
+    dir: &Path,
+    root: &Path,
+    kinds: &[RestoreKind],
+    models: BTreeMap<u64, Full>,
+    changelog: bool,
+) {
+    let mut t = Tally::default();
+    let scratch = dir.join("scratch");
+    sweep_storage(
+        base,
+        root,
+        &scratch,
+        kinds,
+        Arc::new(models),
+        changelog,
+        &mut t,
+    );
+    report(base, &t);
+    assert!(t.anomalies.is_empty(), "{} anomalies", t.anomalies.len());
+}
+
 #[test]
 fn sweep_plain_incremental() {
     let dir = tempfile::tempdir().unwrap();
@@ -817,60 +875,15 @@ fn sweep_plain_incremental() {
             ..CheckpointOptions::default()
         },
     );
-    let mut r = SmallRng::seed_from_u64(7);
-    let mut model = Full::default();
-    let mut models = BTreeMap::new();
-    for (id, n) in [(1u64, 3000usize), (2, 1200)] {
-        ops(&b, &mut model, &mut r, n);
-        let st = b.checkpoint(id).unwrap();
-        b.notify_checkpoint_complete(id).unwrap();
-        eprintln!("plain cp{id}: {st:?}");
-        models.insert(id, model.clone());
-    }
+    let models = completed_rounds(&b, 7, &[(1, 3000), (2, 1200)], |_, _| {});
     drop(b);
     let kinds = [
-        RestoreKind {
-            label: "p1-latest",
-            from: RestoreFrom::Latest,
-            p: 1,
-            i: 0,
-            id: 2,
-        },
-        RestoreKind {
-            label: "p1-cp1",
-            from: RestoreFrom::Checkpoint(1),
-            p: 1,
-            i: 0,
-            id: 1,
-        },
-        RestoreKind {
-            label: "1to2-h0",
-            from: RestoreFrom::Latest,
-            p: 2,
-            i: 0,
-            id: 2,
-        },
-        RestoreKind {
-            label: "1to2-h1",
-            from: RestoreFrom::Latest,
-            p: 2,
-            i: 1,
-            id: 2,
-        },
+        kind("p1-latest", RestoreFrom::Latest, 1, 0, 2),
+        kind("p1-cp1", RestoreFrom::Checkpoint(1), 1, 0, 1),
+        kind("1to2-h0", RestoreFrom::Latest, 2, 0, 2),
+        kind("1to2-h1", RestoreFrom::Latest, 2, 1, 2),
     ];
-    let mut t = Tally::default();
-    let scratch = dir.path().join("scratch");
-    sweep_storage(
-        "plain",
-        &root,
-        &scratch,
-        &kinds,
-        Arc::new(models),
-        false,
-        &mut t,
-    );
-    report("plain", &t);
-    assert!(t.anomalies.is_empty(), "{} anomalies", t.anomalies.len());
+    sweep_and_judge("plain", dir.path(), &root, &kinds, models, false);
 }
 
 #[test]
@@ -886,18 +899,11 @@ fn sweep_changelog_with_tables() {
             ..CheckpointOptions::default()
         },
     );
-    let mut r = SmallRng::seed_from_u64(8);
-    let mut model = Full::default();
-    let mut models = BTreeMap::new();
-    // 1 materializes; 2 logs enough for a table; 3 logs a little (a segment after the table).
-    for (id, n) in [(1u64, 3000usize), (2, 1500), (3, 1500), (4, 30)] {
-        ops(&b, &mut model, &mut r, n);
-        let st = b.checkpoint(id).unwrap();
+    // 1 materializes; 2 and 3 log enough for tables; 4 logs a little (a segment after them).
+    let rounds = [(1, 3000), (2, 1500), (3, 1500), (4, 30)];
+    let models = completed_rounds(&b, 8, &rounds, |id, st| {
         assert_eq!(st.materialized, id == 1, "{st:?}");
-        b.notify_checkpoint_complete(id).unwrap();
-        eprintln!("log cp{id}: {st:?}");
-        models.insert(id, model.clone());
-    }
+    });
     let meta = layout::metadata_name(4, b.backend_id());
     drop(b);
     let s = Storage { root: root.clone() };
@@ -914,41 +920,11 @@ fn sweep_changelog_with_tables() {
         "want tables and segments after them"
     );
     let kinds = [
-        RestoreKind {
-            label: "p1-latest",
-            from: RestoreFrom::Latest,
-            p: 1,
-            i: 0,
-            id: 4,
-        },
-        RestoreKind {
-            label: "1to2-h0",
-            from: RestoreFrom::Latest,
-            p: 2,
-            i: 0,
-            id: 4,
-        },
-        RestoreKind {
-            label: "1to2-h1",
-            from: RestoreFrom::Latest,
-            p: 2,
-            i: 1,
-            id: 4,
-        },
+        kind("p1-latest", RestoreFrom::Latest, 1, 0, 4),
+        kind("1to2-h0", RestoreFrom::Latest, 2, 0, 4),
+        kind("1to2-h1", RestoreFrom::Latest, 2, 1, 4),
     ];
-    let mut t = Tally::default();
-    let scratch = dir.path().join("scratch");
-    sweep_storage(
-        "log",
-        &root,
-        &scratch,
-        &kinds,
-        Arc::new(models),
-        true,
-        &mut t,
-    );
-    report("log", &t);
-    assert!(t.anomalies.is_empty(), "{} anomalies", t.anomalies.len());
+    sweep_and_judge("log", dir.path(), &root, &kinds, models, true);
 }
 
 #[test]
@@ -956,7 +932,7 @@ fn sweep_parallelism_two_job() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("storage");
     let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalStorage::new(&root).unwrap());
-    let owner = Arc::new(JobOwner::open(Arc::clone(&storage), 1, Arc::new(SystemClock)).unwrap());
+    let owner = owner_of(&storage, 1);
     let backends: Vec<KeyedBackend> = (0..2)
         .map(|i| {
             let b = KeyedBackend::builder(dir.path().join("src").join(format!("a-{i}")))
@@ -978,64 +954,18 @@ fn sweep_parallelism_two_job() {
         for b in &backends {
             ops(b, &mut model, &mut r, n);
         }
-        let stats: Vec<_> = backends.iter().map(|b| b.checkpoint(id).unwrap()).collect();
-        let record = sst_format::JobCheckpoint {
-            checkpoint_id: id,
-            job_name: "sweep".into(),
-            max_parallelism: M,
-            triggered_at_ms: 0,
-            completed_at_ms: 0,
-            tasks: backends
-                .iter()
-                .zip(&stats)
-                .enumerate()
-                .map(|(i, (b, st))| task_checkpoint(i as u32, Some((b, st)), Vec::new()))
-                .collect(),
-        };
-        owner.commit(&record).unwrap();
-        for b in &backends {
-            b.notify_checkpoint_complete(id).unwrap();
-        }
+        let refs: Vec<&KeyedBackend> = backends.iter().collect();
+        checkpoint_job(&storage, &refs, id);
         models.insert(id, model.clone());
     }
     drop(backends);
     drop(owner);
     let kinds = [
-        RestoreKind {
-            label: "2to1",
-            from: RestoreFrom::Latest,
-            p: 1,
-            i: 0,
-            id: 2,
-        },
-        RestoreKind {
-            label: "p2-i0",
-            from: RestoreFrom::Latest,
-            p: 2,
-            i: 0,
-            id: 2,
-        },
-        RestoreKind {
-            label: "p2-i1",
-            from: RestoreFrom::Latest,
-            p: 2,
-            i: 1,
-            id: 2,
-        },
+        kind("2to1", RestoreFrom::Latest, 1, 0, 2),
+        kind("p2-i0", RestoreFrom::Latest, 2, 0, 2),
+        kind("p2-i1", RestoreFrom::Latest, 2, 1, 2),
     ];
-    let mut t = Tally::default();
-    let scratch = dir.path().join("scratch");
-    sweep_storage(
-        "p2",
-        &root,
-        &scratch,
-        &kinds,
-        Arc::new(models),
-        false,
-        &mut t,
-    );
-    report("p2", &t);
-    assert!(t.anomalies.is_empty(), "{} anomalies", t.anomalies.len());
+    sweep_and_judge("p2", dir.path(), &root, &kinds, models, false);
 }
 
 /// Restores the savepoint at `path` into a fresh backend of `kind` owning `range`.
