@@ -356,7 +356,7 @@ fn a_list_no_mark_covers_updates_by_reading() {
     assert_eq!(l.get(&key, b"").unwrap(), Vec::<Vec<u8>>::new());
 }
 
-/// Session 1 writes heads under `NeverReturnExpired`; session 2 registers the list with
+/// A first run writes heads under `NeverReturnExpired`; a second run registers the list with
 /// `visibility`, and RocksDB compacts the files holding the expired head without the file
 /// holding the run it replaced. Returns what the list reads then.
 fn after_restart_with(visibility: Visibility) -> Vec<Vec<u8>> {
