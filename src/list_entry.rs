@@ -24,6 +24,14 @@ pub(crate) const RUN_MARK: u8 = 0x01;
 /// Bytes of the sequence number in a suffix and at the start of a head's payload.
 pub(crate) const SEQ_BYTES: usize = 8;
 
+/// The key suffix of a run entry under sequence number `seq`: how a head is stored once it is
+/// no longer the list's head (in a savepoint, or folded).
+pub(crate) fn run_suffix(seq: u64) -> [u8; SEQ_BYTES + 1] {
+    let mut suffix = [RUN_MARK; SEQ_BYTES + 1];
+    suffix[..SEQ_BYTES].copy_from_slice(&seq.to_be_bytes());
+    suffix
+}
+
 /// What an element or run entry whose key ends in `suffix` holds: `Some(false)` one element,
 /// `Some(true)` a run, `None` for any other suffix (a head's empty suffix included: savepoints
 /// carry no heads).

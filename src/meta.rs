@@ -86,7 +86,7 @@ pub(crate) fn ttl_floor_key(name: &str) -> Vec<u8> {
 }
 
 /// A TTL list state's timestamp mark as stored (`None` when absent).
-pub(crate) fn decode_ttl_floor(stored: Option<&[u8]>) -> Result<Option<u64>> {
+fn decode_ttl_floor(stored: Option<&[u8]>) -> Result<Option<u64>> {
     stored
         .map(|b| {
             <[u8; 8]>::try_from(b)

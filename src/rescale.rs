@@ -84,8 +84,8 @@ use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, group_prefix, KeyGroupRange};
 use crate::meta::{
-    decode_ttl_floor, ttl_floor_key, BackendMeta, BACKEND_META_VERSION, META_BACKEND,
-    META_LIST_SEQ, META_STATE_PREFIX, STATE_CF_PREFIX,
+    ttl_floor_key, BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ,
+    META_STATE_PREFIX, STATE_CF_PREFIX,
 };
 use crate::options::DbOptions;
 use crate::parallel::run_parallel;
@@ -234,7 +234,7 @@ pub(crate) fn rescale(
     let mut marks: BTreeMap<String, Option<u64>> = BTreeMap::new();
     for (name, st) in &base_states {
         if st.kind == StateKind::List && st.ttl {
-            marks.insert(name.clone(), read_ttl_floor(&db.default_cf()?, name)?);
+            marks.insert(name.clone(), read_ttl_floor(db.default_cf()?, name)?);
         }
     }
 
@@ -254,7 +254,7 @@ pub(crate) fn rescale(
         list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
         for (name, st) in &other_states {
             if st.kind == StateKind::List && st.ttl {
-                let theirs = read_ttl_floor(&odb.default_cf()?, name)?;
+                let theirs = read_ttl_floor(odb.default_cf()?, name)?;
                 marks
                     .entry(name.clone())
                     .and_modify(|m| *m = m.zip(theirs).map(|(a, b)| a.max(b)))
@@ -886,11 +886,8 @@ fn state_cf(db: &Arc<Db>, src: &Source<'_>, name: &str) -> Result<Cf> {
 }
 
 /// The timestamp mark of TTL list state `name` in a source's metadata (`None` when absent).
-fn read_ttl_floor(meta: &Cf, name: &str) -> Result<Option<u64>> {
-    decode_ttl_floor(
-        meta.get_with(&ttl_floor_key(name), |b| b.to_vec())?
-            .as_deref(),
-    )
+fn read_ttl_floor(meta: Cf, name: &str) -> Result<Option<u64>> {
+    crate::meta::read_ttl_floor(&crate::store::Table::Rocks(meta), &ttl_floor_key(name))
 }
 
 fn read_list_seq(meta: &Cf) -> Result<u64> {

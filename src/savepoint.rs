@@ -626,32 +626,23 @@ impl FullSnapshot {
             // leaves out the entries it replaced. Under TTL a list entry's payload follows
             // its timestamp, and a head goes out as the timestamp and its run.
             let mut lists = (s.meta.kind == StateKind::List).then(ListCursor::new);
-            let stamped = s.meta.ttl;
+            let stamp_len = if s.meta.ttl { ttl::TS_LEN } else { 0 };
             let mut head_suffix = [0u8; list_entry::SEQ_BYTES + 1];
-            head_suffix[list_entry::SEQ_BYTES] = list_entry::RUN_MARK;
             let mut head_value: Vec<u8> = Vec::new();
             state::scan_key_groups(&s.table, self.max_parallelism, first, last, |e| {
                 let (suffix, value) = match &mut lists {
                     None => (e.suffix, e.value),
                     Some(c) => {
-                        let (stamp, payload) = if stamped {
-                            e.value
-                                .split_first_chunk::<{ ttl::TS_LEN }>()
-                                .ok_or_else(|| {
-                                    Error::decode("TTL value", "shorter than its 8-byte timestamp")
-                                })?
-                        } else {
-                            (&[0u8; ttl::TS_LEN], e.value)
+                        let payload = match stamp_len {
+                            0 => e.value,
+                            _ => ttl::split_stored(e.value)?.1,
                         };
                         match c.next((e.key, e.namespace), e.suffix, payload)? {
                             Entry::Dead => return Ok(true),
                             Entry::Live { seq, payload, .. } if e.suffix.is_empty() => {
-                                head_suffix[..list_entry::SEQ_BYTES]
-                                    .copy_from_slice(&seq.to_be_bytes());
+                                head_suffix = list_entry::run_suffix(seq);
                                 head_value.clear();
-                                if stamped {
-                                    head_value.extend_from_slice(stamp);
-                                }
+                                head_value.extend_from_slice(&e.value[..stamp_len]);
                                 head_value.extend_from_slice(payload);
                                 (&head_suffix[..], head_value.as_slice())
                             }

@@ -156,6 +156,14 @@ pub fn split(stored: &[u8]) -> Option<(u64, &[u8])> {
     Some((u64::from_be_bytes(*ts), payload))
 }
 
+/// [`split`], with a value too short to carry a timestamp a `Decode` error (for reads, which
+/// report such a value as corrupt).
+#[inline]
+pub(crate) fn split_stored(stored: &[u8]) -> crate::Result<(u64, &[u8])> {
+    split(stored)
+        .ok_or_else(|| crate::Error::decode("TTL value", "shorter than its 8-byte timestamp"))
+}
+
 /// Whether a stored TTL value is expired. Values too short to carry a timestamp are kept:
 /// dropping bytes we cannot interpret would lose data silently; reads report them as corrupt.
 #[inline]

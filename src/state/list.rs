@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Serialize};
 
-use super::{with_encoded, Found, StateCore, TtlRuntime};
+use super::{with_encoded, StateCore, TtlRuntime};
 use crate::codec;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::list_entry::{self, Entry, ListCursor, RUN_MARK};
 use crate::store::Table;
 use crate::ttl;
@@ -69,8 +69,7 @@ pub(crate) fn fold_heads(
         let mut batch = table.batch();
         let mut cursor = ListCursor::new();
         super::scan_key_group(table, max_parallelism, group, |e| {
-            let (stamp, payload) = ttl::split(e.value)
-                .ok_or_else(|| Error::decode("TTL value", "shorter than its 8-byte timestamp"))?;
+            let (stamp, payload) = ttl::split_stored(e.value)?;
             let entry = cursor.next((e.key, e.namespace), e.suffix, payload)?;
             if !e.suffix.is_empty() && entry != Entry::Dead {
                 return Ok(true);
@@ -80,8 +79,7 @@ pub(crate) fn fold_heads(
             key.extend_from_slice(e.suffix);
             batch.delete(&key);
             if let Entry::Live { seq, payload, .. } = entry {
-                key.extend_from_slice(&seq.to_be_bytes());
-                key.push(RUN_MARK);
+                key.extend_from_slice(&list_entry::run_suffix(seq));
                 let mut value = Vec::with_capacity(ttl::TS_LEN + payload.len());
                 value.extend_from_slice(&stamp.to_be_bytes());
                 value.extend_from_slice(payload);
@@ -124,13 +122,7 @@ impl RawListState {
             let suffix = &k[prefix.len()..];
             let payload = match &core.ttl {
                 None => stored,
-                Some(_) => {
-                    ttl::split(stored)
-                        .ok_or_else(|| {
-                            Error::decode("TTL value", "shorter than its 8-byte timestamp")
-                        })?
-                        .1
-                }
+                Some(_) => ttl::split_stored(stored)?.1,
             };
             let (run, elements) = match cursor.next((&[], &[]), suffix, payload)? {
                 Entry::Dead => {
@@ -139,14 +131,8 @@ impl RawListState {
                 }
                 Entry::Live { run, payload, .. } => (run, payload),
             };
-            match core.classify(stored)? {
-                Found::Live(_) => {}
-                Found::LiveRefresh(p) => core.table.put(k, &core.stamp(p)?)?,
-                Found::ExpiredHidden => {
-                    core.table.delete(k)?;
-                    core.count_dropped_on_read(1);
-                    return Ok(true);
-                }
+            if core.read_live(k, stored)?.is_none() {
+                return Ok(true);
             }
             list_entry::visit_elements(run, elements, &mut f)
         })?;

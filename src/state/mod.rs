@@ -141,7 +141,7 @@ impl TtlRuntime {
 }
 
 /// How a stored entry reads under TTL.
-pub(crate) enum Found<'a> {
+enum Found<'a> {
     /// Return the payload.
     Live(&'a [u8]),
     /// Return the payload and rewrite it with a fresh timestamp (OnReadAndWrite).
@@ -226,12 +226,11 @@ impl StateCore {
 
     /// How `stored` reads now: TTL expiry, visibility and refresh applied.
     #[inline]
-    pub(crate) fn classify<'a>(&self, stored: &'a [u8]) -> Result<Found<'a>> {
+    fn classify<'a>(&self, stored: &'a [u8]) -> Result<Found<'a>> {
         let Some(t) = &self.ttl else {
             return Ok(Found::Live(stored));
         };
-        let (ts, payload) = ttl::split(stored)
-            .ok_or_else(|| Error::decode("TTL value", "shorter than its 8-byte timestamp"))?;
+        let (ts, payload) = ttl::split_stored(stored)?;
         Ok(match t.config.update_type {
             UpdateType::Disabled => Found::Live(payload),
             _ if ttl::is_expired(ts, t.ttl_ms, t.clock.now_ms()) => match t.config.visibility {
@@ -323,12 +322,31 @@ impl StateCore {
         Ok(())
     }
 
-    pub(crate) fn count_dropped_on_read(&self, n: u64) {
+    fn count_dropped_on_read(&self, n: u64) {
         if let Some(t) = &self.ttl {
             t.counters
                 .dropped_on_read
                 .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// The payload of `stored` (the value under full key `k`) if it reads as live, after
+    /// writing what reading it does under TTL: an `OnReadAndWrite` refresh, or the removal of
+    /// an expired entry (counted), `None` then.
+    #[inline]
+    pub(crate) fn read_live<'a>(&self, k: &[u8], stored: &'a [u8]) -> Result<Option<&'a [u8]>> {
+        Ok(match self.classify(stored)? {
+            Found::Live(p) => Some(p),
+            Found::LiveRefresh(p) => {
+                self.table.put(k, &self.stamp(p)?)?;
+                Some(p)
+            }
+            Found::ExpiredHidden => {
+                self.table.delete(k)?;
+                self.count_dropped_on_read(1);
+                None
+            }
+        })
     }
 
     /// Reads the entry at full key `k` through `f`, applying TTL (cleanup on read, refresh).
@@ -347,18 +365,7 @@ impl StateCore {
         let out = self
             .table
             .get_with(k, |stored| -> Result<Option<R>> {
-                match self.classify(stored)? {
-                    Found::Live(p) => f(p).map(Some),
-                    Found::LiveRefresh(p) => {
-                        self.table.put(k, &self.stamp(p)?)?;
-                        f(p).map(Some)
-                    }
-                    Found::ExpiredHidden => {
-                        self.table.delete(k)?;
-                        self.count_dropped_on_read(1);
-                        Ok(None)
-                    }
-                }
+                self.read_live(k, stored)?.map(f).transpose()
             })?
             .transpose()?
             .flatten();
@@ -382,19 +389,12 @@ impl StateCore {
                 .table
                 .scan(prefix, end.as_deref(), |k, v| f(&k[prefix.len()..], v));
         }
-        self.table
-            .scan(prefix, end.as_deref(), |k, v| match self.classify(v)? {
-                Found::Live(p) => f(&k[prefix.len()..], p),
-                Found::LiveRefresh(p) => {
-                    self.table.put(k, &self.stamp(p)?)?;
-                    f(&k[prefix.len()..], p)
-                }
-                Found::ExpiredHidden => {
-                    self.table.delete(k)?;
-                    self.count_dropped_on_read(1);
-                    Ok(true)
-                }
-            })
+        self.table.scan(prefix, end.as_deref(), |k, v| {
+            match self.read_live(k, v)? {
+                Some(p) => f(&k[prefix.len()..], p),
+                None => Ok(true),
+            }
+        })
     }
 
     /// Deletes every entry under `prefix` (a key's list or map in one namespace).
