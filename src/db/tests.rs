@@ -696,3 +696,30 @@ fn a_write_rocksdb_refuses_stays_out_of_the_change_log() {
         "only the write RocksDB took is logged"
     );
 }
+
+#[test]
+fn rocksdb_opens_table_files_with_one_thread_per_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let db = Db::open(dir.path(), &DbOptions::default(), &budget, None).unwrap();
+    db.close().unwrap();
+    // RocksDB writes the options it runs with into an OPTIONS file at every open.
+    let options_file = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("OPTIONS-")
+        })
+        .max()
+        .unwrap();
+    let text = std::fs::read_to_string(options_file).unwrap();
+    let cores = std::thread::available_parallelism().unwrap().get().min(16);
+    assert!(
+        text.lines()
+            .any(|l| l.trim() == format!("max_file_opening_threads={cores}")),
+        "the OPTIONS file does not say max_file_opening_threads={cores}"
+    );
+}
