@@ -569,23 +569,27 @@ impl GcPlan {
 /// 4. pins are deleted once `min_age` old, or when their restore began before
 ///    `pins_before_ms`; only the others protect their checkpoint.
 ///
-/// Refused with [`Error::CheckpointCorrupt`] while a job record, or a manifest that is live,
-/// pending or pinned, cannot be decoded: what it references is unknown.
+/// Refused with [`Error::CheckpointCorrupt`] while a retained job record, or a manifest that
+/// is live, pending or pinned, cannot be decoded: what it references is unknown. A subsumed
+/// record is deleted whatever its bytes (what it named is kept only by the retained ones).
 pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
     let refuse = |name: &str, e: &str| Error::CheckpointCorrupt {
         file: name.to_string(),
         detail: format!("{e}; refusing to collect garbage while references are unknown"),
     };
-    let mut records: Vec<(u64, &JobCheckpoint, &ObjectInfo)> = Vec::new();
-    for j in &catalog.job_records {
+    let mut records: Vec<&JobRecordEntry> = catalog.job_records.iter().collect();
+    records.sort_by_key(|j| j.id);
+    let keep_from = records.len().saturating_sub(policy.retained);
+    let (subsumed, kept) = records.split_at(keep_from);
+    // A retained record that cannot be decoded keeps files nobody can name: refused. A
+    // subsumed one keeps nothing, so its bytes do not matter: it goes by its name.
+    let mut retained: Vec<(u64, &JobCheckpoint, &ObjectInfo)> = Vec::new();
+    for j in kept {
         match &j.record {
-            Ok(r) => records.push((j.id, r, &j.info)),
+            Ok(r) => retained.push((j.id, r, &j.info)),
             Err(e) => return Err(refuse(&j.name, e)),
         }
     }
-    records.sort_by_key(|(id, _, _)| *id);
-    let keep_from = records.len().saturating_sub(policy.retained);
-    let retained = &records[keep_from..];
     let newest = retained.last().map(|(id, _, _)| *id);
     let old_enough = |put_ms: u64| match policy.min_age {
         Some(age) => policy.now_ms.saturating_sub(put_ms) >= age.as_millis() as u64,
@@ -628,10 +632,9 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
         pinned: pinned.clone(),
         ..GcPlan::default()
     };
-    for (id, _, info) in &records[..keep_from] {
-        if !pinned.contains(id) {
-            plan.delete
-                .push(((*info).clone(), GcReason::SubsumedRecord));
+    for j in subsumed {
+        if !pinned.contains(&j.id) {
+            plan.delete.push((j.info.clone(), GcReason::SubsumedRecord));
         }
     }
 
