@@ -163,8 +163,11 @@ impl RawListState {
     pub fn add(&self, key: &[u8], ns: &[u8], element: &[u8]) -> Result<()> {
         self.core.check_value("list element", element)?;
         let mut k = self.core.key(key, ns)?;
+        // The timestamp before the sequence number: a head another thread writes meanwhile
+        // takes a later sequence number only after this timestamp (see `write_elements`).
+        let stamp = self.core.write_stamp()?;
         k.extend_from_slice(&self.core.list_seq.next()?.to_be_bytes());
-        self.core.put_payload(&k, element)
+        self.core.put_payload_at(&k, stamp, element)
     }
 
     /// Appends elements in order, atomically.
@@ -193,6 +196,13 @@ impl RawListState {
     /// with no elements, or one that is not blind, deletes the entries it finds instead. A
     /// write of one entry and nothing else (a list of up to 64 KiB replaced blindly or
     /// appended) is a plain put; anything more goes in one batch.
+    ///
+    /// Under TTL a head must expire no earlier than any entry it makes dead, also when
+    /// another thread writes the list at the same time: every entry takes its timestamp
+    /// before its sequence number and a head after its own, and the clock's readings never go
+    /// back ([`crate::meta::StampFloor`]), so an entry numbered below a head was stamped
+    /// before it. One timestamp serves the whole write: taken first for an append, right after
+    /// the head's sequence number for a blind replacement.
     fn write_elements<'a>(
         &self,
         key: &[u8],
@@ -212,13 +222,21 @@ impl RawListState {
         // The last entry built, held back so a write of one entry needs no batch.
         let mut held: Option<(super::KeyBuf, Vec<u8>)> = None;
         let mut head = blind;
+        let mut stamp = if blind {
+            None
+        } else {
+            self.core.write_stamp()?
+        };
         for element in elements {
             self.core.check_value("list element", element)?;
             let size = element.len() + varint_len(element.len());
             if !pending.is_empty() && framed + size > limit {
                 let entry = self.entry(&prefix, &pending, head)?;
+                if head {
+                    stamp = self.core.write_stamp()?;
+                }
                 if let Some((k, payload)) = held.replace(entry) {
-                    self.core.batch_put_payload(&mut batch, &k, &payload)?;
+                    StateCore::batch_put_payload_at(&mut batch, &k, stamp, &payload);
                 }
                 head = false;
                 pending.clear();
@@ -229,17 +247,20 @@ impl RawListState {
         }
         if !pending.is_empty() {
             let entry = self.entry(&prefix, &pending, head)?;
+            if head {
+                stamp = self.core.write_stamp()?;
+            }
             if let Some((k, payload)) = held.replace(entry) {
-                self.core.batch_put_payload(&mut batch, &k, &payload)?;
+                StateCore::batch_put_payload_at(&mut batch, &k, stamp, &payload);
             }
         } else if head {
             // Replaced by nothing: a head with no elements would stay behind for good.
             self.delete_entries(&prefix, &mut batch)?;
         }
         match held {
-            Some((k, payload)) if batch.len() == 0 => self.core.put_payload(&k, &payload),
+            Some((k, payload)) if batch.len() == 0 => self.core.put_payload_at(&k, stamp, &payload),
             Some((k, payload)) => {
-                self.core.batch_put_payload(&mut batch, &k, &payload)?;
+                StateCore::batch_put_payload_at(&mut batch, &k, stamp, &payload);
                 batch.commit()
             }
             None => batch.commit(),

@@ -256,14 +256,32 @@ impl StateCore {
     /// Stores `payload` under the full key `k`.
     #[inline]
     pub(crate) fn put_payload(&self, k: &[u8], payload: &[u8]) -> Result<()> {
-        let Some(t) = &self.ttl else {
+        self.put_payload_at(k, self.write_stamp()?, payload)
+    }
+
+    /// The TTL timestamp of a write made now, `None` without TTL. A list entry takes it
+    /// before its sequence number, a head after its own
+    /// (docs/decisions/0045-blind-ttl-list-updates.md).
+    #[inline]
+    pub(crate) fn write_stamp(&self) -> Result<Option<u64>> {
+        self.ttl.as_ref().map(TtlRuntime::stamp_ms).transpose()
+    }
+
+    /// Stores `payload` under the full key `k` with `stamp` from [`StateCore::write_stamp`].
+    #[inline]
+    pub(crate) fn put_payload_at(
+        &self,
+        k: &[u8],
+        stamp: Option<u64>,
+        payload: &[u8],
+    ) -> Result<()> {
+        let Some(stamp) = stamp else {
             return self.table.put(k, payload);
         };
         // The timestamp and the payload go down apart: the write cache copies both into
         // place, where joining them here would copy the payload once more (a tenth of a 1 KiB
         // insert's time in `rockstate-bench ops --value-bytes 1024 --ttl`).
-        self.table
-            .put_parts(k, &t.stamp_ms()?.to_be_bytes(), payload)?;
+        self.table.put_parts(k, &stamp.to_be_bytes(), payload)?;
         self.cleanup_incrementally()
     }
 
@@ -307,19 +325,23 @@ impl StateCore {
         Ok(())
     }
 
-    /// Adds a put of `payload` under the full key `k` to `batch`.
-    pub(crate) fn batch_put_payload(
-        &self,
+    /// Adds a put of `payload` under the full key `k` to `batch`, with `stamp` from
+    /// [`StateCore::write_stamp`].
+    pub(crate) fn batch_put_payload_at(
         batch: &mut TableBatch,
         k: &[u8],
+        stamp: Option<u64>,
         payload: &[u8],
-    ) -> Result<()> {
-        if self.ttl.is_none() {
-            batch.put(k, payload);
-            return Ok(());
+    ) {
+        match stamp {
+            None => batch.put(k, payload),
+            Some(stamp) => {
+                let mut stored = ValueBuf::new();
+                stored.extend_from_slice(&stamp.to_be_bytes());
+                stored.extend_from_slice(payload);
+                batch.put(k, &stored);
+            }
         }
-        batch.put(k, &self.stamp(payload)?);
-        Ok(())
     }
 
     fn count_dropped_on_read(&self, n: u64) {
