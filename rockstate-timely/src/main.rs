@@ -34,8 +34,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Freqcap(args) => freqcap(&args),
         Cmd::Bench(args) => bench(&args).map(|()| true),
-        // Each worker process runs its task threads ahead of RocksDB's compactions.
+        // A panic on any thread ends the process, so that the job restarts; each worker
+        // process runs its task threads ahead of RocksDB's compactions.
         Cmd::Worker(args) => rockstate::lower_compaction_priority()
+            .map(|()| rockstate_timely::operator::exit_on_panic())
             .map_err(Into::into)
             .and_then(|()| run_process(args))
             .map(|()| true),

@@ -60,9 +60,37 @@ pub const FATAL_EXIT: i32 = 3;
 /// Ends the process after an operator failed: timely operators cannot return errors, and a
 /// job whose checkpoint or commit failed restarts as a whole from its last completed
 /// checkpoint (the peers fail when this process's connections close).
+///
+/// The process ends at once, without running exit handlers or static destructors: other
+/// workers, uploads and RocksDB's background threads are still running, and tearing down
+/// what they use under them could crash or hang the exit.
 pub fn fatal(error: &Error) -> ! {
     eprintln!("rockstate-timely: {error}; stopping the process so the job restarts");
-    std::process::exit(FATAL_EXIT)
+    // SAFETY: `_exit` takes no pointers and does not return; it ends the process without
+    // touching any state of this one.
+    unsafe { libc::_exit(FATAL_EXIT) }
+}
+
+/// Makes a panic on any thread of the process end it as [`fatal`] does, after the panic's
+/// message is printed. Without it, a worker thread that panics unwinds alone: the other
+/// workers of its process wait forever for its progress, and the job's other processes for
+/// its messages, instead of failing so that the job restarts. Engines call it once at
+/// start-up (the `rockstate-timely worker` process does); [`checkpointed`] also turns a panic
+/// inside its own operators (the job's [`EpochLogic`] included) into [`fatal`] without it.
+pub fn exit_on_panic() {
+    let printed = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        printed(info);
+        fatal(&Error::Job(format!("a thread panicked: {info}")));
+    }));
+}
+
+/// Runs `f`, turning a panic into [`fatal`]: see [`exit_on_panic`].
+fn or_fatal<R>(what: &str, f: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => fatal(&Error::Job(format!("{what} panicked"))),
+    }
 }
 
 /// The worker (of `peers`) whose [`KeyGroupRange::for_operator`] range holds `key_group` of
@@ -322,7 +350,7 @@ where
                     let (tx, wake) = (tx.clone(), wake.clone());
                     let uploading = Busy::new(&activity, |a| &a.uploading);
                     std::thread::spawn(move || {
-                        let uploaded = pending.upload();
+                        let uploaded = or_fatal("a checkpoint upload", || pending.upload());
                         drop(uploading);
                         let _ = tx.send((e, uploaded));
                         let _ = wake.activate();
@@ -348,7 +376,9 @@ where
                 // Alive until the last epoch completed job-wide: its sink output commits then.
                 Ok(!in_flight.is_empty() || completed_through < last_epoch)
             };
-            match step() {
+            // A panic (in the job's logic or here) ends the process like an error: unwound,
+            // it would leave this worker's peers waiting for it forever.
+            match or_fatal("the keyed operator", step) {
                 Ok(incomplete) => incomplete,
                 Err(e) => fatal(&e),
             }
@@ -364,44 +394,46 @@ where
                 let mut pending: BTreeMap<u64, (Capability<u64>, Vec<TaskCheckpoint>)> =
                     BTreeMap::new();
                 move |(input, frontier), output| {
-                    input.for_each(|cap, data| {
-                        if let Some(&t) = cap.least() {
-                            pending
-                                .entry(t)
-                                .or_insert_with(|| (cap.delayed(&t, 0), Vec::new()))
-                                .1
-                                .append(data);
-                        }
-                    });
-                    while let Some((&e, _)) = pending.first_key_value() {
-                        if frontier.less_equal(&e) {
-                            break;
-                        }
-                        let Some((_, (cap, tasks))) = pending.pop_first() else {
-                            break;
-                        };
-                        let started = Instant::now();
-                        let _busy = Busy::new(&commit_activity, |a| &a.completing);
-                        match commit(
-                            owner.as_deref(),
-                            &job_name,
-                            max_parallelism,
-                            peers,
-                            e,
-                            tasks,
-                        ) {
-                            Ok(record) => {
-                                if let Some(f) = on_commit.as_mut() {
-                                    f(e, &record);
-                                }
-                                output.session(&cap).give(e);
+                    or_fatal("the commit operator", || {
+                        input.for_each(|cap, data| {
+                            if let Some(&t) = cap.least() {
+                                pending
+                                    .entry(t)
+                                    .or_insert_with(|| (cap.delayed(&t, 0), Vec::new()))
+                                    .1
+                                    .append(data);
                             }
-                            Err(err) => fatal(&Error::Job(format!(
-                                "commit of checkpoint {e} after {:?}: {err}",
-                                started.elapsed()
-                            ))),
+                        });
+                        while let Some((&e, _)) = pending.first_key_value() {
+                            if frontier.less_equal(&e) {
+                                break;
+                            }
+                            let Some((_, (cap, tasks))) = pending.pop_first() else {
+                                break;
+                            };
+                            let started = Instant::now();
+                            let _busy = Busy::new(&commit_activity, |a| &a.completing);
+                            match commit(
+                                owner.as_deref(),
+                                &job_name,
+                                max_parallelism,
+                                peers,
+                                e,
+                                tasks,
+                            ) {
+                                Ok(record) => {
+                                    if let Some(f) = on_commit.as_mut() {
+                                        f(e, &record);
+                                    }
+                                    output.session(&cap).give(e);
+                                }
+                                Err(err) => fatal(&Error::Job(format!(
+                                    "commit of checkpoint {e} after {:?}: {err}",
+                                    started.elapsed()
+                                ))),
+                            }
                         }
-                    }
+                    })
                 }
             },
         );
