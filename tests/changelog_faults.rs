@@ -56,6 +56,33 @@ fn a_failed_log_upload_loses_no_change() {
     assert!(assert_verified(fx.storage.as_ref()).is_empty());
 }
 
+/// A put that stores only part of a log table (and says so) fails the log checkpoint, like a
+/// short SST upload: a manifest naming the short table, committed, would be a completed
+/// checkpoint that cannot be restored.
+#[test]
+fn a_log_table_stored_short_fails_its_checkpoint() {
+    let fx = Fixture::new();
+    let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
+    let mut opts = changelog();
+    opts.changelog.table_bytes = 1; // every log checkpoint builds a table
+    let b = open(&fx, faulty.clone(), opts);
+    let (mut model, mut r) = materialize_then_log(&b, 5, 4000, 0, 0);
+    random_writes(&b, &mut model, &mut r, 300);
+    // Checkpoint 2 puts its one new segment, then its table's file, which is stored short.
+    let puts = faulty.ops(OpKind::PutFile);
+    faulty.add_fault(Fault::TruncateNth { nth: puts + 2 });
+    let e = b.checkpoint(2).unwrap_err();
+    assert!(matches!(e, Error::CheckpointCorrupt { .. }), "{e}");
+    faulty.clear_faults();
+    random_writes(&b, &mut model, &mut r, 300);
+    let s3 = b.checkpoint(3).unwrap();
+    assert!(!s3.materialized && s3.log_tables_built >= 1, "{s3:?}");
+    b.notify_checkpoint_complete(3).unwrap();
+    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
+    assert_eq!(read_all(&restored), model);
+    assert!(assert_verified(fx.storage.as_ref()).is_empty());
+}
+
 #[test]
 fn an_aborted_log_checkpoint_loses_no_change() {
     let fx = Fixture::new();

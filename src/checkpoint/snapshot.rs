@@ -275,9 +275,21 @@ impl PendingSnapshot {
                 let mut out = Vec::with_capacity(files.len());
                 for (column_family, path) in files {
                     let name = layout::new_shared_name(self.id, cp.clock.now_ms());
+                    let size = fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
                     cp.protect(self.id, std::slice::from_ref(&name));
                     let digest =
                         put_recorded(uploaded, &name, || cp.storage.put_file(&name, &path))?;
+                    // The manifest records what storage took: a put that stored only part
+                    // of the table must fail the checkpoint, as for an SST.
+                    if digest.size != size {
+                        return Err(Error::CheckpointCorrupt {
+                            file: name,
+                            detail: format!(
+                                "log table upload stored {} of {size} bytes",
+                                digest.size
+                            ),
+                        });
+                    }
                     new_shared.push(name.clone());
                     bytes += digest.size;
                     out.push(sst_format::LogTableFile {
