@@ -62,9 +62,10 @@ struct State {
     open_max: u64,
     /// Highest checkpoint id found in storage at open or handed out or committed since.
     max_id: u64,
-    /// Set when a record put failed in a way that may have stored it: the next pass reloads
-    /// the records from storage before deciding anything.
-    unsure: bool,
+    /// Records whose put failed in a way that may have stored them: the next pass reloads
+    /// the records from storage before deciding anything, and adopts those it finds there
+    /// (any other record it did not know is another owner's).
+    in_doubt: BTreeMap<u64, JobCheckpoint>,
 }
 
 /// What [`JobOwner::commit`] did once the record is in storage.
@@ -117,7 +118,7 @@ impl JobOwner {
             protected: Mutex::new(BTreeMap::new()),
             gc_lock: Mutex::new(()),
         };
-        owner.reload()?;
+        owner.reload(true)?;
         {
             let mut s = owner.state.lock();
             s.open_max = s.max_id;
@@ -140,9 +141,26 @@ impl JobOwner {
         Ok(owner)
     }
 
-    /// Rebuilds the in-memory records from storage (at open: also `open_max`).
-    fn reload(&self) -> Result<()> {
+    /// Rebuilds the in-memory records from storage (at open: also `open_max`). At open every
+    /// record found is this owner's; later, only those it knew and the ones it put in doubt
+    /// that landed: any other is another owner's ([`Error::StorageConflict`]).
+    fn reload(&self, at_open: bool) -> Result<()> {
         let ids = record_ids(self.storage.as_ref())?;
+        let mut landed = Vec::new();
+        if !at_open {
+            let (known, in_doubt) = {
+                let s = self.state.lock();
+                (s.known.clone(), s.in_doubt.clone())
+            };
+            for &id in ids.iter().filter(|id| !known.contains(id)) {
+                match in_doubt.get(&id) {
+                    Some(put) if same_manifests(&read_record(self.storage.as_ref(), id)?, put) => {
+                        landed.push(id)
+                    }
+                    _ => self.check_no_foreign_records(&[id])?,
+                }
+            }
+        }
         let mut records = BTreeMap::new();
         for &id in ids.iter().rev().take(self.retained) {
             records.insert(id, read_record(self.storage.as_ref(), id)?);
@@ -169,9 +187,12 @@ impl JobOwner {
             .max(max_task)
             .max(max_shared);
         s.max_id = s.max_id.max(in_storage);
-        s.known.extend(ids.iter().copied());
+        if at_open {
+            s.known.extend(ids.iter().copied());
+        }
+        s.known.extend(landed);
         s.records = records;
-        s.unsure = false;
+        s.in_doubt.clear();
         Ok(())
     }
 
@@ -194,7 +215,7 @@ impl JobOwner {
         if found {
             self.state.lock().known.insert(id);
         }
-        self.reload()?;
+        self.reload(false)?;
         Ok(found)
     }
 
@@ -293,7 +314,7 @@ impl JobOwner {
                     return Err(e)
                 }
                 Err(read) => {
-                    self.state.lock().unsure = true;
+                    self.state.lock().in_doubt.insert(id, record.clone());
                     return Err(Error::CommitInDoubt {
                         id,
                         detail: format!("put failed ({e}), then reading it back failed ({read})"),
@@ -336,8 +357,8 @@ impl JobOwner {
     }
 
     fn reload_if_unsure(&self) -> Result<()> {
-        if self.state.lock().unsure {
-            self.reload()?;
+        if !self.state.lock().in_doubt.is_empty() {
+            self.reload(false)?;
         }
         Ok(())
     }
