@@ -130,14 +130,20 @@ impl JobOwner {
     /// another parallelism) removes what its earlier runs left before it starts anything
     /// new, even if it dies again before its first completion. Only for the one owner of the
     /// storage: every id up to the highest in storage counts as finished, so another owner's
-    /// attempts in flight would be deleted.
+    /// attempts in flight would be deleted. A failed pass is logged, not returned: the next
+    /// pass retries what it left, as after a commit.
     pub fn open_and_collect(
         storage: Arc<dyn CheckpointStorage>,
         retained: usize,
         clock: Arc<dyn Clock>,
     ) -> Result<JobOwner> {
         let owner = JobOwner::open(storage, retained, clock)?;
-        owner.collect_garbage()?;
+        // Best effort, as the pass after a commit: what a failed pass leaves, the next one
+        // (every commit runs one) deletes; a job must not fail to start because storage
+        // refused a delete.
+        if let Err(e) = owner.collect_garbage() {
+            tracing::warn!(error = %e, "the garbage pass at open failed; the next pass retries");
+        }
         Ok(owner)
     }
 
