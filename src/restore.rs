@@ -117,7 +117,7 @@ fn pin_and_select(
                     Some(&id) => id,
                     // No job record at all: the newest manifests covering the range (an
                     // engine that keeps completion elsewhere; see `RestoreFrom::Latest`).
-                    None => select(storage, from, key_groups, max_parallelism)?
+                    None => select(storage, from, key_groups, max_parallelism, false)?
                         .first()
                         .map(|(_, m)| m.checkpoint_id)
                         .ok_or_else(|| Error::CheckpointNotFound("no checkpoint".into()))?,
@@ -142,7 +142,16 @@ fn pin_and_select(
                 "checkpoint {id} was subsumed while the restore began"
             )));
         }
-        match select(storage, &pinned_from, key_groups, max_parallelism) {
+        // A checkpoint that had a record is restored from what the record names, or not at
+        // all: the manifests of its id may include attempts the job never committed (a task
+        // that failed over), which only a checkpoint without any record falls back to.
+        match select(
+            storage,
+            &pinned_from,
+            key_groups,
+            max_parallelism,
+            had_record,
+        ) {
             Ok(chosen) => return Ok((pin, chosen)),
             Err(e) => {
                 let _ = storage.delete(&pin);
@@ -664,12 +673,15 @@ fn load(
     Ok(m)
 }
 
-/// Picks the manifests to restore, base first; see [`RestoreFrom`].
+/// Picks the manifests to restore, base first; see [`RestoreFrom`]. With `needs_record`,
+/// `Latest` and `Checkpoint` restore only what a job record names
+/// ([`Error::CheckpointNotFound`] if it is gone), never the manifests of an id without one.
 pub(crate) fn select(
     storage: &dyn CheckpointStorage,
     from: &RestoreFrom,
     key_groups: KeyGroupRange,
     max_parallelism: u32,
+    needs_record: bool,
 ) -> Result<Vec<Chosen>> {
     let committed = list_committed(storage)?;
     let describe = format!("key groups {key_groups} of max parallelism {max_parallelism}");
@@ -750,6 +762,15 @@ pub(crate) fn select(
                         "completed checkpoint {id} has no manifests covering {describe}"
                     ))
                 });
+            }
+            if needs_record {
+                return Err(Error::CheckpointNotFound(format!(
+                    "{}: its job record was deleted while the restore began",
+                    match from {
+                        RestoreFrom::Checkpoint(id) => format!("checkpoint {id}"),
+                        _ => "the newest checkpoint".to_string(),
+                    }
+                )));
             }
             // No job record for it: the manifests of that id (for `Latest`, when storage holds
             // no record at all, the newest id whose manifests cover the range).
