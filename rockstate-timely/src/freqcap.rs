@@ -424,6 +424,10 @@ struct ProcessCtx {
     fetches: SharedFetches,
 }
 
+/// How old a leftover of an earlier run must be before process 0 of a new run deletes it:
+/// longer than any upload or restore of a process of a run that might still be alive.
+pub const LEFTOVER_MIN_AGE: Duration = Duration::from_secs(600);
+
 /// Runs one process of the job until its last epoch completed job-wide.
 pub fn run_process(args: ProcessArgs) -> Result<()> {
     args.params.validate()?;
@@ -447,11 +451,15 @@ pub fn run_process(args: ProcessArgs) -> Result<()> {
         for (writer, id, alerts) in plan.txns.iter().flatten() {
             sink.commit(*writer, *id, alerts)?;
         }
-        Some(Arc::new(JobOwner::open_and_collect(
-            storage.clone(),
-            RETAINED,
-            Arc::new(SystemClock),
-        )?))
+        let owner = JobOwner::open_and_collect(storage.clone(), RETAINED, Arc::new(SystemClock))?;
+        // What runs that died mid-put left (temporary objects, directories without a
+        // manifest, shared files nothing references) once it is old enough to belong to no
+        // upload still going: the collection above deletes only what finished checkpoints
+        // name. Best effort, as every pass.
+        if let Err(e) = owner.sweep(LEFTOVER_MIN_AGE) {
+            eprintln!("rockstate-timely: sweeping leftovers of earlier runs failed: {e}");
+        }
+        Some(Arc::new(owner))
     } else {
         None
     };

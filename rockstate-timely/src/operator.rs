@@ -297,7 +297,7 @@ where
         let mut in_flight: BTreeMap<u64, InFlight> = BTreeMap::new();
         let (tx, rx) = mpsc::channel::<(u64, rockstate::Result<CheckpointStats>)>();
         move |frontiers| {
-            let mut step = || -> Result<bool> {
+            let step = || -> Result<bool> {
                 loop {
                     let next = completed_in.borrow_mut().pop_front();
                     let Some(e) = next else { break };
