@@ -486,7 +486,7 @@ impl KeyedBackend {
             list_seq: Arc::clone(&self.inner.list_seq),
             incremental: ttl
                 .as_ref()
-                .filter(|t| t.config.update_type != UpdateType::Disabled)
+                .filter(|t| t.config.expires())
                 .filter(|_| self.inner.incremental_cleanup > 0)
                 .map(|_| IncrementalCleanup::new(self.inner.incremental_cleanup)),
             ttl,
@@ -544,9 +544,7 @@ impl KeyedBackend {
             };
             let mut periodic_secs = None;
             if let Some(t) = &ttl {
-                if t.config.cleanup.compaction_filter
-                    && t.config.update_type != UpdateType::Disabled
-                {
+                if t.config.cleanup.compaction_filter && t.config.expires() {
                     filter.ttl = Some(TtlFilter {
                         ttl_ms: t.ttl_ms,
                         clock: Arc::clone(&t.clock),

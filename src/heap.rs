@@ -107,6 +107,39 @@ impl HeapTable {
         })
     }
 
+    /// Examines up to `limit` entries from `from` on and removes those `remove` selects, all
+    /// under one lock, so a write another thread makes meanwhile is either examined or left
+    /// alone (a scan of a frozen copy followed by deletes would delete a value written in
+    /// between). Returns how many it removed and the last key examined (`None`: it reached
+    /// the end).
+    pub(crate) fn remove_some(
+        &self,
+        from: &[u8],
+        limit: usize,
+        remove: impl Fn(&[u8]) -> bool,
+    ) -> Result<(usize, Option<Bytes>)> {
+        self.with(|map| {
+            let mut doomed: Vec<Bytes> = Vec::new();
+            let mut last = None;
+            for (seen, (k, v)) in map
+                .range::<_, [u8]>((Bound::Included(from), Bound::Unbounded))
+                .enumerate()
+            {
+                if remove(v) {
+                    doomed.push(Arc::clone(k));
+                }
+                if seen + 1 == limit {
+                    last = Some(Arc::clone(k));
+                    break;
+                }
+            }
+            for k in &doomed {
+                map.remove(k);
+            }
+            (doomed.len(), last)
+        })
+    }
+
     /// The map as it is now: O(1), later writes to this table do not show in it.
     pub(crate) fn frozen(&self) -> Result<Map> {
         self.with(|map| map.clone())

@@ -83,7 +83,7 @@ pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
         let expiry = core
             .ttl
             .as_ref()
-            .filter(|t| t.config.cleanup.full_snapshot)
+            .filter(|t| t.config.cleanup.full_snapshot && t.config.expires())
             .map(|t| (t.ttl_ms, t.clock.now_ms()));
         states.push(SnapshotState {
             table: core.table.frozen()?,
@@ -478,7 +478,12 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
     stats: &mut SavepointStats,
     mut put: impl FnMut(usize, &[u8], &[u8]) -> Result<()>,
 ) -> Result<()> {
-    let kinds: Vec<StateKind> = reader.header().states.iter().map(|m| m.kind).collect();
+    let kinds: Vec<(StateKind, bool)> = reader
+        .header()
+        .states
+        .iter()
+        .map(|m| (m.kind, m.ttl))
+        .collect();
     // A `Vec`, not a `KeyBuf`: `Vec`'s `Extend` of a slice's bytes is one copy, a small
     // vector's goes byte by byte (measured: 3 % of a restore's samples).
     let mut key: Vec<u8> = Vec::with_capacity(64);
@@ -493,13 +498,50 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                     ),
                 });
             }
-            let Some(seq) = list_seq else {
-                return Ok(()); // verifying only
-            };
-            let Some(kind) = kinds.get(e.state as usize) else {
+            // Everything the writing pass relies on is checked in the verifying pass too, so
+            // that a file it would refuse is refused before any state is registered.
+            let Some(&(kind, ttl)) = kinds.get(e.state as usize) else {
                 return Err(sst_format::Error::Corrupt {
                     what: format!("savepoint entry of unknown state {}", e.state),
                 });
+            };
+            if ttl && e.value.len() < ttl::TS_LEN {
+                return Err(sst_format::Error::Corrupt {
+                    what: format!(
+                        "savepoint entry of a TTL state with a value of {} bytes, shorter than \
+                         its timestamp",
+                        e.value.len()
+                    ),
+                });
+            }
+            // A list entry's suffix is its position, followed by the run mark when it holds a
+            // run of elements (`state::list`); a map entry's is its user key; other states
+            // have none.
+            let run = match kind {
+                StateKind::List => match crate::list_entry::holds_run(e.suffix) {
+                    Some(run) => run,
+                    None => {
+                        return Err(sst_format::Error::Corrupt {
+                            what: format!(
+                                "savepoint list entry with a suffix of {} bytes",
+                                e.suffix.len()
+                            ),
+                        })
+                    }
+                },
+                StateKind::Map => false,
+                _ if e.suffix.is_empty() => false,
+                _ => {
+                    return Err(sst_format::Error::Corrupt {
+                        what: format!(
+                            "savepoint entry of a {kind:?} state with a suffix of {} bytes",
+                            e.suffix.len()
+                        ),
+                    })
+                }
+            };
+            let Some(seq) = list_seq else {
+                return Ok(()); // verifying only
             };
             key.clear();
             codec::write_key_prefix(
@@ -510,25 +552,13 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                 e.namespace,
             );
             let done = match kind {
-                // A list entry's suffix is its position, followed by the run mark when it
-                // holds a run of elements (`state::list`); restore numbers the entries afresh
-                // in file order and keeps the mark.
-                StateKind::List => {
-                    let Some(run) = crate::list_entry::holds_run(e.suffix) else {
-                        return Err(sst_format::Error::Corrupt {
-                            what: format!(
-                                "savepoint list entry with a suffix of {} bytes",
-                                e.suffix.len()
-                            ),
-                        });
-                    };
-                    seq.next().map(|n| {
-                        key.extend_from_slice(&n.to_be_bytes());
-                        if run {
-                            key.push(crate::list_entry::RUN_MARK);
-                        }
-                    })
-                }
+                // Restore numbers list entries afresh in file order and keeps the run mark.
+                StateKind::List => seq.next().map(|n| {
+                    key.extend_from_slice(&n.to_be_bytes());
+                    if run {
+                        key.push(crate::list_entry::RUN_MARK);
+                    }
+                }),
                 _ => {
                     key.extend_from_slice(e.suffix);
                     Ok(())

@@ -92,6 +92,13 @@ pub struct TtlConfig {
 }
 
 impl TtlConfig {
+    /// Whether entries can expire at all: not with [`UpdateType::Disabled`], which reads
+    /// treat as never expired. The compaction filter, incremental cleanup and the savepoint
+    /// writer drop expired entries only of states for which this holds.
+    pub(crate) fn expires(&self) -> bool {
+        self.update_type != UpdateType::Disabled
+    }
+
     /// `ttl` with Flink's defaults: refreshed on write, expired never returned, processing time,
     /// compaction-filter cleanup.
     pub fn new(ttl: Duration) -> Self {

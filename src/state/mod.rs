@@ -286,42 +286,33 @@ impl StateCore {
     }
 
     /// One step of incremental TTL cleanup: examines the next entries after the cursor and
-    /// removes the expired ones. Skipped when another thread is doing a step of this state.
+    /// removes the expired ones, under the table's lock (a value another thread writes
+    /// meanwhile is never removed unexamined). Skipped when another thread is doing a step of
+    /// this state. Heap backend only (RocksDB's compaction filter does this work).
     fn cleanup_incrementally(&self) -> Result<()> {
-        let (Some(inc), Some(t)) = (&self.incremental, &self.ttl) else {
+        let (Some(inc), Some(t), Table::Heap(heap)) = (&self.incremental, &self.ttl, &self.table)
+        else {
             return Ok(());
         };
         let Some(mut cursor) = inc.cursor.try_lock() else {
             return Ok(());
         };
         let now = t.clock.now_ms();
-        let mut batch = self.table.batch();
-        let mut seen = 0;
-        let mut last: Option<Vec<u8>> = None;
-        self.table.scan(&cursor, None, |k, v| {
-            seen += 1;
-            if ttl::stored_is_expired(v, t.ttl_ms, now) {
-                batch.delete(k);
-            }
-            if seen == inc.entries {
-                last = Some(k.to_vec());
-                return Ok(false);
-            }
-            Ok(true)
+        let (dropped, last) = heap.remove_some(&cursor, inc.entries, |v| {
+            ttl::stored_is_expired(v, t.ttl_ms, now)
         })?;
         // Resume right after the last key examined; at the end of the state, start over.
         *cursor = match last {
-            Some(mut k) => {
-                k.push(0);
-                k
+            Some(k) => {
+                let mut next = k.to_vec();
+                next.push(0);
+                next
             }
             None => Vec::new(),
         };
-        let dropped = batch.len() as u64;
-        batch.commit()?;
         t.counters
             .dropped_incrementally
-            .fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(dropped as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
