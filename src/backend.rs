@@ -1020,8 +1020,9 @@ impl KeyedBackend {
     /// Loads the savepoints of several old instances (one file each, e.g. the two halves of a
     /// parallelism-2 job) into this empty backend, keeping only this backend's key groups: the
     /// restore side of rescaling through savepoints. The files' key-group ranges must not
-    /// overlap, their max parallelism must be this backend's, and their state metadata must
-    /// agree. Every file's header and index, and every block of this backend's key groups, are
+    /// overlap and together must hold every key group of this backend
+    /// ([`Error::InvalidKeyGroups`] names the missing ones), their max parallelism must be
+    /// this backend's, and their state metadata must agree. Every file's header and index, and every block of this backend's key groups, are
     /// verified before anything is written.
     pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
         let core_for = |m: &StateMeta| self.core_for(m);

@@ -137,6 +137,31 @@ pub(crate) fn restore_savepoints(
         }
         readers.push((groups, reader));
     }
+    // Together the files must hold every key group of the backend: a missing old instance
+    // would leave its key groups empty without a word (the operator states refuse it too).
+    let mut missing = Vec::new();
+    let mut next = u32::from(range.start);
+    let mut covered: Vec<KeyGroupRange> = readers
+        .iter()
+        .filter_map(|(g, _)| g.intersect(&range))
+        .collect();
+    covered.sort_by_key(|g| g.start);
+    for g in &covered {
+        if u32::from(g.start) > next {
+            missing.push(format!("{next}..={}", g.start - 1));
+        }
+        next = next.max(u32::from(g.end) + 1);
+    }
+    if next <= u32::from(range.end) {
+        missing.push(format!("{next}..={}", range.end));
+    }
+    if !missing.is_empty() {
+        return Err(Error::InvalidKeyGroups(format!(
+            "the savepoints hold none of the backend's key groups {}: restore the files of \
+             every old instance whose key groups this backend owns",
+            missing.join(", ")
+        )));
+    }
     // The files' state metadata must agree, name by name, and every name be one the
     // backend accepts (registration after the pass must not fail halfway on a name).
     let mut metas: BTreeMap<&str, &StateMeta> = BTreeMap::new();

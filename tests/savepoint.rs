@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rockstate::{Error, KeyGroupRange, KeyedBackend, ManualClock, StateDescriptor, TtlConfig};
+use rockstate::{
+    BackendKind, Error, KeyGroupRange, KeyedBackend, ManualClock, StateDescriptor, TtlConfig,
+};
 
 struct Data {
     values: BTreeMap<String, u64>,
@@ -443,4 +445,38 @@ fn staging_left_by_a_killed_savepoint_restore_goes_at_the_next_open() {
     let b = KeyedBackend::builder(&target).open().unwrap();
     assert!(!left.exists());
     assert_eq!(check(&b, &data()), check(&src, &data()));
+}
+
+#[test]
+fn a_missing_old_instance_is_refused_on_both_backends() {
+    // Rescaling 2 → 1 through savepoints with only one half's file: the other half's key
+    // groups would come back empty, so the restore refuses and leaves the backend empty.
+    let dir = tempfile::tempdir().unwrap();
+    let (_src, whole) = filled_source(dir.path(), "whole");
+    let half = KeyedBackend::builder(dir.path().join("half-0"))
+        .key_groups(KeyGroupRange::for_operator(128, 2, 0).unwrap())
+        .open()
+        .unwrap();
+    half.restore_savepoint(&whole).unwrap();
+    let sp = dir.path().join("sp-half-0");
+    half.write_savepoint(&sp).unwrap();
+    for kind in [BackendKind::RocksDb, BackendKind::Heap] {
+        let target = KeyedBackend::builder(dir.path().join(format!("one-{kind:?}")))
+            .kind(kind)
+            .open()
+            .unwrap();
+        let err = target.restore_savepoint(&sp).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidKeyGroups(m) if m.contains("64..=127")),
+            "{kind:?}: {err}"
+        );
+        assert!(target.states().unwrap().is_empty(), "{kind:?}");
+        // The half's own key groups restore from it.
+        let own = KeyedBackend::builder(dir.path().join(format!("own-{kind:?}")))
+            .kind(kind)
+            .key_groups(KeyGroupRange::for_operator(128, 2, 0).unwrap())
+            .open()
+            .unwrap();
+        own.restore_savepoint(&sp).unwrap();
+    }
 }
