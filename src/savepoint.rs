@@ -770,9 +770,26 @@ impl FullSnapshot {
             .create_new(true)
             .open(path)
             .map_err(|e| Error::io(path, e))?;
+        let written = self.write_into(file, path, &header);
+        if written.is_err() {
+            // Best effort: a partial file (detectably corrupt: it has no footer) would make a
+            // retry to the same path fail; one a killed process left stays until removed.
+            let _ = std::fs::remove_file(path);
+        }
+        written
+    }
+
+    /// [`FullSnapshot::write_savepoint`] into `file`, created at `path`: the file and then
+    /// its directory entry are durable when it returns.
+    fn write_into(
+        &self,
+        file: File,
+        path: &Path,
+        header: &SavepointHeader,
+    ) -> Result<SavepointStats> {
         let mut writer = SavepointWriter::new(
             BufWriter::with_capacity(1 << 20, SyncingFile::new(file)),
-            &header,
+            header,
             SAVEPOINT_ZSTD_LEVEL,
         )
         .map_err(Error::format)?;
@@ -864,6 +881,14 @@ impl FullSnapshot {
             .into_inner()
             .map_err(|e| Error::io(path, e.into_error()))?;
         file.file.sync_all().map_err(|e| Error::io(path, e))?;
+        // The new directory entry too: a savepoint reported written survives a power loss.
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(dir, e))?;
         Ok(stats)
     }
 }
