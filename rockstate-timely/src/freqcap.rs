@@ -403,6 +403,10 @@ pub struct ProcessArgs {
     /// Every process's `host:port`, in process order, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub hosts: Vec<String>,
+    /// Worker 0 fails at this epoch (an operator error: the process ends as `fatal` makes
+    /// it), so that the launcher's restart after a failure is exercised.
+    #[arg(long)]
+    pub fail_epoch: Option<u64>,
     /// The job's parameters.
     #[command(flatten)]
     pub params: JobParams,
@@ -561,6 +565,7 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
         pending: BTreeMap::new(),
         offsets_after: Rc::clone(&offsets_after),
         sink: ctx.sink.clone(),
+        fail_epoch: ctx.args.fail_epoch.filter(|_| index == 0),
     };
     let stats_path = ctx
         .args
@@ -724,6 +729,8 @@ struct FreqCap {
     pending: BTreeMap<u64, Vec<(u32, u32)>>,
     offsets_after: OffsetsAfter,
     sink: SinkDir,
+    /// The epoch whose `apply` fails (`ProcessArgs::fail_epoch`, worker 0 only).
+    fail_epoch: Option<u64>,
 }
 
 impl EpochLogic<Impression> for FreqCap {
@@ -733,6 +740,11 @@ impl EpochLogic<Impression> for FreqCap {
         epoch: u64,
         records: Vec<Impression>,
     ) -> Result<()> {
+        if self.fail_epoch == Some(epoch) {
+            return Err(Error::Job(format!(
+                "failure injected at epoch {epoch} (--fail-epoch)"
+            )));
+        }
         let staged = self.staged.entry(epoch).or_default();
         for (user, ad, time, _) in records {
             self.clock.set(time);

@@ -66,6 +66,15 @@ pub struct FreqcapArgs {
     /// A run that has not ended after this many seconds fails the verdict.
     #[arg(long, default_value_t = 300)]
     pub run_timeout_s: u64,
+    /// A run one of whose processes fails by itself (an operator error, a panic, a start-up
+    /// error such as a port taken meanwhile) is restarted from the last completed checkpoint,
+    /// as a job manager restarts a failed job, up to this many times; then the verdict fails.
+    #[arg(long, default_value_t = 3)]
+    pub failure_restarts: u32,
+    /// In the first run with kills, worker 0 fails at this epoch (an operator error), to
+    /// exercise the restart after a failure.
+    #[arg(long)]
+    pub fail_epoch: Option<u64>,
     /// The job's parameters.
     #[command(flatten)]
     pub params: JobParams,
@@ -164,6 +173,8 @@ pub struct RunStart {
     /// Changelog mode: the log tables those manifests list, which the restores ingest in
     /// place of the segments they cover.
     pub log_tables: usize,
+    /// The epoch at which worker 0 of the run fails (`FreqcapArgs::fail_epoch`).
+    pub fail_epoch: Option<u64>,
 }
 
 /// Finds where a run of `job` starts: the newest job record, and the first id above every
@@ -197,6 +208,7 @@ pub fn run_start(job: &Job) -> Result<RunStart> {
         epochs: job.params.epochs_left(&plan.all_offsets()),
         log_segments,
         log_tables,
+        fail_epoch: None,
     })
 }
 
@@ -329,6 +341,9 @@ pub fn run_job(
         if let Some(r) = start.restore {
             args.push(format!("--restore={r}"));
         }
+        if let Some(e) = start.fail_epoch {
+            args.push(format!("--fail-epoch={e}"));
+        }
         args.extend(params_args(&job.params));
         match spawn(&exe, &args, &run_dir.join(format!("process-{i}.log"))) {
             Ok(c) => children.push(c),
@@ -420,6 +435,8 @@ pub struct KillLog {
     pub log_segments: usize,
     /// The log tables those records list, summed.
     pub log_tables: usize,
+    /// Runs restarted because one of their processes failed by itself.
+    pub failure_restarts: u32,
 }
 
 /// Runs `job` with kills per `args` until a run ends; returns the worker counts of its runs.
@@ -428,13 +445,14 @@ fn run_with_kills(
     job: &Job,
     args: &FreqcapArgs,
     draw: &mut Draw,
-    kills: u32,
+    (kills, fail_epoch): (u32, Option<u64>),
     log: &mut KillLog,
 ) -> Result<std::result::Result<Vec<usize>, String>> {
     let timeout = Duration::from_secs(args.run_timeout_s);
     let first = args.processes * args.threads;
     let mut workers_seen = Vec::new();
     let mut run = 0u32;
+    let mut killed = 0u32;
     loop {
         let workers = if run == 0 {
             first
@@ -451,13 +469,16 @@ fn run_with_kills(
             layout(workers, args.threads)
         };
         workers_seen.push(workers);
-        let start = run_start(job)?;
+        let mut start = run_start(job)?;
+        if run == 0 {
+            start.fail_epoch = fail_epoch;
+        }
         // Kills spread over the input, leaving epochs for the kills after: a run completes
         // fewer than half its share of the remaining epochs among the kills left before the
         // delay starts.
         let left = start.epochs.saturating_sub(1);
-        let span = (left / (2 * u64::from(kills.saturating_sub(run).max(1)))).max(1);
-        let kill_at = (run < kills).then(|| {
+        let span = (left / (2 * u64::from(kills.saturating_sub(killed).max(1)))).max(1);
+        let kill_at = (killed < kills).then(|| {
             let after_completions = draw.below(span);
             KillAt {
                 after_completions,
@@ -499,6 +520,7 @@ fn run_with_kills(
                 return Ok(Ok(workers_seen));
             }
             RunEnd::Killed { victim, at, phase } => {
+                killed += 1;
                 *log.phases.entry(phase).or_default() += 1;
                 // What the kill left in storage: the retained checkpoints, attempts newer than
                 // the last completed one, and at most one interrupted garbage pass.
@@ -522,6 +544,15 @@ fn run_with_kills(
                     at.as_millis(),
                     completed_in(&job.dir.join(format!("completion-run-{run}")))
                 )
+            }
+            // A process failed by itself: the job restarts from its last completed
+            // checkpoint, as after a kill, unless it failed too often.
+            RunEnd::Failed(why) if log.failure_restarts < args.failure_restarts => {
+                log.failure_restarts += 1;
+                eprintln!(
+                    "  run {run}: failed, restarting ({} of at most {}): {why}",
+                    log.failure_restarts, args.failure_restarts
+                );
             }
             RunEnd::Failed(why) => return Ok(Err(why)),
         }
@@ -638,7 +669,13 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
             params: args.params.clone(),
         };
         eprintln!("reference run (no kill):");
-        match run_with_kills(&job, args, &mut draw.clone(), 0, &mut KillLog::default())? {
+        match run_with_kills(
+            &job,
+            args,
+            &mut draw.clone(),
+            (0, None),
+            &mut KillLog::default(),
+        )? {
             Ok(_) => {
                 let mut alerts = SinkDir::new(&job.dir)?.read_all()?;
                 alerts.sort_unstable();
@@ -662,7 +699,13 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
         bounded: true,
         ..KillLog::default()
     };
-    let outcome = run_with_kills(&job, args, &mut draw, args.kills, &mut log)?;
+    let outcome = run_with_kills(
+        &job,
+        args,
+        &mut draw,
+        (args.kills, args.fail_epoch),
+        &mut log,
+    )?;
     if !log.phases.is_empty() {
         let list: Vec<String> = log.phases.iter().map(|(p, n)| format!("{p} {n}")).collect();
         println!("kill phases: {}", list.join(", "));
@@ -697,13 +740,18 @@ pub fn freqcap(args: &FreqcapArgs) -> Result<bool> {
     match &checked {
         Some(c) => println!(
             "verdict: {} alerts {} (expected {}, reference run {}), duplicates {}, kills {}, \
-             workers {}, restored-state mismatches {}, input consumed {}, storage {}, {:.1}s",
+             failure restarts {}, workers {}, restored-state mismatches {}, input consumed {}, \
+             storage {}, {:.1}s",
             if pass { "PASS" } else { "FAIL" },
             c.alerts,
             expected.len(),
             reference_alerts.map_or("skipped".to_string(), |n| n.to_string()),
             c.duplicates,
-            workers.len().saturating_sub(1),
+            workers
+                .len()
+                .saturating_sub(1)
+                .saturating_sub(log.failure_restarts as usize),
+            log.failure_restarts,
             chain.join(" -> "),
             c.mismatches.len(),
             if c.consumed_all { "fully" } else { "NOT fully" },

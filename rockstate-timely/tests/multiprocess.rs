@@ -79,6 +79,26 @@ fn every_kill_falls_before_its_run_ends_however_long_the_delay() {
     );
 }
 
+/// A process that fails by itself (worker 0's operator fails at epoch 4 and its process
+/// ends) makes the launcher restart the job from its last completed checkpoint, as a job
+/// manager does, and the output is still exactly once; then a kill on top.
+#[test]
+fn a_failed_process_restarts_the_job() {
+    launcher(
+        &[
+            "--processes=2",
+            "--threads=1",
+            "--kills=1",
+            "--fail-epoch=4",
+            "--epoch-records=1000",
+            "--kill-delay-ms=150",
+            "--no-reference",
+        ],
+        &["failure restarts 1,", "kills 1,"],
+        &[],
+    );
+}
+
 /// Restarts at 4 -> 3 -> 5 workers: key-group ranges recomputed, offsets and pending sink
 /// transactions redistributed; also compared with a crash-free reference run.
 #[test]
