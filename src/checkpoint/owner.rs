@@ -220,6 +220,8 @@ impl JobOwner {
         };
         if found {
             self.state.lock().known.insert(id);
+            // As after a commit: attempts up to `id` can never complete now.
+            self.protected.lock().retain(|(_, k), _| *k > id);
         }
         self.reload(false)?;
         Ok(found)
@@ -288,6 +290,7 @@ impl JobOwner {
         let landed = self.state.lock().records.get(&id).cloned();
         if let Some(stored) = landed {
             if same_manifests(&stored, record) {
+                self.protected.lock().retain(|(_, k), _| *k > id);
                 return Ok(Committed {
                     gc_error: self.pass(None).err(),
                 });
