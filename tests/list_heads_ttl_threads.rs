@@ -39,8 +39,11 @@ impl Clock for Pausing {
     }
 }
 
-/// The list's head as (sequence number, timestamp) and its other entries likewise.
-fn stored(b: &KeyedBackend) -> (Option<(u64, u64)>, Vec<(u64, u64)>) {
+/// A stored list entry's (sequence number, TTL timestamp).
+type Stamped = (u64, u64);
+
+/// The list's head and its other entries.
+fn stored(b: &KeyedBackend) -> (Option<Stamped>, Vec<Stamped>) {
     let mut head = None;
     let mut entries = Vec::new();
     for g in 0..b.max_parallelism() as u16 {
@@ -100,7 +103,7 @@ fn interleaved(write: impl FnOnce(&RawListState)) -> Vec<Vec<u8>> {
     // Nothing has read the list yet, so every entry the head made dead is still stored.
     let (head, entries) = stored(&b);
     let (head_seq, head_stamp) = head.expect("the update wrote a head");
-    let outliving: Vec<&(u64, u64)> = entries
+    let outliving: Vec<&Stamped> = entries
         .iter()
         .filter(|(seq, stamp)| *seq < head_seq && *stamp > head_stamp)
         .collect();
