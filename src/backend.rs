@@ -145,6 +145,8 @@ impl BackendBuilder {
             Some(r) => r,
             None => KeyGroupRange::all(self.max_parallelism)?,
         };
+        // `KeyGroupRange`'s fields are public: a range built without `new` may be inverted.
+        let key_groups = KeyGroupRange::new(key_groups.start, key_groups.end)?;
         if u32::from(key_groups.end) >= self.max_parallelism {
             return Err(Error::InvalidKeyGroups(format!(
                 "range {key_groups} exceeds max parallelism {}",
@@ -512,6 +514,16 @@ impl KeyedBackend {
             if core.meta != requested {
                 return Err(mismatch_error(&core.meta, &requested));
             }
+            // The registered handle runs its first TTL settings: another set in the same
+            // session would be ignored without a word (a reopen may change them).
+            let registered = core.ttl.as_ref().map(|t| &t.config);
+            if registered != desc.ttl.as_ref() {
+                return Err(Error::StateMismatch {
+                    name: name.to_string(),
+                    existing: format!("TTL {registered:?}"),
+                    requested: format!("TTL {:?} (TTL settings change at a reopen)", desc.ttl),
+                });
+            }
             return Ok(Arc::clone(core));
         }
         let (table, created) = self.persist_state(&requested)?;
@@ -718,7 +730,8 @@ impl KeyedBackend {
     /// entries are as stored too: after a blind `update` its head (empty suffix, a value of
     /// the TTL timestamp if any, the head's 8-byte sequence number and a run) and, until a
     /// read deletes them or a
-    /// compaction drops them, the entries the head replaced (docs/decisions/0034).
+    /// compaction drops them, the entries the head replaced (docs/decisions/0034). A key
+    /// group at or above the max parallelism is [`Error::InvalidKeyGroups`].
     pub fn scan_key_group(
         &self,
         name: &str,

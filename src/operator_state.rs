@@ -167,7 +167,9 @@ pub fn redistribute(old: &[OperatorState], new_parallelism: usize) -> Result<Vec
             }
             RedistributionMode::Broadcast => {
                 let first = parts[0];
-                if parts.iter().any(|p| *p != first) {
+                // Every old instance holds a copy, the same one: an instance without the
+                // list holds another copy (none), as one holding an empty list would.
+                if parts.len() != old.len() || parts.iter().any(|p| *p != first) {
                     return Err(Error::Decode {
                         what: "broadcast operator state",
                         detail: format!("instances hold different copies of `{name}`"),

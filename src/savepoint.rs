@@ -1010,7 +1010,12 @@ pub fn read_operator_states(paths: &[&Path]) -> Result<Vec<OperatorState>> {
             OperatorState::from_snapshot(h.operator_state.clone())?,
         ));
     }
-    crate::operator_state::in_instance_order(parts, max_parallelism.unwrap_or_default())
+    let Some(max_parallelism) = max_parallelism else {
+        return Err(Error::InvalidKeyGroups(
+            "no savepoint given: the operator state of every old instance is needed".into(),
+        ));
+    };
+    crate::operator_state::in_instance_order(parts, max_parallelism)
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub mod owner;
 pub(crate) mod registry;
 mod snapshot;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -591,7 +591,10 @@ pub(crate) fn retained(cp: &Checkpointer, backend_id: &str) -> Vec<(u64, String)
 
 /// The operator states stored in checkpoint `checkpoint_id` by every backend (operator
 /// instance) that committed it to `storage`, ordered by instance (key-group range), ready for
-/// [`crate::operator_state::redistribute`]. Every manifest is verified (checksum, and that it
+/// [`crate::operator_state::redistribute`]. An instance's operator state is the one its
+/// manifest holds or, when that is empty, the one its task acknowledged to the coordinator
+/// (the job record's); tasks without keyed state are not instances here (their operator state
+/// is in the job record). Every manifest is verified (checksum, and that it
 /// describes the checkpoint its name says). The manifests' key-group ranges must tile the key
 /// groups exactly: a missing instance (say, one whose upload failed) or two backends claiming
 /// the same groups is a typed error, never a silently lost or duplicated element.
@@ -601,17 +604,29 @@ pub fn read_operator_states(
 ) -> Result<Vec<OperatorState>> {
     let mut parts = Vec::new();
     let mut max_parallelism = None;
-    // The job record names the manifests of the completed checkpoint; without one, every
-    // manifest of that id counts.
-    let named: Option<Vec<String>> = match owner::read_record(storage, checkpoint_id) {
-        Ok(r) => Some(r.tasks.iter().filter_map(|t| t.manifest.clone()).collect()),
-        Err(Error::ObjectNotFound { .. }) => None,
-        Err(e) => return Err(e),
-    };
+    // The job record names the manifests of the completed checkpoint, with each task's
+    // operator state as the task acknowledged it (`coordinator::task_checkpoint`); without a
+    // record, every manifest of that id counts.
+    let named: Option<BTreeMap<String, Vec<sst_format::OperatorListState>>> =
+        match owner::read_record(storage, checkpoint_id) {
+            Ok(r) => Some(
+                r.tasks
+                    .into_iter()
+                    .filter_map(|t| Some((t.manifest?, t.operator_state)))
+                    .collect(),
+            ),
+            Err(Error::ObjectNotFound { .. }) => None,
+            Err(e) => return Err(e),
+        };
     for (name, id, backend) in registry::list_committed(storage)? {
-        if id != checkpoint_id || named.as_ref().is_some_and(|n| !n.contains(&name)) {
-            continue;
-        }
+        let acknowledged = match &named {
+            _ if id != checkpoint_id => continue,
+            Some(n) => match n.get(&name) {
+                Some(state) => Some(state),
+                None => continue,
+            },
+            None => None,
+        };
         let m = crate::catalog::decode_manifest_named(&name, &storage.get_bytes(&name)?)?;
         if m.checkpoint_id != id || m.backend_id != backend {
             return Err(Error::CheckpointCorrupt {
@@ -632,7 +647,22 @@ pub fn read_operator_states(
             });
         }
         let range = KeyGroupRange::new(m.key_group_start, m.key_group_end)?;
-        parts.push((range, OperatorState::from_snapshot(m.operator_state)?));
+        // A task stores its operator state in its manifest (`snapshot_with`) or hands it to
+        // the coordinator with its acknowledgement, which puts it in the job record: either
+        // place counts, and two copies must agree.
+        let state = match acknowledged {
+            Some(record) if m.operator_state.is_empty() => record.clone(),
+            Some(record) if !record.is_empty() && *record != m.operator_state => {
+                return Err(Error::CheckpointCorrupt {
+                    file: name,
+                    detail: format!(
+                        "its operator state differs from the one job record {id} holds for it"
+                    ),
+                })
+            }
+            _ => m.operator_state,
+        };
+        parts.push((range, OperatorState::from_snapshot(state)?));
     }
     let Some(max_parallelism) = max_parallelism else {
         return Err(Error::CheckpointNotFound(format!(

@@ -431,6 +431,14 @@ impl StateCore {
         key_group: u16,
         f: impl FnMut(RawEntry<'_>) -> Result<bool>,
     ) -> Result<()> {
+        // A group beyond the job's would be scanned under a prefix that is not its own (one
+        // byte holds groups below 256 only): another group's entries.
+        if u32::from(key_group) >= self.max_parallelism {
+            return Err(Error::InvalidKeyGroups(format!(
+                "key group {key_group} of a job with max parallelism {}",
+                self.max_parallelism
+            )));
+        }
         scan_key_group(&self.table, self.max_parallelism, key_group, f)
     }
 }
