@@ -987,7 +987,10 @@ impl KeyedBackend {
     }
 
     /// Writes every state of this backend into a canonical savepoint at `path` (created; an
-    /// existing file is an error: savepoints are never overwritten).
+    /// existing file is an error: savepoints are never overwritten). On RocksDB the states are
+    /// read live while the call runs: call it where the task is not writing, as at a barrier
+    /// (writes other threads make meanwhile may or may not be in it). The heap backend's is a
+    /// point-in-time view ([`KeyedBackend::full_snapshot`]).
     pub fn write_savepoint(&self, path: &Path) -> Result<SavepointStats> {
         self.write_savepoint_with(path, &OperatorState::new())
     }

@@ -73,8 +73,8 @@ pub(crate) struct SavepointTarget<'a> {
 }
 
 /// Every state's metadata, table view and TTL expiry rule as of now: the view a savepoint is
-/// written from. For the heap backend the tables are copy-on-write clones; for RocksDB,
-/// snapshots.
+/// written from. For the heap backend the tables are copy-on-write clones; for RocksDB, the
+/// live column families (the caller does not write while the savepoint is written).
 pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
     let start = Instant::now();
     let mut states = Vec::new();
