@@ -2,7 +2,6 @@
 //! ([`super::front::Drained`]): bounded scans, integer properties, flushes, full compaction,
 //! waiting for compactions, metrics and RocksDB checkpoints.
 
-use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 
 use rocksdb::ReadOptions;
@@ -10,7 +9,7 @@ use rocksdb::ReadOptions;
 use super::front::Drained;
 use super::rocks_error;
 use super::{Cf, Db};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::metrics::{LevelMetrics, RocksDbMetrics};
 
 impl Db {
@@ -138,14 +137,13 @@ impl Cf {
         };
         let it = kept.get();
         it.seek(lower);
-        // What went to `f`: how many entries, and a digest of them, to go on consistently
-        // if the iterator gives up.
-        let mut given = Given::default();
+        // The last key that went to `f`, to go on past it if the iterator gives up.
+        let mut last_given: Option<Vec<u8>> = None;
         while let Some((k, v)) = it.item() {
             if k >= upper {
                 break;
             }
-            given.add(k, v);
+            last_given = Some(k.to_vec());
             if !f(k, v)? {
                 return Ok(());
             }
@@ -154,40 +152,21 @@ impl Cf {
         match it.status() {
             Ok(()) => Ok(()),
             // More hidden entries in one step than a kept iterator skips (it has no upper
-            // bound, so they may lie past `upper`): a new bounded iterator reads the range
-            // again, which skips only those inside it, and the scan goes on from it past the
-            // entries `f` had. If they differ from what it reads (a write landed in the range
-            // in between), no single state holds both: the scan fails, to be retried.
+            // bound, so they may lie past `upper`): a new bounded iterator, which skips only
+            // those inside the range, goes on past the last entry `f` had. The entries after
+            // it are read as they are now, as Flink's map iterator reads each batch after the
+            // last key of the one before: a write the caller (or a TTL read's refresh or
+            // cleanup) made to an entry it had does not fail the scan.
             Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => {
                 kept.discard();
-                let mut again = Given::default();
-                let mut changed = false;
-                self.scan_drained(
-                    &drained,
-                    ReadOptions::default(),
-                    lower,
-                    Some(upper),
-                    |k, v| {
-                        if again.count < given.count {
-                            again.add(k, v);
-                            if again.count == given.count && again.digest() != given.digest() {
-                                changed = true;
-                                return Ok(false);
-                            }
-                            return Ok(true);
-                        }
-                        f(k, v)
-                    },
-                )?;
-                if changed || again.count < given.count {
-                    return Err(Error::RocksDb {
-                        kind: ErrorKind::Transient,
-                        detail: "the entries of a scan changed while it ran past deleted \
-                                 entries; retry the read"
-                            .into(),
-                    });
-                }
-                Ok(())
+                let from = match last_given {
+                    Some(mut k) => {
+                        k.push(0);
+                        k
+                    }
+                    None => lower.to_vec(),
+                };
+                self.scan_drained(&drained, ReadOptions::default(), &from, Some(upper), f)
             }
             Err(e) => {
                 kept.discard();
@@ -309,35 +288,5 @@ impl Cf {
             }
         }
         Ok(true)
-    }
-}
-
-/// The entries a scan gave its caller: how many, and a 64-bit hash over their keys and
-/// values with their lengths (a CRC-32 cost map scans a tenth of their time).
-struct Given {
-    count: usize,
-    hash: foldhash::quality::FoldHasher<'static>,
-}
-
-impl Default for Given {
-    fn default() -> Self {
-        Given {
-            count: 0,
-            hash: foldhash::quality::FixedState::with_seed(0).build_hasher(),
-        }
-    }
-}
-
-impl Given {
-    fn add(&mut self, key: &[u8], value: &[u8]) {
-        self.count += 1;
-        self.hash.write_usize(key.len());
-        self.hash.write(key);
-        self.hash.write_usize(value.len());
-        self.hash.write(value);
-    }
-
-    fn digest(&self) -> u64 {
-        self.hash.finish()
     }
 }
