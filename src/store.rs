@@ -110,6 +110,20 @@ impl Table {
         }
     }
 
+    /// [`Table::scan`] for a caller that writes to the entries it has read (a TTL read's
+    /// refresh or cleanup): see [`Cf::scan_writing_back`].
+    pub(crate) fn scan_writing_back(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        match self {
+            Table::Rocks(cf) => cf.scan_writing_back(lower, upper, f),
+            Table::Heap(t) => t.scan(lower, upper, f),
+        }
+    }
+
     /// [`Table::scan`] for one long sequential pass (RocksDB: no block-cache fill, readahead).
     pub(crate) fn scan_bulk(
         &self,

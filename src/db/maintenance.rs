@@ -2,6 +2,7 @@
 //! ([`super::front::Drained`]): bounded scans, integer properties, flushes, full compaction,
 //! waiting for compactions, metrics and RocksDB checkpoints.
 
+use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 
 use rocksdb::ReadOptions;
@@ -9,7 +10,7 @@ use rocksdb::ReadOptions;
 use super::front::Drained;
 use super::rocks_error;
 use super::{Cf, Db};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::{LevelMetrics, RocksDbMetrics};
 
 impl Db {
@@ -120,6 +121,30 @@ impl Cf {
         &self,
         lower: &[u8],
         upper: Option<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_giving_up(lower, upper, GiveUp::Verify, f)
+    }
+
+    /// [`Cf::scan`] for a caller that writes to the entries it has read (a TTL read's refresh
+    /// or removal of an expired entry): where the kept iterator gives up, the scan goes on
+    /// past the last entry it gave, reading the entries after it as they are then, instead of
+    /// failing because its own writes changed the entries it gave. It then reads one state
+    /// only as far as no other thread writes the range meanwhile.
+    pub(crate) fn scan_writing_back(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_giving_up(lower, upper, GiveUp::Resume, f)
+    }
+
+    fn scan_giving_up(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        give_up: GiveUp,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let Some(upper) = upper else {
@@ -137,13 +162,23 @@ impl Cf {
         };
         let it = kept.get();
         it.seek(lower);
-        // The last key that went to `f`, to go on past it if the iterator gives up.
-        let mut last_given: Option<Vec<u8>> = None;
+        // What went to `f`: how many entries, and a digest of them, to go on consistently
+        // if the iterator gives up.
+        let mut given = Given::default();
+        let mut gave_any = false;
+        let mut last_key: Vec<u8> = Vec::new();
         while let Some((k, v)) = it.item() {
             if k >= upper {
                 break;
             }
-            last_given = Some(k.to_vec());
+            match give_up {
+                GiveUp::Verify => given.add(k, v),
+                GiveUp::Resume => {
+                    last_key.clear();
+                    last_key.extend_from_slice(k);
+                    gave_any = true;
+                }
+            }
             if !f(k, v)? {
                 return Ok(());
             }
@@ -152,21 +187,50 @@ impl Cf {
         match it.status() {
             Ok(()) => Ok(()),
             // More hidden entries in one step than a kept iterator skips (it has no upper
-            // bound, so they may lie past `upper`): a new bounded iterator, which skips only
-            // those inside the range, goes on past the last entry `f` had. The entries after
-            // it are read as they are now, as Flink's map iterator reads each batch after the
-            // last key of the one before: a write the caller (or a TTL read's refresh or
-            // cleanup) made to an entry it had does not fail the scan.
-            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => {
+            // bound, so they may lie past `upper`): a new bounded iterator reads the range
+            // again, which skips only those inside it, and the scan goes on from it past the
+            // entries `f` had. If they differ from what it reads (a write landed in the range
+            // in between), no single state holds both: the scan fails, to be retried.
+            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete && give_up == GiveUp::Resume => {
                 kept.discard();
-                let from = match last_given {
-                    Some(mut k) => {
-                        k.push(0);
-                        k
-                    }
-                    None => lower.to_vec(),
+                let from = if gave_any {
+                    last_key.push(0);
+                    last_key
+                } else {
+                    lower.to_vec()
                 };
                 self.scan_drained(&drained, ReadOptions::default(), &from, Some(upper), f)
+            }
+            Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete => {
+                kept.discard();
+                let mut again = Given::default();
+                let mut changed = false;
+                self.scan_drained(
+                    &drained,
+                    ReadOptions::default(),
+                    lower,
+                    Some(upper),
+                    |k, v| {
+                        if again.count < given.count {
+                            again.add(k, v);
+                            if again.count == given.count && again.digest() != given.digest() {
+                                changed = true;
+                                return Ok(false);
+                            }
+                            return Ok(true);
+                        }
+                        f(k, v)
+                    },
+                )?;
+                if changed || again.count < given.count {
+                    return Err(Error::RocksDb {
+                        kind: ErrorKind::Transient,
+                        detail: "the entries of a scan changed while it ran past deleted \
+                                 entries; retry the read"
+                            .into(),
+                    });
+                }
+                Ok(())
             }
             Err(e) => {
                 kept.discard();
@@ -288,5 +352,44 @@ impl Cf {
             }
         }
         Ok(true)
+    }
+}
+
+/// What a bounded scan on a kept iterator does where the iterator gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GiveUp {
+    /// Read the range again and go on only if the entries given are unchanged.
+    Verify,
+    /// Go on past the last entry given.
+    Resume,
+}
+
+/// The entries a scan gave its caller: how many, and a 64-bit hash over their keys and
+/// values with their lengths (a CRC-32 cost map scans a tenth of their time).
+struct Given {
+    count: usize,
+    hash: foldhash::quality::FoldHasher<'static>,
+}
+
+impl Default for Given {
+    fn default() -> Self {
+        Given {
+            count: 0,
+            hash: foldhash::quality::FixedState::with_seed(0).build_hasher(),
+        }
+    }
+}
+
+impl Given {
+    fn add(&mut self, key: &[u8], value: &[u8]) {
+        self.count += 1;
+        self.hash.write_usize(key.len());
+        self.hash.write(key);
+        self.hash.write_usize(value.len());
+        self.hash.write(value);
+    }
+
+    fn digest(&self) -> u64 {
+        self.hash.finish()
     }
 }

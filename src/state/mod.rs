@@ -402,12 +402,14 @@ impl StateCore {
                 .table
                 .scan(prefix, end.as_deref(), |k, v| f(&k[prefix.len()..], v));
         }
-        self.table.scan(prefix, end.as_deref(), |k, v| {
-            match self.read_live(k, v)? {
-                Some(p) => f(&k[prefix.len()..], p),
-                None => Ok(true),
-            }
-        })
+        // The read may refresh or remove the entries it meets (`read_live`).
+        self.table
+            .scan_writing_back(prefix, end.as_deref(), |k, v| {
+                match self.read_live(k, v)? {
+                    Some(p) => f(&k[prefix.len()..], p),
+                    None => Ok(true),
+                }
+            })
     }
 
     /// Deletes every entry under `prefix` (a key's list or map in one namespace).
