@@ -118,12 +118,7 @@ impl RawListState {
         let end = codec::prefix_end(&prefix);
         let mut cursor = ListCursor::new();
         let mut dead: Vec<Vec<u8>> = Vec::new();
-        // Under TTL the read may refresh or remove the entries it meets (`read_live`).
-        let scan = |f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>| match core.ttl {
-            None => core.table.scan(&prefix, end.as_deref(), f),
-            Some(_) => core.table.scan_writing_back(&prefix, end.as_deref(), f),
-        };
-        scan(&mut |k, stored| {
+        core.scan_for_read(&prefix, end.as_deref(), |k, stored| {
             let suffix = &k[prefix.len()..];
             let payload = match &core.ttl {
                 None => stored,

@@ -402,14 +402,27 @@ impl StateCore {
                 .table
                 .scan(prefix, end.as_deref(), |k, v| f(&k[prefix.len()..], v));
         }
-        // The read may refresh or remove the entries it meets (`read_live`).
-        self.table
-            .scan_writing_back(prefix, end.as_deref(), |k, v| {
-                match self.read_live(k, v)? {
-                    Some(p) => f(&k[prefix.len()..], p),
-                    None => Ok(true),
-                }
-            })
+        self.scan_for_read(prefix, end.as_deref(), |k, v| {
+            match self.read_live(k, v)? {
+                Some(p) => f(&k[prefix.len()..], p),
+                None => Ok(true),
+            }
+        })
+    }
+
+    /// Visits the stored entries in `[lower, upper)` for a read. Under TTL the read may
+    /// refresh or remove the entries it meets ([`StateCore::read_live`]), so it scans with
+    /// [`Table::scan_writing_back`].
+    pub(crate) fn scan_for_read(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        match self.ttl {
+            None => self.table.scan(lower, upper, f),
+            Some(_) => self.table.scan_writing_back(lower, upper, f),
+        }
     }
 
     /// Deletes every entry under `prefix` (a key's list or map in one namespace).
