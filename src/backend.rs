@@ -556,7 +556,19 @@ impl KeyedBackend {
             };
             let mut periodic_secs = None;
             if let Some(t) = &ttl {
-                if t.config.cleanup.compaction_filter && t.config.expires() {
+                // In changelog mode a compaction's drop is not logged, and a restore replays
+                // the log onto a materialization that may still hold the entry: a `clear`
+                // after the drop found nothing to delete, so the cleared entry came back
+                // readable where expired entries may be returned. Such states keep their
+                // expired entries until a read or a write removes them (logged); states whose
+                // reads never return them keep the filter (an entry back from the
+                // materialization is expired, so hidden, and dropped again).
+                let unlogged_drop_visible = self.changelog_mode()
+                    && t.config.visibility == crate::ttl::Visibility::ReturnExpiredIfNotCleanedUp;
+                if t.config.cleanup.compaction_filter
+                    && t.config.expires()
+                    && !unlogged_drop_visible
+                {
                     filter.ttl = Some(TtlFilter {
                         ttl_ms: t.ttl_ms,
                         clock: Arc::clone(&t.clock),
