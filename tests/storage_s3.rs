@@ -236,3 +236,59 @@ fn unreachable_server_is_a_transient_storage_error() {
     );
     assert!(matches!(s.list(""), Err(Error::Storage { .. })));
 }
+
+/// A bucket that does not exist (a typo in the URL, a deleted bucket) is a permanent storage
+/// error for puts, gets, listings and deletes, never a missing object or a success. (A HEAD
+/// answers 404 without a body, so `exists` cannot tell; it says `false`.)
+#[test]
+fn a_missing_bucket_is_no_missing_object() {
+    let server = s3::server();
+    let s = ObjectStorage::open("s3://no-such-bucket-rockstate/job", &server.options()).unwrap();
+    let permanent = |r: &std::result::Result<(), Error>| {
+        matches!(
+            r,
+            Err(Error::Storage {
+                transient: false,
+                ..
+            })
+        )
+    };
+    let put = s.put_bytes("job/chk-1", b"x");
+    let get = s.get_bytes("job/chk-1").map(|_| ());
+    let list = s.list("job/").map(|_| ());
+    let delete = s.delete("job/chk-1");
+    assert!(
+        permanent(&put) && permanent(&get) && permanent(&list) && permanent(&delete),
+        "put: {put:?}\nget: {get:?}\nlist: {list:?}\ndelete: {delete:?}"
+    );
+}
+
+/// A request the server refuses for good (HTTP 400: S3's EntityTooSmall for parts under
+/// 5 MiB) is a permanent error, not a transient one callers would retry.
+#[test]
+fn a_client_error_is_permanent() {
+    let server = s3::server();
+    let options = ObjectStorageOptions {
+        multipart_threshold: 1 << 20,
+        part_size: 1 << 20,
+        retries: 1,
+        initial_backoff: Duration::from_millis(10),
+        request_retries: 0,
+        ..server.options()
+    };
+    let s = server.storage_with("client-error", options);
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("f");
+    std::fs::write(&local, vec![7u8; 3 << 20]).unwrap();
+    let r = s.put_file("shared/big.sst", &local);
+    assert!(
+        matches!(
+            r,
+            Err(Error::Storage {
+                transient: false,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}

@@ -107,6 +107,12 @@ impl LocalStorage {
             return Ok((digest, true));
         }
         let mut src = File::open(&path).map_err(|e| not_found_as_object(name, &path, e))?;
+        // A directory opens too: it is no object (and nothing is created for it).
+        if !src.metadata().map_err(|e| Error::io(&path, e))?.is_file() {
+            return Err(Error::ObjectNotFound {
+                name: name.to_string(),
+            });
+        }
         let mut dst = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -320,8 +326,17 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(dir, e))
 }
 
+/// Whether `e` says no object is at a path: nothing there, a directory (a prefix of other
+/// objects), or a path through a file.
+fn no_object(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::NotFound | ErrorKind::IsADirectory | ErrorKind::NotADirectory
+    )
+}
+
 fn not_found_as_object(name: &str, path: &Path, e: std::io::Error) -> Error {
-    if e.kind() == ErrorKind::NotFound {
+    if no_object(&e) {
         Error::ObjectNotFound {
             name: name.to_string(),
         }
@@ -400,7 +415,7 @@ impl CheckpointStorage for LocalStorage {
         let path = self.path_of(name)?;
         match fs::metadata(&path) {
             Ok(m) => Ok(m.is_file()),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) if no_object(&e) => Ok(false),
             Err(e) => Err(Error::io(&path, e)),
         }
     }
@@ -409,7 +424,8 @@ impl CheckpointStorage for LocalStorage {
         let path = self.path_of(name)?;
         match fs::remove_file(&path) {
             Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            // Deleting a missing object succeeds; a directory is no object.
+            Err(e) if no_object(&e) => return Ok(()),
             Err(e) => return Err(Error::io(&path, e)),
         }
         // Remove directories the delete emptied (a checkpoint's directory), up to the root.

@@ -692,29 +692,53 @@ fn is_transient(e: &Error) -> bool {
     )
 }
 
+/// The HTTP status an `object_store` error reports, if any (its message carries it:
+/// "... status code: 400 Bad Request ...").
+fn http_status(text: &str) -> Option<u16> {
+    let at = text.find("status code: ")? + "status code: ".len();
+    text.get(at..at + 3)?.parse().ok()
+}
+
+/// Whether an `object_store` error says the bucket itself is missing (a 404 that is no
+/// missing object: a typo in the URL, a deleted bucket).
+fn no_bucket(e: &object_store::Error) -> bool {
+    e.to_string().contains("NoSuchBucket")
+}
+
 /// Our error for an `object_store` error of `operation` on `name`.
 fn map_error(operation: &'static str, name: &str, e: object_store::Error) -> Error {
+    let permanent = |e: object_store::Error| Error::Storage {
+        operation,
+        name: name.to_string(),
+        detail: e.to_string(),
+        transient: false,
+    };
     match e {
+        // A missing object only where one is read; a 404 elsewhere (a put, a multipart upload
+        // gone, a missing bucket) is a refusal.
+        object_store::Error::NotFound { .. } if no_bucket(&e) || operation == "put" => permanent(e),
         object_store::Error::NotFound { .. } => Error::ObjectNotFound {
             name: name.to_string(),
         },
         object_store::Error::AlreadyExists { .. } => Error::ObjectExists {
             name: name.to_string(),
         },
-        // Network errors, 5xx and timeouts surface as `Generic` once the request retries are
-        // used up; everything else (bad path, unsupported, precondition) is permanent.
-        object_store::Error::Generic { .. } => Error::Storage {
-            operation,
-            name: name.to_string(),
-            detail: e.to_string(),
-            transient: true,
-        },
-        other => Error::Storage {
-            operation,
-            name: name.to_string(),
-            detail: other.to_string(),
-            transient: false,
-        },
+        // Network errors, 5xx, timeouts and throttling surface as `Generic` once the request
+        // retries are used up, but so do other client errors (400, 405, ...): those are
+        // permanent, as is everything else (bad path, unsupported, precondition).
+        object_store::Error::Generic { .. } => {
+            let transient = match http_status(&e.to_string()) {
+                None => true,
+                Some(s) => s >= 500 || s == 408 || s == 429,
+            };
+            Error::Storage {
+                operation,
+                name: name.to_string(),
+                detail: e.to_string(),
+                transient,
+            }
+        }
+        other => permanent(other),
     }
 }
 
@@ -806,7 +830,8 @@ impl CheckpointStorage for ObjectStorage {
         self.with_retries(|_| {
             let (store, path) = (Arc::clone(&store), path.clone());
             match self.block_on(async move { store.delete(&path).await })? {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Ok(()) => Ok(()),
+                Err(e @ object_store::Error::NotFound { .. }) if !no_bucket(&e) => Ok(()),
                 Err(e) => Err(map_error("delete", name, e)),
             }
         })
