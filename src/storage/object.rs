@@ -561,7 +561,9 @@ impl ObjectStorage {
     ) -> Result<ObjectDigest> {
         let path = self.object_path(name)?;
         let store = self.store();
-        let (tx, rx) = mpsc::channel::<object_store::Result<Bytes>>();
+        // Chunks, then `None` once the stream ended: a task that stops without it (a panic, a
+        // runtime shutting down) must not pass for a finished download.
+        let (tx, rx) = mpsc::channel::<object_store::Result<Option<Bytes>>>();
         let credits = Arc::new(tokio::sync::Semaphore::new(GET_CHUNKS_IN_FLIGHT));
         // Closing the semaphore when this function returns stops the task if it still waits.
         struct CloseOnDrop(Arc<tokio::sync::Semaphore>);
@@ -586,21 +588,34 @@ impl ObjectStorage {
                     Ok(permit) => permit.forget(),
                     Err(_) => return,
                 }
-                if tx.send(chunk).is_err() {
+                if tx.send(chunk.map(Some)).is_err() {
                     return;
                 }
             }
+            let _ = tx.send(Ok(None));
         });
         let mut hasher = crc32fast::Hasher::new();
         let mut size = 0u64;
         // Network chunks are small; write in large blocks.
         let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, out);
+        let mut ended = false;
         for chunk in rx {
-            let chunk = chunk.map_err(|e| map_error("get", name, e))?;
+            let Some(chunk) = chunk.map_err(|e| map_error("get", name, e))? else {
+                ended = true;
+                break;
+            };
             hasher.update(&chunk);
             size += chunk.len() as u64;
             out.write_all(&chunk).map_err(|e| Error::io(out_path, e))?;
             credits.add_permits(1);
+        }
+        if !ended {
+            return Err(Error::Storage {
+                operation: "get",
+                name: name.to_string(),
+                detail: "the download stopped before the object's end".into(),
+                transient: true,
+            });
         }
         out.flush().map_err(|e| Error::io(out_path, e))?;
         Ok(ObjectDigest {
