@@ -1050,8 +1050,9 @@ impl KeyedBackend {
     /// restore side of rescaling through savepoints. The files' key-group ranges must not
     /// overlap and together must hold every key group of this backend
     /// ([`Error::InvalidKeyGroups`] names the missing ones), their max parallelism must be
-    /// this backend's, and their state metadata must agree. Every file's header and index, and every block of this backend's key groups, are
-    /// verified before anything is written.
+    /// this backend's, and their state metadata must agree. Every file's header and index,
+    /// and every block of this backend's key groups, are verified before anything is
+    /// written.
     pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
         let core_for = |m: &StateMeta| self.core_for(m);
         let raise = |name: &str, stamp: u64| self.raise_ttl_floor(name, stamp);

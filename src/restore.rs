@@ -43,7 +43,7 @@ use crate::parallel::run_parallel;
 use crate::rescale;
 use crate::shared_fetch::{FileKey, Placed, SharedFetches};
 use crate::state::StateMeta;
-use crate::storage::{validate_object_name, CheckpointStorage};
+use crate::storage::{sync_dir, validate_object_name, CheckpointStorage};
 
 /// A chosen manifest: its object name and contents.
 type Chosen = (String, CheckpointManifest);
@@ -58,13 +58,6 @@ const RESTORE_SCRATCH: &str = ".rockstate-restore-scratch";
 /// The marker of an unfinished restore into `dir`.
 pub(crate) fn restore_marker(dir: &Path) -> PathBuf {
     dir.join(RESTORE_MARKER)
-}
-
-/// fsyncs the directory `dir` (its entries become durable).
-fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, e))
 }
 
 /// Prepares the target directory: missing or empty, or holding an unfinished restore (whose

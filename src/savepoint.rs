@@ -882,13 +882,10 @@ impl FullSnapshot {
             .map_err(|e| Error::io(path, e.into_error()))?;
         file.file.sync_all().map_err(|e| Error::io(path, e))?;
         // The new directory entry too: a savepoint reported written survives a power loss.
-        let dir = match path.parent() {
+        crate::storage::sync_dir(match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
-        };
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(dir, e))?;
+        })?;
         Ok(stats)
     }
 }

@@ -619,8 +619,10 @@ pub fn read_operator_states(
             Err(e) => return Err(e),
         };
     for (name, id, backend) in registry::list_committed(storage)? {
+        if id != checkpoint_id {
+            continue;
+        }
         let acknowledged = match &named {
-            _ if id != checkpoint_id => continue,
             Some(n) => match n.get(&name) {
                 Some(state) => Some(state),
                 None => continue,

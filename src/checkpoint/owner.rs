@@ -221,7 +221,7 @@ impl JobOwner {
         if found {
             self.state.lock().known.insert(id);
             // As after a commit: attempts up to `id` can never complete now.
-            self.protected.lock().retain(|(_, k), _| *k > id);
+            self.release_up_to(id);
         }
         self.reload(false)?;
         Ok(found)
@@ -290,7 +290,7 @@ impl JobOwner {
         let landed = self.state.lock().records.get(&id).cloned();
         if let Some(stored) = landed {
             if same_manifests(&stored, record) {
-                self.protected.lock().retain(|(_, k), _| *k > id);
+                self.release_up_to(id);
                 return Ok(Committed {
                     gc_error: self.pass(None).err(),
                 });
@@ -335,7 +335,7 @@ impl JobOwner {
         // before the pass.
         // Attempts of any backend up to `id` can never complete now (a backend that failed
         // over in this process leaves its entries behind otherwise).
-        self.protected.lock().retain(|(_, k), _| *k > id);
+        self.release_up_to(id);
         {
             let mut s = self.state.lock();
             s.known.insert(id);
@@ -597,6 +597,12 @@ impl JobOwner {
             .entry((backend.to_string(), id))
             .or_default()
             .extend(names);
+    }
+
+    /// Drops the protections of every attempt up to `id` (checkpoint `id` completed: they can
+    /// never complete now, and the record keeps what they reference).
+    fn release_up_to(&self, id: u64) {
+        self.protected.lock().retain(|(_, k), _| *k > id);
     }
 
     /// Drops every protection of `backend` (it closed: its attempts can never complete).

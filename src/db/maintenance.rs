@@ -190,7 +190,8 @@ impl Cf {
             // bound, so they may lie past `upper`): a new bounded iterator reads the range
             // again, which skips only those inside it, and the scan goes on from it past the
             // entries `f` had. If they differ from what it reads (a write landed in the range
-            // in between), no single state holds both: the scan fails, to be retried.
+            // in between), no single state holds both: the scan fails, to be retried. A caller
+            // that writes to what it read goes on past the last entry it had instead.
             Err(e) if e.kind() == rocksdb::ErrorKind::Incomplete && give_up == GiveUp::Resume => {
                 kept.discard();
                 let from = if gave_any {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{validate_object_name, CheckpointStorage, ObjectDigest, ObjectInfo};
+use super::{sync_dir, validate_object_name, CheckpointStorage, ObjectDigest, ObjectInfo};
 use crate::clock::{is_older_than, millis_since_epoch};
 use crate::error::{Error, Result};
 
@@ -318,12 +318,6 @@ fn copy_with_crc(
         size,
         crc32: hasher.finalize(),
     })
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, e))
 }
 
 /// Whether `e` says no object is at a path: nothing there, a directory (a prefix of other

@@ -38,6 +38,14 @@ pub use scoped::ScopedStorage;
 
 use crate::error::{Error, Result};
 
+/// fsyncs the directory `dir`, so that its entries (files created, linked or removed in it)
+/// are durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))
+}
+
 /// One object found by [`CheckpointStorage::list`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
