@@ -735,8 +735,17 @@ fn map_error(operation: &'static str, name: &str, e: object_store::Error) -> Err
         object_store::Error::NotFound { .. } => Error::ObjectNotFound {
             name: name.to_string(),
         },
-        object_store::Error::AlreadyExists { .. } => Error::ObjectExists {
+        // A put's taken name; elsewhere `object_store` reports a 409 Conflict so, which S3
+        // answers a read or delete with while a conflicting operation on the object is in
+        // progress ("OperationAborted": try again).
+        object_store::Error::AlreadyExists { .. } if operation == "put" => Error::ObjectExists {
             name: name.to_string(),
+        },
+        object_store::Error::AlreadyExists { .. } => Error::Storage {
+            operation,
+            name: name.to_string(),
+            detail: e.to_string(),
+            transient: true,
         },
         // Network errors, 5xx, timeouts and throttling surface as `Generic` once the request
         // retries are used up, but so do other client errors (400, 405, ...): those are
@@ -961,6 +970,31 @@ mod tests {
         });
         assert!(matches!(r, Err(Error::ObjectNotFound { .. })));
         assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn a_conflict_is_a_taken_name_only_for_a_put() {
+        let conflict = || object_store::Error::AlreadyExists {
+            path: "x/y".into(),
+            source: "status code: 409 Conflict, OperationAborted".into(),
+        };
+        assert!(matches!(
+            map_error("put", "x/y", conflict()),
+            Error::ObjectExists { .. }
+        ));
+        for operation in ["get", "head", "delete", "list"] {
+            let e = map_error(operation, "x/y", conflict());
+            assert!(
+                matches!(
+                    e,
+                    Error::Storage {
+                        transient: true,
+                        ..
+                    }
+                ),
+                "{operation}: {e:?}"
+            );
+        }
     }
 
     #[test]
