@@ -339,7 +339,7 @@ pub(crate) fn attach(
                 .unwrap_or_else(|| layout::default_staging_root(meta.db().path()));
             let (completion, clock) = match ownership {
                 Ownership::Standalone => (
-                    Completion::Standalone(Arc::new(JobOwner::open(
+                    Completion::Standalone(Arc::new(JobOwner::open_standalone(
                         Arc::clone(&storage),
                         options.retained,
                         Arc::clone(&clock),

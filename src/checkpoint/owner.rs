@@ -42,11 +42,29 @@ pub struct JobOwner {
     /// the reuse base they took and what they uploaded so far. Registered by backends linked
     /// to this owner; an owner in another process relies on the commit check instead.
     protected: Mutex<BTreeMap<(String, u64), HashSet<String>>>,
+    /// Attempts whose upload has not ended: a commit of a newer checkpoint must not release
+    /// their protection (their upload may still write a manifest naming those files).
+    uploading: Mutex<HashSet<(String, u64)>>,
     /// Serializes commits, garbage passes and sweeps.
     gc_lock: Mutex<()>,
     /// When this owner opened (its clock): a pin of a restore that began before belongs to a
     /// run of the job that is gone, and the first pass releases it.
     opened_ms: u64,
+    /// What the ids of an earlier run are while storage holds no job record.
+    unrecorded: Unrecorded,
+}
+
+/// What a garbage pass makes of the checkpoint ids up to the highest in storage at open
+/// while storage holds no job record (docs/ownership.md §3, rules 5 and 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unrecorded {
+    /// Finished: they belong to a run of the job that is gone (a job's owner hands out
+    /// higher ids, and its first record is its first completion).
+    Finished,
+    /// Unknown: the owner of a backend without a coordinator, whose engine may keep
+    /// completion elsewhere and never write a record; only their age decides, until a record
+    /// exists.
+    Unknown,
 }
 
 #[derive(Debug, Default)]
@@ -101,6 +119,26 @@ impl JobOwner {
         retained: usize,
         clock: Arc<dyn Clock>,
     ) -> Result<JobOwner> {
+        JobOwner::open_as(storage, retained, clock, Unrecorded::Finished)
+    }
+
+    /// [`JobOwner::open`] for a backend without a coordinator: while storage holds no job
+    /// record, no id of an earlier run counts as finished (its engine may keep completion
+    /// elsewhere).
+    pub(crate) fn open_standalone(
+        storage: Arc<dyn CheckpointStorage>,
+        retained: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Result<JobOwner> {
+        JobOwner::open_as(storage, retained, clock, Unrecorded::Unknown)
+    }
+
+    fn open_as(
+        storage: Arc<dyn CheckpointStorage>,
+        retained: usize,
+        clock: Arc<dyn Clock>,
+        unrecorded: Unrecorded,
+    ) -> Result<JobOwner> {
         if retained == 0 {
             return Err(Error::InvalidOption {
                 name: "retained",
@@ -110,12 +148,14 @@ impl JobOwner {
         let opened_ms = clock.now_ms();
         let owner = JobOwner {
             opened_ms,
+            unrecorded,
             storage,
             clock,
             retained,
             state: Mutex::new(State::default()),
             cache: ManifestCache::default(),
             protected: Mutex::new(BTreeMap::new()),
+            uploading: Mutex::new(HashSet::new()),
             gc_lock: Mutex::new(()),
         };
         owner.reload(true)?;
@@ -512,7 +552,10 @@ impl JobOwner {
         protected.extend(self.protected.lock().values().flatten().cloned());
         let ids: Vec<u64> = catalog.job_records.iter().map(|j| j.id).collect();
         self.check_no_foreign_records(&ids)?;
-        let finished_up_to = Some(self.state.lock().open_max);
+        let finished_up_to = {
+            let s = self.state.lock();
+            (self.unrecorded == Unrecorded::Finished || !s.known.is_empty()).then_some(s.open_max)
+        };
         classify(
             &catalog,
             &GcPolicy {
@@ -602,11 +645,26 @@ impl JobOwner {
     /// Drops the protections of every attempt up to `id` (checkpoint `id` completed: they can
     /// never complete now, and the record keeps what they reference).
     fn release_up_to(&self, id: u64) {
-        self.protected.lock().retain(|(_, k), _| *k > id);
+        let uploading = self.uploading.lock();
+        self.protected
+            .lock()
+            .retain(|key, _| key.1 > id || uploading.contains(key));
+    }
+
+    /// Attempt `id` of `backend` began (`true`) or ended its upload (`false`).
+    pub(crate) fn uploading(&self, backend: &str, id: u64, on: bool) {
+        let key = (backend.to_string(), id);
+        let mut u = self.uploading.lock();
+        if on {
+            u.insert(key);
+        } else {
+            u.remove(&key);
+        }
     }
 
     /// Drops every protection of `backend` (it closed: its attempts can never complete).
     pub(crate) fn release_backend(&self, backend: &str) {
+        self.uploading.lock().retain(|(b, _)| b != backend);
         self.protected.lock().retain(|(b, _), _| b != backend);
     }
 

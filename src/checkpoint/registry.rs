@@ -410,6 +410,7 @@ impl Checkpointer {
             None
         };
         if let Some(owner) = self.owner() {
+            owner.uploading(&self.backend_id, id, true);
             // The attempt's directory (its private files come before its manifest) and the
             // base's shared files it may reuse.
             owner.protect(
@@ -441,6 +442,9 @@ impl Checkpointer {
     /// what it uploaded).
     pub(crate) fn forget(&self, id: u64) {
         self.book.lock().pending.remove(&id);
+        if let Some(owner) = self.owner() {
+            owner.uploading(&self.backend_id, id, false);
+        }
         self.release(id);
     }
 
@@ -454,6 +458,9 @@ impl Checkpointer {
         new_shared: Vec<String>,
         stats: super::CheckpointStats,
     ) -> Result<()> {
+        if let Some(owner) = self.owner() {
+            owner.uploading(&self.backend_id, id, false);
+        }
         let mut b = self.book.lock();
         let aborted = b.pending.remove(&id).is_some_and(|p| p.aborted);
         let subsumed = b.last_completed.is_some_and(|lc| id < lc);

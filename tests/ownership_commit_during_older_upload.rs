@@ -1,0 +1,143 @@
+//! A backend of a job whose owner lives in its process has checkpoints 2 and 3 in
+//! flight (3's sync phase ran while 2 was still uploading, base 1 for both). 3 is uploaded,
+//! acknowledged and committed by the owner while 2's upload is still running (2's upload is
+//! slower). The commit's pass must not delete what 2's upload wrote or reuses: 2's manifest
+//! is written after it, and no manifest in storage may name a missing file
+//! (docs/checkpoint-format.md §8). The attempt stays protected until its upload ends.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use parking_lot::Mutex;
+use rockstate::checkpoint::layout;
+use rockstate::coordinator::task_checkpoint;
+use rockstate::{CheckpointStorage, JobOwner, KeyedBackend, ObjectDigest, ObjectInfo, SystemClock};
+use sst_format::JobCheckpoint;
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// Runs a hook right before the put of one object.
+struct Hooked {
+    inner: Arc<dyn CheckpointStorage>,
+    hook: Mutex<Option<(String, Hook)>>,
+}
+
+impl std::fmt::Debug for Hooked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hooked")
+    }
+}
+
+impl Hooked {
+    fn before(&self, name: &str) {
+        let hook = {
+            let mut h = self.hook.lock();
+            match h.as_ref() {
+                Some((n, _)) if n == name => h.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, f)) = hook {
+            f();
+        }
+    }
+}
+
+impl CheckpointStorage for Hooked {
+    fn put_file(&self, name: &str, local: &Path) -> rockstate::Result<ObjectDigest> {
+        self.before(name);
+        self.inner.put_file(name, local)
+    }
+    fn put_bytes(&self, name: &str, bytes: &[u8]) -> rockstate::Result<()> {
+        self.before(name);
+        self.inner.put_bytes(name, bytes)
+    }
+    fn get_file(&self, name: &str, local: &Path) -> rockstate::Result<ObjectDigest> {
+        self.inner.get_file(name, local)
+    }
+    fn get_bytes(&self, name: &str) -> rockstate::Result<Vec<u8>> {
+        self.inner.get_bytes(name)
+    }
+    fn list(&self, prefix: &str) -> rockstate::Result<Vec<ObjectInfo>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, name: &str) -> rockstate::Result<()> {
+        self.inner.delete(name)
+    }
+    fn exists(&self, name: &str) -> rockstate::Result<bool> {
+        self.inner.exists(name)
+    }
+    fn sweep_incomplete(&self, now_ms: u64, min_age: Duration) -> rockstate::Result<usize> {
+        self.inner.sweep_incomplete(now_ms, min_age)
+    }
+}
+
+fn record(b: &KeyedBackend, stats: &rockstate::CheckpointStats) -> JobCheckpoint {
+    JobCheckpoint {
+        checkpoint_id: stats.checkpoint_id,
+        job_name: "older-upload".into(),
+        max_parallelism: b.max_parallelism(),
+        triggered_at_ms: 0,
+        completed_at_ms: 0,
+        tasks: vec![task_checkpoint(0, Some((b, stats)), Vec::new())],
+    }
+}
+
+#[test]
+fn a_commit_during_an_older_upload_leaves_no_manifest_naming_deleted_files() {
+    let fx = Fixture::new();
+    let hooked = Arc::new(Hooked {
+        inner: fx.storage_dyn(),
+        hook: Mutex::new(None),
+    });
+    let storage: Arc<dyn CheckpointStorage> = hooked.clone();
+    let owner = Arc::new(JobOwner::open(storage.clone(), 1, Arc::new(SystemClock)).unwrap());
+    let b = Arc::new(
+        KeyedBackend::builder(fx.path("a"))
+            .options(small_options())
+            .checkpoint_storage(storage.clone())
+            .job_owner(owner.clone())
+            .open()
+            .unwrap(),
+    );
+    let mut model = Model::new();
+    let mut r = rng(7);
+    random_writes(&b, &mut model, &mut r, 3000);
+    let s1 = b.checkpoint(1).unwrap();
+    owner.commit(&record(&b, &s1)).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+
+    random_writes(&b, &mut model, &mut r, 3000);
+    b.compact_state("v").unwrap();
+    let p2 = b.snapshot(2).unwrap();
+    random_writes(&b, &mut model, &mut r, 3000);
+    b.compact_state("v").unwrap();
+    let p3 = b.snapshot(3).unwrap();
+    let s3 = p3.upload().unwrap();
+
+    // 3 is committed by the owner while 2's upload runs (right before 2's manifest put).
+    let meta2 = layout::metadata_name(2, b.backend_id());
+    {
+        let owner = owner.clone();
+        let rec = record(&b, &s3);
+        *hooked.hook.lock() = Some((
+            meta2.clone(),
+            Box::new(move || {
+                owner.commit(&rec).unwrap();
+            }),
+        ));
+    }
+    let up2 = p2.upload();
+    let report = rockstate::verify_checkpoints(fx.storage.as_ref()).unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "manifests in storage name missing files (upload 2 returned {:?}): {:?}",
+        up2.map(|s| s.checkpoint_id),
+        report.problems
+    );
+}
