@@ -24,9 +24,8 @@
 //! length, bytes). The decoder checks the whole segment before handing out an entry, so a
 //! damaged segment is refused whole and never half applied.
 
-use std::io::Read;
-
 use crate::coding::{fixed32, fixed64, put_varint64, Cursor};
+use crate::decompress::{decompress_bounded, Output};
 use crate::error::{Error, Result};
 
 /// First four bytes of every changelog segment.
@@ -407,16 +406,17 @@ pub fn decode_log_segment(bytes: &[u8]) -> Result<LogSegment> {
     let raw = match compression {
         COMPRESSION_NONE => body.to_vec(),
         COMPRESSION_ZSTD => {
-            let decoder =
-                zstd::stream::read::Decoder::with_buffer(body).map_err(Error::Decompress)?;
-            // Reserved up to a bounded ratio only: the header's length is not trusted to
-            // allocate before the frame proves it.
-            let mut raw = Vec::with_capacity((raw_len as usize).min(body.len().saturating_mul(8)));
-            decoder
-                .take(u64::from(raw_len) + 1)
-                .read_to_end(&mut raw)
-                .map_err(Error::Decompress)?;
-            raw
+            // The header's length bounds the output, and allocates nothing before the frame
+            // produces it.
+            let mut raw = Vec::new();
+            match decompress_bounded(body, raw_len as usize, &mut raw)? {
+                Output::Within => raw,
+                Output::Over => {
+                    return Err(Error::corrupt(format!(
+                        "log segment body is more than {raw_len} bytes, the header says {raw_len}"
+                    )))
+                }
+            }
         }
         other => {
             return Err(Error::corrupt(format!(

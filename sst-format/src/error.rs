@@ -83,9 +83,10 @@ pub enum Error {
 
     /// The manifest declares a format version this build cannot decode.
     #[error(
-        "unknown manifest version {0} (this build reads {v1}, {v2} and {v})",
+        "unknown manifest version {0} (this build reads {v1}, {v2}, {v3} and {v})",
         v1 = crate::manifest::MANIFEST_VERSION_1,
         v2 = crate::manifest::MANIFEST_VERSION_2,
+        v3 = crate::manifest::MANIFEST_VERSION_3,
         v = crate::manifest::MANIFEST_VERSION
     )]
     UnknownManifestVersion(u16),

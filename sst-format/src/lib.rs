@@ -53,6 +53,7 @@ mod block;
 pub mod changelog;
 pub mod checksum;
 mod coding;
+mod decompress;
 pub mod error;
 pub mod footer;
 pub mod job;

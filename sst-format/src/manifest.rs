@@ -20,11 +20,10 @@
 //! `SharedFile::key_range`, and each is decoded by its own types here.
 //! `docs/manifest-format.md` documents every byte.
 
-use std::io::Read;
-
 use serde::Deserialize;
 
 use crate::coding::fixed32;
+use crate::decompress::{decompress_bounded, Output};
 use crate::error::{Error, Result};
 use crate::meta::{
     Changelog, CheckpointManifest, LogSegmentFile, OperatorListState, PrivateFile, SharedFile,
@@ -325,21 +324,15 @@ impl From<ManifestV1> for CheckpointManifest {
 
 /// zstd-decompresses `body`, refusing more than `limit` bytes.
 fn decompress_limited(body: &[u8], limit: u64) -> Result<Vec<u8>> {
-    let decoder = zstd::stream::read::Decoder::with_buffer(body).map_err(Error::Decompress)?;
     let mut raw = Vec::new();
-    // Read one byte past the limit to tell "exactly at the limit" from "over it".
-    decoder
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut raw)
-        .map_err(Error::Decompress)?;
-    if raw.len() as u64 > limit {
-        return Err(Error::TooLarge {
+    match decompress_bounded(body, usize::try_from(limit).unwrap_or(usize::MAX), &mut raw)? {
+        Output::Within => Ok(raw),
+        Output::Over => Err(Error::TooLarge {
             what: "decompressed manifest body",
-            size: raw.len() as u64,
+            size: limit.saturating_add(1),
             limit,
-        });
+        }),
     }
-    Ok(raw)
 }
 
 #[cfg(test)]

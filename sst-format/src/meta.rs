@@ -129,7 +129,7 @@ pub enum StateKind {
 /// Persisted metadata of one registered state, checked on re-registration and restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateMeta {
-    /// State name (also its column family name).
+    /// State name (its column family is `state:<name>`).
     pub name: String,
     /// State kind.
     pub kind: StateKind,

@@ -23,6 +23,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use serde::{Deserialize, Serialize};
 
 use crate::coding::{put_varint64, Cursor};
+use crate::decompress::{decompress_bounded, Output};
 use crate::error::{Error, Result};
 use crate::meta::{OperatorListState, StateMeta};
 
@@ -683,7 +684,18 @@ impl<R: Read + Seek> SavepointReader<R> {
         if comp_len as usize != body.len() - BLOCK_HEADER_LEN || raw_len > MAX_BLOCK_BYTES {
             return Err(corrupt("savepoint block lengths"));
         }
-        // Capacity for exactly `raw_len` bytes: a frame that decompresses to more fails.
+        // Capacity for exactly `raw_len` bytes (a frame that decompresses to more fails), when
+        // the stored frame makes that length plausible; a larger claim allocates only as the
+        // frame produces output (`decompress_bounded`), so a small file cannot make the reader
+        // reserve up to `MAX_BLOCK_BYTES` at once.
+        if u64::from(raw_len) > u64::from(comp_len).saturating_mul(64).max(1 << 20) {
+            let within =
+                decompress_bounded(&body[BLOCK_HEADER_LEN..], raw_len as usize, &mut self.raw)?;
+            if within != Output::Within || self.raw.len() != raw_len as usize {
+                return Err(corrupt("savepoint block decompressed to another length"));
+            }
+            return Ok(());
+        }
         self.raw.clear();
         self.raw.reserve_exact(raw_len as usize);
         let decompressor = match &mut self.decompressor {

@@ -1,0 +1,59 @@
+//! docs/manifest-format.md §1 step 6: a decompressed body above 256 MiB is `TooLarge`,
+//! "checked while streaming, so a hostile frame cannot make the decoder allocate more".
+//! A 14-byte envelope around a small zstd frame of 257 MiB of zeros (valid CRC) must be
+//! refused without any allocation above the 256 MiB bound.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Peak;
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Peak {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LARGEST.fetch_max(l.size(), Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        LARGEST.fetch_max(n, Ordering::Relaxed);
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static A: Peak = Peak;
+
+#[test]
+fn a_zstd_bomb_manifest_never_allocates_beyond_the_documented_bound() {
+    let chunk = vec![0u8; 1 << 20];
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+    for _ in 0..257 {
+        enc.write_all(&chunk).unwrap();
+    }
+    let body = enc.finish().unwrap();
+    drop(chunk);
+    let mut file = Vec::new();
+    file.extend_from_slice(b"RSTM");
+    file.extend_from_slice(&4u16.to_le_bytes());
+    file.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    file.extend_from_slice(&body);
+    file.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+
+    LARGEST.store(0, Ordering::Relaxed);
+    let got = sst_format::decode_manifest(&file);
+    let largest = LARGEST.load(Ordering::Relaxed) as u64;
+    assert!(
+        matches!(got, Err(sst_format::Error::TooLarge { .. })),
+        "{got:?}"
+    );
+    assert!(
+        largest <= sst_format::MAX_MANIFEST_BODY_BYTES + (1 << 20),
+        "decoding a {}-byte manifest allocated {largest} bytes at once (bound {})",
+        file.len(),
+        sst_format::MAX_MANIFEST_BODY_BYTES
+    );
+}
