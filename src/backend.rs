@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,10 +43,11 @@ use crate::store::Table;
 use crate::ttl::{TimeDomain, TtlCounters, TtlStats, UpdateType};
 use sst_format::SavepointStats;
 
-pub use crate::meta::{BackendMeta, BACKEND_META_VERSION, MAX_STATE_NAME};
 use crate::meta::{
-    SequenceAllocator, StampFloor, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX, STATE_CF_PREFIX,
+    read_watermark, SequenceAllocator, StampFloor, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX,
+    META_WATERMARK, STATE_CF_PREFIX,
 };
+pub use crate::meta::{BackendMeta, BACKEND_META_VERSION, MAX_STATE_NAME};
 use crate::state::{check_state_name, mismatch_error};
 
 /// Builds a [`KeyedBackend`]: its path, key groups, options and injected components;
@@ -230,6 +232,10 @@ impl BackendBuilder {
             Table::Heap(_) => (crate::layout::new_backend_id(), None),
         };
         let list_seq = Arc::new(SequenceAllocator::new(meta.clone(), reserved));
+        // The watermark goes on from where the state was left (a reopen, a restore, a
+        // rescale: the highest of its sources), so event-time TTL stamps taken before the
+        // engine's first `advance_watermark` are not 0.
+        let watermark = read_watermark(&meta)?;
         Ok(KeyedBackend {
             inner: Arc::new(Inner {
                 engine,
@@ -241,7 +247,8 @@ impl BackendBuilder {
                 states: Mutex::new(BTreeMap::new()),
                 list_seq,
                 clock: self.clock,
-                watermark: ManualClock::new(0),
+                watermark: ManualClock::new(watermark),
+                watermark_persisted: AtomicU64::new(watermark),
                 backend_id,
                 checkpointer,
                 checkpoint_metrics: Default::default(),
@@ -281,6 +288,8 @@ struct Inner {
     list_seq: Arc<SequenceAllocator>,
     clock: Arc<dyn Clock>,
     watermark: ManualClock,
+    /// The watermark last written to the metadata (`META_WATERMARK`).
+    watermark_persisted: AtomicU64,
     backend_id: String,
     checkpointer: Option<Arc<Checkpointer>>,
     /// Figures of the last checkpoint, shared with pending snapshots that record them.
@@ -754,9 +763,23 @@ impl KeyedBackend {
     }
 
     /// Advances the event-time watermark that event-time TTL states expire against. It never
-    /// moves backwards.
+    /// moves backwards. A checkpoint and a close keep it with the state: a reopened, restored
+    /// or rescaled backend starts at the watermark it had (the highest of a rescale's
+    /// sources), not at 0.
     pub fn advance_watermark(&self, watermark_ms: u64) {
         self.inner.watermark.set(watermark_ms);
+    }
+
+    /// Writes the watermark to the metadata if it moved since it was last written.
+    fn persist_watermark(&self) -> Result<()> {
+        let now = self.inner.watermark.now_ms();
+        if now > self.inner.watermark_persisted.load(Ordering::Acquire) {
+            self.inner.meta.put(META_WATERMARK, &now.to_be_bytes())?;
+            self.inner
+                .watermark_persisted
+                .fetch_max(now, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     /// What TTL cleanup removed from state `name` so far (zero for states without TTL).
@@ -812,7 +835,14 @@ impl KeyedBackend {
     /// an error the backend stays open, so nothing cached is lost: retry, or drop it.
     pub fn close(self) -> Result<()> {
         match &self.inner.engine {
-            Engine::Rocks(db) => db.close(),
+            Engine::Rocks(db) => {
+                match self.persist_watermark() {
+                    // Closed already (through another clone): closing again does nothing.
+                    Ok(()) | Err(Error::Closed { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                db.close()
+            }
             Engine::Heap { tables, .. } => {
                 if let Table::Heap(meta) = &self.inner.meta {
                     meta.close();
@@ -1086,6 +1116,7 @@ impl KeyedBackend {
     ) -> Result<PendingSnapshot> {
         let started = std::time::Instant::now();
         let cp = self.checkpoint_ctx()?;
+        self.persist_watermark()?;
         let states = self.states()?;
         crate::checkpoint::begin_snapshot(
             SnapshotSource {

@@ -592,7 +592,7 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
     }
     let newest = retained.last().map(|(id, _, _)| *id);
     let old_enough = |put_ms: u64| match policy.min_age {
-        Some(age) => policy.now_ms.saturating_sub(put_ms) >= age.as_millis() as u64,
+        Some(age) => crate::clock::is_older_than(put_ms, policy.now_ms, age),
         None => false,
     };
     let expired_pin = |ms: u64| old_enough(ms) || policy.pins_before_ms.is_some_and(|b| ms < b);

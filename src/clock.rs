@@ -43,7 +43,13 @@ impl ManualClock {
 
     /// Moves the time forward by `d`.
     pub fn advance(&self, d: Duration) {
-        self.0.fetch_add(d.as_millis() as u64, Ordering::SeqCst);
+        let ms = millis(d);
+        // Saturating: a clock moved past the end stays there.
+        let _ = self
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(ms))
+            });
     }
 }
 
@@ -60,16 +66,40 @@ pub(crate) fn millis_since_epoch(t: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// `d` in whole milliseconds, `u64::MAX` for a duration beyond it (about 585 million years:
+/// what a caller passes for "never"), never wrapped around to a short one.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Whether something last modified at `modified_ms` is at least `min_age` old at `now_ms`.
 /// A modification time in the future (clock skew) counts as age zero.
 pub(crate) fn is_older_than(modified_ms: u64, now_ms: u64, min_age: Duration) -> bool {
-    let min_age_ms = u64::try_from(min_age.as_millis()).unwrap_or(u64::MAX);
-    now_ms.saturating_sub(modified_ms) >= min_age_ms
+    now_ms.saturating_sub(modified_ms) >= millis(min_age)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_beyond_u64_milliseconds_saturate() {
+        assert_eq!(millis(Duration::from_millis(1234)), 1234);
+        // 18,446,744,073,709,552 s is 2^64 + 384 ms: it must not wrap to 384.
+        assert_eq!(
+            millis(Duration::from_secs(18_446_744_073_709_552)),
+            u64::MAX
+        );
+        assert_eq!(millis(Duration::MAX), u64::MAX);
+        assert!(!is_older_than(
+            0,
+            10,
+            Duration::from_secs(18_446_744_073_709_552)
+        ));
+        let c = ManualClock::new(u64::MAX - 1);
+        c.advance(Duration::from_millis(5));
+        assert_eq!(c.now_ms(), u64::MAX);
+    }
 
     #[test]
     fn manual_clock_never_moves_back() {

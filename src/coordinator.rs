@@ -511,7 +511,7 @@ impl Coordinator {
 
     fn abort_expired(&mut self) -> Result<Vec<Outcome>> {
         let now = self.clock.now_ms();
-        let timeout = self.config.timeout.as_millis() as u64;
+        let timeout = crate::clock::millis(self.config.timeout);
         let expired: Vec<u64> = self
             .pending
             .iter()

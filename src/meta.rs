@@ -21,6 +21,9 @@ pub const BACKEND_META_VERSION: u32 = 1;
 pub(crate) const META_BACKEND: &[u8] = b"backend";
 pub(crate) const META_STATE_PREFIX: &str = "state/";
 pub(crate) const META_LIST_SEQ: &[u8] = b"list-seq";
+/// Key of the event-time watermark the backend had reached when it last persisted it (a
+/// checkpoint's sync phase, a close): 8 bytes big-endian.
+pub(crate) const META_WATERMARK: &[u8] = b"watermark";
 /// Prefix of the key of a TTL list state's timestamp high-water mark (`ttl-floor/<name>`).
 pub(crate) const META_TTL_FLOOR_PREFIX: &str = "ttl-floor/";
 pub(crate) const STATE_CF_PREFIX: &str = "state:";
@@ -94,6 +97,15 @@ fn decode_ttl_floor(stored: Option<&[u8]>) -> Result<Option<u64>> {
                 .map_err(|_| Error::decode("TTL timestamp mark", "not 8 bytes"))
         })
         .transpose()
+}
+
+/// The event-time watermark stored in `meta` (0 when absent: none was ever persisted).
+pub(crate) fn read_watermark(meta: &Table) -> Result<u64> {
+    meta.get_with(META_WATERMARK, |b| <[u8; 8]>::try_from(b))?
+        .map_or(Ok(0), |b| {
+            b.map(u64::from_be_bytes)
+                .map_err(|_| Error::decode("event-time watermark", "not 8 bytes"))
+        })
 }
 
 /// Reads the timestamp high-water mark stored under `key` in `meta` (`None` when absent: a

@@ -84,12 +84,13 @@ use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, group_prefix, KeyGroupRange};
 use crate::meta::{
-    ttl_floor_key, BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ,
-    META_STATE_PREFIX, STATE_CF_PREFIX,
+    read_watermark, ttl_floor_key, BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ,
+    META_STATE_PREFIX, META_WATERMARK, STATE_CF_PREFIX,
 };
 use crate::options::DbOptions;
 use crate::parallel::run_parallel;
 use crate::state::{StateKind, StateMeta};
+use crate::store::Table;
 
 /// One downloaded checkpoint database.
 pub(crate) struct Source<'a> {
@@ -214,6 +215,9 @@ pub(crate) fn rescale(
     };
     let base_states = check_source(&db, base, m)?;
     let mut list_seq = read_list_seq(&db.default_cf()?)?;
+    // The event-time watermark: the highest of the sources (each instance's is where its
+    // input had got to; the restored one goes on from the furthest).
+    let mut watermark = read_watermark(&Table::Rocks(db.default_cf()?))?;
 
     if others.is_empty() && claimed == target.key_groups {
         // A plain restore: checked, nothing to change.
@@ -252,6 +256,7 @@ pub(crate) fn rescale(
         let odb = Db::open_read_only(other.dir, target.options, target.budget, false)?;
         let other_states = check_source(&odb, other, m)?;
         list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
+        watermark = watermark.max(read_watermark(&Table::Rocks(odb.default_cf()?))?);
         for (name, st) in &other_states {
             if st.kind == StateKind::List && st.ttl {
                 let theirs = read_ttl_floor(odb.default_cf()?, name)?;
@@ -497,6 +502,9 @@ pub(crate) fn rescale(
         &codec::encode(&backend_meta, "backend metadata")?,
     )?;
     meta.put(META_LIST_SEQ, &list_seq.to_be_bytes())?;
+    if watermark > 0 {
+        meta.put(META_WATERMARK, &watermark.to_be_bytes())?;
+    }
     for (name, mark) in &marks {
         match mark {
             Some(stamp) => meta.put(&ttl_floor_key(name), &stamp.to_be_bytes())?,

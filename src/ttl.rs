@@ -47,6 +47,10 @@ pub enum TimeDomain {
     /// The backend's processing-time clock (the default).
     ProcessingTime,
     /// The event-time watermark the engine advances with `KeyedBackend::advance_watermark`.
+    /// A checkpoint's sync phase and a close keep it in the backend's metadata (`watermark`),
+    /// so a reopened, restored or rescaled backend starts where its state was (a rescale: the
+    /// highest of its sources). A savepoint does not carry it: a backend restored from one
+    /// starts at 0 until the engine advances it.
     EventTime,
 }
 
@@ -144,9 +148,9 @@ impl TtlConfig {
         self
     }
 
-    /// The TTL in milliseconds, at least 1.
+    /// The TTL in milliseconds, at least 1 (`u64::MAX` for a TTL beyond it: never expires).
     pub fn ttl_ms(&self) -> u64 {
-        (self.ttl.as_millis() as u64).max(1)
+        crate::clock::millis(self.ttl).max(1)
     }
 }
 
