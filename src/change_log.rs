@@ -9,8 +9,11 @@
 //! (`sst_format::LogSegmentBuilder`, docs/changelog-format.md).
 //!
 //! Depends on `keygroup` only (for the key prefix); the database front calls it under its
-//! lock, so the log's order is RocksDB's. Changes the log cannot express (dropped files,
-//! range deletions and ingestion, all made through `Open::changing`) and more recorded bytes
+//! lock, so the log's order is RocksDB's. Besides RocksDB's changes it holds the rows the
+//! state layer cleared ([`ChangeLog::record_range`]: a range deletion that changes nothing in
+//! RocksDB, whose own deletes of the entries found follow), so a replay also deletes the
+//! entries a compaction filter dropped unrecorded. Changes the log cannot express (dropped
+//! files, range deletions and ingestion, all made through `Open::changing`) and more recorded bytes
 //! than its limit make the log *lost* until the next cut ([`LogCut::complete`] is false):
 //! that checkpoint must be a materialization, which holds them.
 
@@ -97,6 +100,27 @@ impl ChangeLog {
         }
     }
 
+    /// Records that every key in `[start, end)` of the column family in `slot` is deleted,
+    /// as of this point of the log: a replay deletes there whatever came before, also
+    /// entries RocksDB dropped without a recorded change (the TTL compaction filter's). The
+    /// state layer records one for each row (a key's list or map in one namespace) it clears
+    /// by deleting the entries it finds.
+    pub(crate) fn record_range(&mut self, slot: usize, start: &[u8], end: &[u8]) {
+        if self.lost {
+            return;
+        }
+        let size = start.len() + end.len() + 16;
+        if self.builder.bytes() + size > self.max_bytes {
+            self.lose();
+            return;
+        }
+        // Slots are below `MAX_COLUMN_FAMILIES` (1024).
+        self.builder.delete_range(slot as u32, start, end);
+        if Some(slot) != self.unkeyed_slot {
+            self.note_group(start);
+        }
+    }
+
     fn note_group(&mut self, key: &[u8]) {
         // A key shorter than its prefix is refused by the state layer; recorded as is, it
         // widens nothing.
@@ -156,6 +180,12 @@ mod tests {
         assert_eq!(
             (c.first_seq, c.end_seq, c.key_groups),
             (13, 14, Some((7, 7)))
+        );
+        log.record_range(1, &[3, b'a'], &[3, b'b']);
+        let c = log.cut();
+        assert_eq!(
+            (c.first_seq, c.end_seq, c.key_groups),
+            (14, 15, Some((3, 3)))
         );
     }
 

@@ -82,8 +82,8 @@ enum Batch {
         meta: Option<PathBuf>,
         states: Vec<(String, Vec<PathBuf>)>,
     },
-    /// A batch holding a range deletion (the format allows it; the recorder never writes
-    /// one), kept as it is and applied entry by entry.
+    /// A batch holding a range deletion the sorted path does not take ([`ranges_sortable`]:
+    /// the recorder writes only ones it takes), kept as it is and applied entry by entry.
     Entries(Vec<LogSegment>),
 }
 
@@ -136,10 +136,7 @@ pub(crate) fn prepare(
             for (i, batch) in batches(rest, batch_bytes).into_iter().enumerate() {
                 let segments = fetch(storage, batch, threads, |_| None)?;
                 counts.segment_bytes += batch.iter().map(|s| s.size).sum::<u64>();
-                let ranged = segments.iter().any(|seg| {
-                    seg.entries()
-                        .any(|e| matches!(e, Ok(LogEntry::DeleteRange { .. })))
-                });
+                let ranged = !ranges_sortable(&segments, m.max_parallelism);
                 counts.segments += segments.len();
                 counts.batches += 1;
                 prepared.push(if ranged {
@@ -580,8 +577,87 @@ fn replay_threads() -> usize {
         .clamp(1, REPLAY_THREADS)
 }
 
-/// One keyed change of the sorted path: the key's group, the key, the value (`None`: delete).
-type Change<'a> = (u16, &'a [u8], Option<&'a [u8]>);
+/// One keyed change of the sorted path: the key's group, the key, the value (`None`: delete)
+/// and its place in the batch's log.
+type Change<'a> = (u16, &'a [u8], Option<&'a [u8]>, u64);
+
+/// A keyed state's range deletion on the sorted path (a row the state layer cleared,
+/// `ChangeLog::record_range`): `[start, end)` within key group `group`, at `pos` in the log.
+#[derive(Debug, Clone, Copy)]
+struct RowTombstone<'a> {
+    group: u16,
+    start: &'a [u8],
+    end: &'a [u8],
+    pos: u64,
+}
+
+/// The one key group `[start, end)` lies in, if it lies in one (it may end at the next
+/// group's first key); `None` for a range over several groups or an empty one.
+fn row_range_group(start: &[u8], end: &[u8], max_parallelism: u32) -> Option<u16> {
+    let group = keygroup::read_prefix(start, max_parallelism).ok()?;
+    let next = keygroup::group_prefix(u32::from(group) + 1, max_parallelism);
+    (start < end && end <= next.as_slice()).then_some(group)
+}
+
+/// Whether the sorted path takes every range deletion of `segments`: each one a keyed
+/// state's, within one key group, and no two of one column family overlapping unless they
+/// are the same range (the rows the recorder logs). Otherwise the batch is applied entry by
+/// entry. A segment that does not decode counts as sortable (the sorted path reports it).
+fn ranges_sortable(segments: &[LogSegment], max_parallelism: u32) -> bool {
+    let mut ranges: Vec<(&str, &[u8], &[u8])> = Vec::new();
+    for seg in segments {
+        for entry in seg.entries().flatten() {
+            if let LogEntry::DeleteRange { start, end, .. } = entry {
+                let Some(cf) = seg.column_families().get(entry.cf() as usize) else {
+                    return true;
+                };
+                if !cf.starts_with(STATE_CF_PREFIX)
+                    || row_range_group(start, end, max_parallelism).is_none()
+                {
+                    return false;
+                }
+                ranges.push((cf.as_str(), start, end));
+            }
+        }
+    }
+    ranges.sort_unstable();
+    ranges.dedup();
+    ranges
+        .windows(2)
+        .all(|w| w[0].0 != w[1].0 || w[0].2 <= w[1].1)
+}
+
+/// Whether a tombstone of `tombstones` (by start, disjoint) holds `key` and comes after the
+/// key's change at `at`.
+fn cleared_after(tombstones: &[RowTombstone<'_>], key: &[u8], at: u64) -> bool {
+    let i = tombstones.partition_point(|t| t.start <= key);
+    i > 0 && {
+        let t = &tombstones[i - 1];
+        key < t.end && t.pos > at
+    }
+}
+
+/// `bounds` (see [`by_group`]) with each group that holds a tombstone counted one change
+/// larger, so [`cut_runs`] leaves no such group out of every run.
+fn with_tombstones(
+    bounds: &[usize],
+    tombstones: &[RowTombstone<'_>],
+    target: KeyGroupRange,
+) -> Vec<usize> {
+    let mut extra = vec![0usize; bounds.len()];
+    for t in tombstones {
+        extra[usize::from(t.group - target.start) + 1] = 1;
+    }
+    let mut added = 0;
+    bounds
+        .iter()
+        .zip(&extra)
+        .map(|(b, e)| {
+            added += e;
+            b + added
+        })
+        .collect()
+}
 
 /// Where the entries of one column family of a segment go on the sorted path.
 enum Route {
@@ -614,17 +690,19 @@ fn sort_batch(
     counts: &mut ReplayCounts,
 ) -> Result<Batch> {
     let mut meta = Vec::new();
-    let mut keyed: Vec<(String, Vec<Change<'_>>)> = Vec::new();
+    let mut keyed: Vec<(String, Vec<Change<'_>>, Vec<RowTombstone<'_>>)> = Vec::new();
+    // Every entry's place in the log, so a row's tombstone deletes only what came before it.
+    let mut pos: u64 = 0;
     for seg in segments {
         let mut routes = Vec::with_capacity(seg.column_families().len());
         for cf in seg.column_families() {
             routes.push(if cf == DEFAULT_CF_NAME {
                 Route::Meta
             } else if cf.starts_with(STATE_CF_PREFIX) {
-                Route::State(match keyed.iter().position(|(n, _)| n == cf) {
+                Route::State(match keyed.iter().position(|(n, _, _)| n == cf) {
                     Some(at) => at,
                     None => {
-                        keyed.push((cf.clone(), Vec::new()));
+                        keyed.push((cf.clone(), Vec::new(), Vec::new()));
                         keyed.len() - 1
                     }
                 })
@@ -634,14 +712,33 @@ fn sort_batch(
         }
         for entry in seg.entries() {
             let entry = entry.map_err(|e| corrupt(name, format!("log segment: {e}")))?;
+            pos += 1;
             let (key, value) = match entry {
                 LogEntry::Put { key, value, .. } => (key, Some(value)),
                 LogEntry::Delete { key, .. } => (key, None),
-                // `prepare` sends batches with range deletions the other way.
-                LogEntry::DeleteRange { .. } => {
-                    return Err(Error::Internal(
-                        "range deletion on the sorted replay".into(),
-                    ))
+                LogEntry::DeleteRange { start, end, .. } => {
+                    // A keyed state's range within one key group ([`ranges_sortable`]; the
+                    // recorder writes only cleared rows): `prepare` sends others the other way.
+                    let (Some(Route::State(at)), Some(group)) = (
+                        routes.get(entry.cf() as usize),
+                        row_range_group(start, end, max_parallelism),
+                    ) else {
+                        return Err(Error::Internal(
+                            "a range deletion the sorted replay cannot take".into(),
+                        ));
+                    };
+                    if target.contains(group) {
+                        keyed[*at].2.push(RowTombstone {
+                            group,
+                            start,
+                            end,
+                            pos,
+                        });
+                        counts.applied += 1;
+                    } else {
+                        counts.skipped += 1;
+                    }
+                    continue;
                 }
             };
             match routes.get(entry.cf() as usize) {
@@ -652,7 +749,7 @@ fn sort_batch(
                         counts.skipped += 1;
                         continue;
                     }
-                    keyed[*at].1.push((group, key, value));
+                    keyed[*at].1.push((group, key, value, pos));
                 }
                 None => {
                     return Err(corrupt(
@@ -666,9 +763,20 @@ fn sort_batch(
     }
     let meta = write_meta(&mut meta, options, budget, &files.join("meta.sst"))?;
     let mut states = Vec::with_capacity(keyed.len());
-    for (i, (state, changes)) in keyed.into_iter().enumerate() {
+    for (i, (state, changes, mut tombstones)) in keyed.into_iter().enumerate() {
+        // By start, a row cleared twice once (its last clear), so at most one tombstone
+        // holds a key (they are disjoint: `ranges_sortable`).
+        tombstones.sort_by(|a, b| (a.start, a.end, a.pos).cmp(&(b.start, b.end, b.pos)));
+        tombstones.dedup_by(|later, kept| {
+            let same = (later.start, later.end) == (kept.start, kept.end);
+            if same {
+                kept.pos = kept.pos.max(later.pos);
+            }
+            same
+        });
+        // Groups with a tombstone count as holding one change more, so a run covers them.
         let (mut laid, bounds) = by_group(changes, target);
-        let runs = cut_runs(&bounds, threads);
+        let runs = cut_runs(&with_tombstones(&bounds, &tombstones, target), threads);
         // Disjoint mutable runs, one per job; each lock is taken once, by its job.
         let mut jobs = Vec::with_capacity(runs.len());
         let mut rest = laid.as_mut_slice();
@@ -679,9 +787,18 @@ fn sort_batch(
             rest = tail;
             taken = bounds[to];
             let file = files.join(format!("state-{i}-run-{j}.sst"));
-            jobs.push((Mutex::new(run), &bounds[from..=to], file));
+            // The run's groups' tombstones (sorted by start, so by group).
+            let (lo, hi) = (target.start + from as u16, target.start + to as u16);
+            let first = tombstones.partition_point(|t| t.group < lo);
+            let last = tombstones.partition_point(|t| t.group < hi);
+            jobs.push((
+                Mutex::new(run),
+                &bounds[from..=to],
+                &tombstones[first..last],
+                file,
+            ));
         }
-        let written = run_parallel(&jobs, threads, |(run, bounds, file)| {
+        let written = run_parallel(&jobs, threads, |(run, bounds, tombstones, file)| {
             let mut run = run.lock();
             let base = bounds[0];
             for w in bounds.windows(2) {
@@ -692,14 +809,22 @@ fn sort_batch(
                 let Some(sink) = sinks.first_mut() else {
                     return Ok(());
                 };
-                for (j, (_, key, value)) in run.iter().enumerate() {
+                for (j, (_, key, value, at)) in run.iter().enumerate() {
                     if run.get(j + 1).is_some_and(|next| next.1 == *key) {
                         continue; // a later change of the same key follows
+                    }
+                    if cleared_after(tombstones, key, *at) {
+                        continue; // its row was cleared after it: the tombstone deletes it
                     }
                     match value {
                         Some(v) => sink.put(key, v)?,
                         None => sink.delete(key)?,
                     }
+                }
+                // Deletes what the database holds there from before the log; not this
+                // file's own entries (one sequence number: `SstSink::delete_range`).
+                for t in tombstones.iter() {
+                    sink.delete_range(t.start, t.end)?;
                 }
                 Ok(())
             })?;
@@ -708,7 +833,7 @@ fn sort_batch(
         let state_files: Vec<PathBuf> = jobs
             .into_iter()
             .zip(written)
-            .filter_map(|((_, _, file), w)| w.map(|_| file))
+            .filter_map(|((_, _, _, file), w)| w.map(|_| file))
             .collect();
         states.push((state, state_files));
     }
@@ -778,7 +903,7 @@ fn by_group(changes: Vec<Change<'_>>, target: KeyGroupRange) -> (Vec<Change<'_>>
         bounds[g + 1] += bounds[g];
     }
     let mut next = bounds.clone();
-    let mut laid: Vec<Change<'_>> = vec![(0, &[], None); changes.len()];
+    let mut laid: Vec<Change<'_>> = vec![(0, &[], None, 0); changes.len()];
     for c in changes {
         let at = &mut next[usize::from(c.0 - target.start)];
         laid[*at] = c;
@@ -899,7 +1024,62 @@ mod tests {
     }
 
     fn change(group: u16, key: &'static [u8]) -> Change<'static> {
-        (group, key, None)
+        (group, key, None, 0)
+    }
+
+    #[test]
+    fn a_row_range_lies_in_one_key_group() {
+        assert_eq!(row_range_group(b"\x05a", b"\x05b", 128), Some(5));
+        // Up to the next group's first key.
+        assert_eq!(row_range_group(b"\x05a", b"\x06", 128), Some(5));
+        assert_eq!(row_range_group(b"\x05a", b"\x06\x00", 128), None);
+        assert_eq!(row_range_group(b"\x05b", b"\x05a", 128), None);
+        assert_eq!(row_range_group(b"", b"\x05", 128), None);
+    }
+
+    #[test]
+    fn a_key_is_cleared_by_a_later_tombstone_of_its_row_only() {
+        let t = |start: &'static [u8], end: &'static [u8], pos| RowTombstone {
+            group: 5,
+            start,
+            end,
+            pos,
+        };
+        let tombstones = [t(b"\x05a", b"\x05b", 10), t(b"\x05c", b"\x05d", 20)];
+        assert!(cleared_after(&tombstones, b"\x05a", 9));
+        assert!(cleared_after(&tombstones, b"\x05a\xff", 3));
+        assert!(
+            !cleared_after(&tombstones, b"\x05a", 11),
+            "written after the clear"
+        );
+        assert!(!cleared_after(&tombstones, b"\x05b", 1), "between the rows");
+        assert!(cleared_after(&tombstones, b"\x05c1", 19));
+        assert!(
+            !cleared_after(&tombstones, b"\x05d", 1),
+            "the end is outside"
+        );
+        assert!(!cleared_after(&tombstones, b"\x04z", 1), "before every row");
+    }
+
+    #[test]
+    fn groups_with_only_tombstones_count_for_the_runs() {
+        let target = KeyGroupRange::new(0, 3).unwrap();
+        let t = RowTombstone {
+            group: 2,
+            start: b"\x02a",
+            end: b"\x02b",
+            pos: 1,
+        };
+        // Changes in group 0 only; group 2 holds a tombstone.
+        assert_eq!(
+            with_tombstones(&[0, 4, 4, 4, 4], &[t], target),
+            [0, 4, 4, 5, 5]
+        );
+        let runs = cut_runs(&with_tombstones(&[0, 4, 4, 4, 4], &[t], target), 4);
+        assert!(
+            runs.iter().any(|&(from, to)| from <= 2 && 2 < to),
+            "{runs:?}"
+        );
     }
 
     #[test]

@@ -97,6 +97,15 @@ impl Table {
         }
     }
 
+    /// In changelog mode, records that every key in `[start, end)` is deleted as of now,
+    /// changing nothing stored (see `Cf::log_range_deletion`); nothing on the heap.
+    pub(crate) fn log_range_deletion(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        match self {
+            Table::Rocks(cf) => cf.log_range_deletion(start, end),
+            Table::Heap(_) => Ok(()),
+        }
+    }
+
     /// Visits entries in `[lower, upper)` in key order until `f` returns `Ok(false)`.
     pub(crate) fn scan(
         &self,

@@ -407,6 +407,24 @@ impl Open {
             .then(|| self.front.write())
     }
 
+    /// Records in the change log (changelog mode; nothing otherwise) that every key in
+    /// `[start, end)` of the column family in `slot` is deleted as of now
+    /// ([`ChangeLog::record_range`]), without changing RocksDB. The column family's cached
+    /// writes are drained first, so every earlier change of the range is in the log before it.
+    pub(super) fn log_range_deletion(&self, slot: usize, start: &[u8], end: &[u8]) -> Result<()> {
+        if !self.logging.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut front = self.front.write();
+        if front.cache.holds_slot(slot) {
+            self.write_cached(&mut front)?;
+        }
+        if let Some(log) = front.log.as_mut() {
+            log.record_range(slot, start, end);
+        }
+        Ok(())
+    }
+
     /// Starts recording every change in `log` (changelog mode); the write cache is drained
     /// first, so the log holds every change RocksDB takes from now on.
     pub(super) fn start_log(&self, log: ChangeLog) -> Result<()> {

@@ -406,6 +406,12 @@ impl Cf {
         self.db.opened()?.delete(self.slot, key)
     }
 
+    /// In changelog mode, records that every key in `[start, end)` is deleted as of now
+    /// (`ChangeLog::record_range`), without changing RocksDB; otherwise nothing.
+    pub(crate) fn log_range_deletion(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        self.db.opened()?.log_range_deletion(self.slot, start, end)
+    }
+
     /// The database this column family belongs to.
     pub(crate) fn db(&self) -> &Arc<Db> {
         &self.db

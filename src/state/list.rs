@@ -267,8 +267,10 @@ impl RawListState {
         }
     }
 
-    /// Adds to `batch` a delete of every entry stored under `prefix`.
+    /// Adds to `batch` a delete of every entry stored under `prefix` (and, in changelog
+    /// mode, records the row cleared first: `StateCore::log_row_cleared`).
     fn delete_entries(&self, prefix: &[u8], batch: &mut crate::store::TableBatch) -> Result<()> {
+        self.core.log_row_cleared(prefix)?;
         let end = codec::prefix_end(prefix);
         self.core.table.scan(prefix, end.as_deref(), |k, _| {
             batch.delete(k);

@@ -425,8 +425,26 @@ impl StateCore {
         }
     }
 
+    /// In changelog mode, records that the row under `prefix` (a key's list or map in one
+    /// namespace) is cleared as of now, before the deletes of the entries the caller finds: a
+    /// TTL state's compaction filter drops expired entries without a logged change, and a
+    /// replay onto a materialization that still holds one would otherwise bring it back
+    /// (visible once a restore raises the TTL, switches the visibility, or runs on a clock
+    /// behind). States without TTL lose no entry unlogged and record nothing.
+    pub(crate) fn log_row_cleared(&self, prefix: &[u8]) -> Result<()> {
+        if self.ttl.is_none() {
+            return Ok(());
+        }
+        // A row prefix ends in a namespace length's varint, whose last byte is below 0x80,
+        // after which only namespace bytes follow: it is never all 0xFF, so it has an end.
+        let end = codec::prefix_end(prefix)
+            .ok_or_else(|| Error::Internal("a row prefix without an end".into()))?;
+        self.table.log_range_deletion(prefix, &end)
+    }
+
     /// Deletes every entry under `prefix` (a key's list or map in one namespace).
     pub(crate) fn clear_prefix(&self, prefix: &[u8]) -> Result<()> {
+        self.log_row_cleared(prefix)?;
         let mut batch = self.table.batch();
         self.table
             .scan(prefix, codec::prefix_end(prefix).as_deref(), |k, _| {
