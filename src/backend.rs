@@ -386,23 +386,13 @@ impl KeyedBackend {
         let name = requested.name.as_str();
         check_state_name(name)?;
         let meta_key = format!("{META_STATE_PREFIX}{name}");
-        let created = match read_meta::<StateMeta>(
-            &self.inner.meta,
-            meta_key.as_bytes(),
-            "state metadata",
-        )? {
-            Some(existing) if &existing != requested => {
-                return Err(mismatch_error(&existing, requested))
-            }
-            Some(_) => false,
-            None => {
-                self.inner.meta.put(
-                    meta_key.as_bytes(),
-                    &codec::encode(requested, "state metadata")?,
-                )?;
-                true
-            }
-        };
+        let existing =
+            read_meta::<StateMeta>(&self.inner.meta, meta_key.as_bytes(), "state metadata")?;
+        if let Some(existing) = existing.as_ref().filter(|e| *e != requested) {
+            return Err(mismatch_error(existing, requested));
+        }
+        // The state's table first, its metadata after: a table refused (the column-family
+        // limit, a RocksDB error) leaves no state registered behind.
         let table = match &self.inner.engine {
             Engine::Rocks(db) => Table::Rocks(db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?),
             Engine::Heap { tables, path } => Table::Heap(
@@ -413,6 +403,13 @@ impl KeyedBackend {
                     .clone(),
             ),
         };
+        let created = existing.is_none();
+        if created {
+            self.inner.meta.put(
+                meta_key.as_bytes(),
+                &codec::encode(requested, "state metadata")?,
+            )?;
+        }
         Ok((table, created))
     }
 

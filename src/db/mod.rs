@@ -89,6 +89,10 @@ pub(crate) struct Db {
     /// use of RocksDB (taken recursively, so callbacks may call back in); `close` takes the
     /// write lock, so it waits for operations in flight and none starts on a closed database.
     open: RwLock<Option<Open>>,
+    /// Set while `close` waits for the write lock: new calls answer `Closed` at once instead
+    /// of taking the lock shared (`read_recursive` lets readers past a waiting writer, so a
+    /// steady stream of calls would keep `close` waiting for ever).
+    closing: std::sync::atomic::AtomicBool,
     filters: FilterRegistry,
     options: DbOptions,
     budget: MemoryBudget,
@@ -253,6 +257,7 @@ impl Db {
         let open = Open::new(rocks, existing, budget, settings, path)?;
         Ok(Arc::new(Db {
             open: RwLock::new(Some(open)),
+            closing: std::sync::atomic::AtomicBool::new(false),
             filters,
             options: options.clone(),
             budget: budget.clone(),
@@ -265,6 +270,11 @@ impl Db {
     /// [`Db::close`] ran.
     #[inline]
     fn opened(&self) -> Result<MappedRwLockReadGuard<'_, Open>> {
+        if self.closing.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Closed {
+                path: self.path.clone(),
+            });
+        }
         RwLockReadGuard::try_map(self.open.read_recursive(), Option::as_ref).map_err(|_| {
             Error::Closed {
                 path: self.path.clone(),
@@ -279,9 +289,14 @@ impl Db {
     /// On an error the database stays open (the caller may retry; dropping it tries once
     /// more).
     pub(crate) fn close(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        self.closing.store(true, Ordering::Release);
         let mut open = self.open.write();
         if let Some(o) = open.as_ref() {
-            o.drained()?.flush_all()?;
+            if let Err(e) = o.drained().and_then(|d| d.flush_all()) {
+                self.closing.store(false, Ordering::Release);
+                return Err(e);
+            }
         }
         // Dropping the `Open` closes RocksDB.
         *open = None;
