@@ -22,7 +22,9 @@ use crate::options::{CacheKind, MemoryBudgetConfig};
 /// (`DbOptions::value_cache_bytes`) share a quarter of the budget evenly: each open backend
 /// with one gets the quarter divided by their number, or what it asks if less, and the caches
 /// are resized (emptied) whenever a backend opens or closes; what they hold is taken out of
-/// the block cache's capacity too.
+/// the block cache's capacity too. Memtable bloom filters, which RocksDB allocates whole in
+/// every memtable it creates, are granted per column family out of an eighth of the memtable
+/// share ([`MemoryBudget::grant_bloom`]).
 #[derive(Clone)]
 pub struct MemoryBudget {
     pub(super) cache: Cache,
@@ -32,10 +34,13 @@ pub struct MemoryBudget {
     reserved: Arc<parking_lot::Mutex<Reserved>>,
 }
 
-/// Bytes of a [`MemoryBudget`] granted out of its block cache.
+/// Bytes of a [`MemoryBudget`] granted out of its block cache (and, for memtable blooms, out
+/// of its memtable share).
 #[derive(Default)]
 struct Reserved {
     write_caches: usize,
+    /// Memtable bloom filters of the open column families ([`BloomGrant`]).
+    blooms: usize,
     /// The open databases with a value cache, and what each was granted; the grants add up to
     /// `value_caches`.
     value_users: Vec<ValueUser>,
@@ -65,6 +70,19 @@ impl Drop for Reservation {
         let mut reserved = self.budget.reserved.lock();
         reserved.write_caches -= self.bytes;
         self.budget.resize_cache(&reserved);
+    }
+}
+
+/// Bytes of a [`MemoryBudget`]'s memtable share granted to one column family's memtable bloom
+/// filter; given back on drop (after the column family's database closed).
+pub(super) struct BloomGrant {
+    budget: MemoryBudget,
+    bytes: usize,
+}
+
+impl Drop for BloomGrant {
+    fn drop(&mut self) {
+        self.budget.reserved.lock().blooms -= self.bytes;
     }
 }
 
@@ -117,6 +135,25 @@ impl MemoryBudget {
             budget: self.clone(),
             bytes,
         }
+    }
+
+    /// Grants `bytes` for one column family's memtable bloom filter out of an eighth of the
+    /// memtable share, or nothing once that is used up (the column family then runs without
+    /// one). RocksDB allocates a memtable's filter whole when it creates the memtable, written
+    /// to or not, and charges it to the memtable share: without a bound, the filters of many
+    /// column families (many states, many instances) alone would pass the budget, in
+    /// memtables no flush can empty.
+    pub(super) fn grant_bloom(&self, bytes: usize) -> Option<BloomGrant> {
+        let pool = (self.config.total_bytes as f64 * self.config.write_buffer_ratio) as usize / 8;
+        let mut reserved = self.reserved.lock();
+        if bytes == 0 || reserved.blooms + bytes > pool {
+            return None;
+        }
+        reserved.blooms += bytes;
+        Some(BloomGrant {
+            budget: self.clone(),
+            bytes,
+        })
     }
 
     /// Adds a database's `front` (its value cache empty so far) whose value cache may take

@@ -470,7 +470,8 @@ fn surgery_cf_options(
     filters: &FilterRegistry,
     level0: super::l0_triggers::Base,
 ) -> Result<rocksdb::Options> {
-    let mut cf = super::options::state_cf_options(options, budget, name, filters, 0)?;
+    // A short-lived database of the surgery: no memtable bloom.
+    let mut cf = super::options::state_cf_options(options, budget, name, filters, 0, false)?;
     super::options::set_level0_triggers(&mut cf, level0);
     cf.set_disable_auto_compactions(true);
     Ok(cf)

@@ -27,7 +27,7 @@ use rocksdb::{
     WriteOptions,
 };
 
-use super::budget::{MemoryBudget, Reservation, ValueShare};
+use super::budget::{BloomGrant, MemoryBudget, Reservation, ValueShare};
 use super::l0_triggers::{Base, L0Triggers};
 use super::rocks_error;
 use super::scan_iters::{RawIter, ScanIters, Taken};
@@ -124,6 +124,9 @@ pub(super) struct Open {
     /// The names of the column families, by slot; held while a column family is created.
     names: Mutex<Vec<String>>,
     rocks: Rocks,
+    /// The memtable blooms the budget granted the column families; declared after `rocks`,
+    /// so they are given back once RocksDB freed them.
+    blooms: Mutex<Vec<BloomGrant>>,
     /// Declared before the budget shares below, so its memory is freed before they hand it
     /// back to the budget. The budget holds it weakly, to resize the value cache.
     front: Arc<RwLock<Front>>,
@@ -178,6 +181,7 @@ impl Open {
     pub(super) fn new(
         rocks: Rocks,
         names: Vec<String>,
+        blooms: Vec<BloomGrant>,
         budget: &MemoryBudget,
         settings: FrontSettings,
         path: &Path,
@@ -221,6 +225,7 @@ impl Open {
             handles,
             names: Mutex::new(names),
             rocks,
+            blooms: Mutex::new(blooms),
             bounded: settings.bounds_prefix.is_some(),
             logging: AtomicBool::new(false),
             l0: L0Triggers::new(
@@ -272,6 +277,11 @@ impl Open {
         let _ = self.handles[slot].set(handle(&self.rocks, name)?);
         names.push(name.to_string());
         Ok(slot)
+    }
+
+    /// Keeps a column family's memtable bloom grant until the database closes.
+    pub(super) fn keep_bloom(&self, grant: BloomGrant) {
+        self.blooms.lock().push(grant);
     }
 
     /// The handle of the column family in `slot`.

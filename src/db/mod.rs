@@ -216,7 +216,7 @@ impl Db {
             opts.set_paranoid_checks(false);
         }
         let filters = FilterRegistry::default();
-        let (existing, descriptors) = options::descriptors(
+        let (existing, descriptors, blooms) = options::descriptors(
             path,
             &opts,
             options,
@@ -224,6 +224,7 @@ impl Db {
             &filters,
             partition_prefix,
             opened_with,
+            !read_only,
         )?;
         let rocks = if read_only {
             Rocks::open_cf_descriptors_read_only(&opts, path, descriptors, false)
@@ -254,7 +255,7 @@ impl Db {
             scan_sweep_bytes: options.write_buffer_size / 8,
             keep_scan_iterators: !read_only,
         };
-        let open = Open::new(rocks, existing, budget, settings, path)?;
+        let open = Open::new(rocks, existing, blooms, budget, settings, path)?;
         Ok(Arc::new(Db {
             open: RwLock::new(Some(open)),
             closing: std::sync::atomic::AtomicBool::new(false),
@@ -330,15 +331,27 @@ impl Db {
 
     /// The column family `name`, created with rockstate's options when missing.
     pub(crate) fn create_cf(self: &Arc<Self>, name: &str) -> Result<Cf> {
-        let slot = self.opened()?.create_cf(name, || {
+        let open = self.opened()?;
+        let mut grant = None;
+        let slot = open.create_cf(name, || {
+            grant = self
+                .budget
+                .grant_bloom(options::memtable_bloom_bytes(&self.options));
             options::state_cf_options(
                 &self.options,
                 &self.budget,
                 name,
                 &self.filters,
                 self.partition_prefix,
+                grant.is_some(),
             )
         })?;
+        // Kept while the database is open (given back when it closes); a creation that
+        // failed gave it back already.
+        if let Some(grant) = grant {
+            open.keep_bloom(grant);
+        }
+        drop(open);
         Ok(Cf {
             db: Arc::clone(self),
             name: name.into(),

@@ -12,7 +12,7 @@ use rocksdb::{
     DataBlockIndexType, Env, MultiThreaded, Options,
 };
 
-use super::budget::MemoryBudget;
+use super::budget::{BloomGrant, MemoryBudget};
 use super::compaction_filter::{FilterFactory, FilterRegistry};
 use super::rocks_error;
 use crate::error::Result;
@@ -62,10 +62,6 @@ pub(super) fn cf_options(o: &DbOptions, budget: &MemoryBudget) -> Result<Options
     // that what an ingestion raises (`super::l0_triggers`) is set back to exactly these.
     set_level0_triggers(&mut opts, Base::new(o.level0_file_num_compaction_trigger));
     opts.set_level_compaction_dynamic_level_bytes(true);
-    if o.memtable_bloom_ratio > 0.0 {
-        opts.set_memtable_prefix_bloom_ratio(o.memtable_bloom_ratio);
-        opts.set_memtable_whole_key_filtering(true);
-    }
     if o.memtable_insert_hint {
         // Not in the C API as a setter; RocksDB's option-string parser sets it on a copy of
         // `opts` (the copy shares the table factory and cache through C++ shared pointers).
@@ -102,15 +98,31 @@ pub(super) fn partition_files(
     .map_err(rocks_error)
 }
 
-/// A state column family's options: the shared ones, the file partitioning, the TTL filter.
+/// Bytes of one memtable's whole-key bloom filter under `o` (0: none), what a column family
+/// asks the budget for (`MemoryBudget::grant_bloom`).
+pub(super) fn memtable_bloom_bytes(o: &DbOptions) -> usize {
+    if o.memtable_bloom_ratio > 0.0 {
+        (o.memtable_bloom_ratio * o.write_buffer_size as f64) as usize
+    } else {
+        0
+    }
+}
+
+/// A state column family's options: the shared ones, the file partitioning, the TTL filter,
+/// and with `bloom` (granted by the budget) the memtable bloom filter.
 pub(super) fn state_cf_options(
     o: &DbOptions,
     budget: &MemoryBudget,
     name: &str,
     registry: &FilterRegistry,
     partition_prefix: usize,
+    bloom: bool,
 ) -> Result<Options> {
     let mut opts = cf_options(o, budget)?;
+    if bloom && o.memtable_bloom_ratio > 0.0 {
+        opts.set_memtable_prefix_bloom_ratio(o.memtable_bloom_ratio);
+        opts.set_memtable_whole_key_filtering(true);
+    }
     if name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME {
         opts = partition_files(o, opts, partition_prefix)?;
         opts.set_compaction_filter_factory(FilterFactory {
@@ -184,8 +196,18 @@ pub(super) fn cf_names(path: &Path, opts: &Options) -> Result<Vec<String>> {
     Ok(existing)
 }
 
+/// The column families of [`descriptors`]: names, descriptors, and the memtable blooms the
+/// budget granted them.
+pub(super) type Descriptors = (
+    Vec<String>,
+    Vec<rocksdb::ColumnFamilyDescriptor>,
+    Vec<BloomGrant>,
+);
+
 /// [`cf_names`] and their descriptors with rockstate's options, their level-0 stall triggers
-/// `level0`.
+/// `level0`. With `blooms`, each state column family asks the budget for a memtable bloom
+/// (the metadata's `default` has none: it is read at open and by checkpoints only).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn descriptors(
     path: &Path,
     opts: &Options,
@@ -194,15 +216,22 @@ pub(super) fn descriptors(
     filters: &FilterRegistry,
     partition_prefix: usize,
     level0: Base,
-) -> Result<(Vec<String>, Vec<rocksdb::ColumnFamilyDescriptor>)> {
+    blooms: bool,
+) -> Result<Descriptors> {
     let existing = cf_names(path, opts)?;
+    let mut grants = Vec::new();
     let descriptors = existing
         .iter()
         .map(|name| {
-            let mut cf = state_cf_options(options, budget, name, filters, partition_prefix)?;
+            let grant = (blooms && name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+                .then(|| budget.grant_bloom(memtable_bloom_bytes(options)))
+                .flatten();
+            let bloom = grant.is_some();
+            grants.extend(grant);
+            let mut cf = state_cf_options(options, budget, name, filters, partition_prefix, bloom)?;
             set_level0_triggers(&mut cf, level0);
             Ok(rocksdb::ColumnFamilyDescriptor::new(name, cf))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok((existing, descriptors))
+    Ok((existing, descriptors, grants))
 }
