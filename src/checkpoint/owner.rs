@@ -242,8 +242,9 @@ impl JobOwner {
         Ok(())
     }
 
-    /// Whether `record` is in storage, after reloading (for a commit whose outcome was
-    /// [`Error::CommitInDoubt`]). A different record under its id is another owner's:
+    /// Whether `record` committed, after reloading (for a commit whose outcome was
+    /// [`Error::CommitInDoubt`]): it is in storage, or a pass after a newer commit found it
+    /// landed and has deleted it since. A different record under its id is another owner's:
     /// [`Error::StorageConflict`].
     pub fn resolve(&self, record: &JobCheckpoint) -> Result<bool> {
         let _guard = self.gc_lock.lock();
@@ -255,7 +256,9 @@ impl JobOwner {
                     "job record {id} names other manifests than this owner committed"
                 )))
             }
-            Err(Error::ObjectNotFound { .. }) => false,
+            // Gone from storage: it committed if a pass after a newer commit adopted it as
+            // landed (and has since deleted it as subsumed).
+            Err(Error::ObjectNotFound { .. }) => self.state.lock().known.contains(&id),
             Err(e) => return Err(e),
         };
         if found {
