@@ -149,7 +149,11 @@ impl LocalSource {
 
     /// Places file `local_name` at `dest` from the local copy if it is there and matches
     /// `size`, `crc32` and (for SSTs) `sst_id`; returns whether it did. `Ok(false)` means
-    /// "download it"; only a failure to write `dest` is an error.
+    /// "download it" (`dest` is then absent); only a failure to remove a rejected `dest` is an
+    /// error. The file is placed first (SSTs hard-linked, they are immutable; other files
+    /// copied, RocksDB may rewrite them) and checked where it was placed: a concurrent restore
+    /// of the same source that retires its copies meanwhile ([`LocalSource::retire_backend`])
+    /// can then only make the placing fail, never take away a file already checked.
     pub(crate) fn fetch(
         &self,
         local_name: &str,
@@ -159,22 +163,24 @@ impl LocalSource {
         dest: &Path,
     ) -> Result<bool> {
         let src = self.dir.join(local_name);
-        if !matches!(digest_of(&src), Some(d) if d == (size, crc32)) {
-            return Ok(false);
-        }
-        if let Some(id) = sst_id {
-            match sst_format::read_sst_meta(&src) {
-                Ok(meta) if meta.unique_id == *id => {}
-                _ => return Ok(false),
-            }
-        }
         let placed = if sst_id.is_some() {
             fs::hard_link(&src, dest).or_else(|_| fs::copy(&src, dest).map(|_| ()))
         } else {
             fs::copy(&src, dest).map(|_| ())
         };
-        placed.map_err(|e| Error::io(dest, e))?;
-        Ok(true)
+        let good = placed.is_ok()
+            && matches!(digest_of(dest), Some(d) if d == (size, crc32))
+            && sst_id.is_none_or(
+                |id| matches!(sst_format::read_sst_meta(dest), Ok(meta) if meta.unique_id == *id),
+            );
+        if !good {
+            match fs::remove_file(dest) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(dest, e)),
+            }
+        }
+        Ok(good)
     }
 
     /// Deletes every local copy of the backend this source belongs to: after a restore the
