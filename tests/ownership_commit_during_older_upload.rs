@@ -15,9 +15,7 @@ use std::time::Duration;
 use common::*;
 use parking_lot::Mutex;
 use rockstate::checkpoint::layout;
-use rockstate::coordinator::task_checkpoint;
 use rockstate::{CheckpointStorage, JobOwner, KeyedBackend, ObjectDigest, ObjectInfo, SystemClock};
-use sst_format::JobCheckpoint;
 
 type Hook = Box<dyn FnOnce() + Send>;
 
@@ -77,17 +75,6 @@ impl CheckpointStorage for Hooked {
     }
 }
 
-fn record(b: &KeyedBackend, stats: &rockstate::CheckpointStats) -> JobCheckpoint {
-    JobCheckpoint {
-        checkpoint_id: stats.checkpoint_id,
-        job_name: "older-upload".into(),
-        max_parallelism: b.max_parallelism(),
-        triggered_at_ms: 0,
-        completed_at_ms: 0,
-        tasks: vec![task_checkpoint(0, Some((b, stats)), Vec::new())],
-    }
-}
-
 #[test]
 fn a_commit_during_an_older_upload_leaves_no_manifest_naming_deleted_files() {
     let fx = Fixture::new();
@@ -109,7 +96,7 @@ fn a_commit_during_an_older_upload_leaves_no_manifest_naming_deleted_files() {
     let mut r = rng(7);
     random_writes(&b, &mut model, &mut r, 3000);
     let s1 = b.checkpoint(1).unwrap();
-    owner.commit(&record(&b, &s1)).unwrap();
+    owner.commit(&one_task_record(&b, &s1)).unwrap();
     b.notify_checkpoint_complete(1).unwrap();
 
     random_writes(&b, &mut model, &mut r, 3000);
@@ -124,7 +111,7 @@ fn a_commit_during_an_older_upload_leaves_no_manifest_naming_deleted_files() {
     let meta2 = layout::metadata_name(2, b.backend_id());
     {
         let owner = owner.clone();
-        let rec = record(&b, &s3);
+        let rec = one_task_record(&b, &s3);
         *hooked.hook.lock() = Some((
             meta2.clone(),
             Box::new(move || {

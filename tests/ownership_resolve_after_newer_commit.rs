@@ -10,22 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use rockstate::coordinator::task_checkpoint;
-use rockstate::{
-    CheckpointStats, Error, Fault, FaultyStorage, JobOwner, KeyedBackend, OpKind, SystemClock,
-};
-use sst_format::JobCheckpoint;
-
-fn record(b: &KeyedBackend, stats: &CheckpointStats) -> JobCheckpoint {
-    JobCheckpoint {
-        checkpoint_id: stats.checkpoint_id,
-        job_name: "resolve".into(),
-        max_parallelism: b.max_parallelism(),
-        triggered_at_ms: 0,
-        completed_at_ms: 0,
-        tasks: vec![task_checkpoint(0, Some((b, stats)), Vec::new())],
-    }
-}
+use rockstate::{Error, Fault, FaultyStorage, JobOwner, KeyedBackend, OpKind, SystemClock};
 
 #[test]
 fn a_commit_in_doubt_resolves_as_committed_after_a_newer_commit_deleted_its_record() {
@@ -42,7 +27,7 @@ fn a_commit_in_doubt_resolves_as_committed_after_a_newer_commit_deleted_its_reco
     let mut r = rng(5);
     random_writes(&b, &mut model, &mut r, 1000);
     let s1 = b.checkpoint(1).unwrap();
-    owner.commit(&record(&b, &s1)).unwrap();
+    owner.commit(&one_task_record(&b, &s1)).unwrap();
     b.notify_checkpoint_complete(1).unwrap();
 
     random_writes(&b, &mut model, &mut r, 1000);
@@ -56,18 +41,18 @@ fn a_commit_in_doubt_resolves_as_committed_after_a_newer_commit_deleted_its_reco
         op: OpKind::GetBytes,
         nth: faulty.ops(OpKind::GetBytes) + 2,
     });
-    let e = owner.commit(&record(&b, &s2)).unwrap_err();
+    let e = owner.commit(&one_task_record(&b, &s2)).unwrap_err();
     assert!(matches!(e, Error::CommitInDoubt { .. }), "{e}");
     faulty.clear_faults();
 
     // Checkpoint 3 commits before 2 is resolved; its pass keeps one record (3's).
     random_writes(&b, &mut model, &mut r, 1000);
     let s3 = b.checkpoint(3).unwrap();
-    owner.commit(&record(&b, &s3)).unwrap();
+    owner.commit(&one_task_record(&b, &s3)).unwrap();
     assert_eq!(owner.retained(), [3]);
 
     assert!(
-        owner.resolve(&record(&b, &s2)).unwrap(),
+        owner.resolve(&one_task_record(&b, &s2)).unwrap(),
         "checkpoint 2's record landed (checkpoint 3's pass adopted it), so it committed"
     );
 }

@@ -3,29 +3,13 @@
 //! A 14-byte envelope around a small zstd frame of 257 MiB of zeros (valid CRC) must be
 //! refused without any allocation above the 256 MiB bound.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-struct Peak;
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Peak {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LARGEST.fetch_max(l.size(), Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LARGEST.fetch_max(n, Ordering::Relaxed);
-        System.realloc(p, l, n)
-    }
-}
+#[path = "common/largest_allocation.rs"]
+mod largest_allocation;
 
 #[global_allocator]
-static A: Peak = Peak;
+static A: largest_allocation::Largest = largest_allocation::Largest;
 
 #[test]
 fn a_zstd_bomb_manifest_never_allocates_beyond_the_documented_bound() {
@@ -43,9 +27,9 @@ fn a_zstd_bomb_manifest_never_allocates_beyond_the_documented_bound() {
     file.extend_from_slice(&body);
     file.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
 
-    LARGEST.store(0, Ordering::Relaxed);
+    largest_allocation::reset();
     let got = sst_format::decode_manifest(&file);
-    let largest = LARGEST.load(Ordering::Relaxed) as u64;
+    let largest = largest_allocation::largest() as u64;
     assert!(
         matches!(got, Err(sst_format::Error::TooLarge { .. })),
         "{got:?}"

@@ -3,28 +3,11 @@
 //! decoder does exactly that: "the header's length is not trusted to allocate before the
 //! frame proves it"): a 150-byte file must not make the reader allocate a gigabyte.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-struct Peak;
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Peak {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LARGEST.fetch_max(l.size(), Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LARGEST.fetch_max(n, Ordering::Relaxed);
-        System.realloc(p, l, n)
-    }
-}
+#[path = "common/largest_allocation.rs"]
+mod largest_allocation;
 
 #[global_allocator]
-static A: Peak = Peak;
+static A: largest_allocation::Largest = largest_allocation::Largest;
 
 #[test]
 fn a_tiny_block_declaring_a_gigabyte_is_refused_without_allocating_it() {
@@ -67,9 +50,9 @@ fn a_tiny_block_declaring_a_gigabyte_is_refused_without_allocating_it() {
     assert!(bytes.len() < 200, "{}", bytes.len());
 
     let mut r = sst_format::SavepointReader::open(std::io::Cursor::new(&bytes)).unwrap();
-    LARGEST.store(0, Ordering::Relaxed);
+    largest_allocation::reset();
     let got = r.for_each_entry(&e, |_| Ok(()));
-    let largest = LARGEST.load(Ordering::Relaxed);
+    let largest = largest_allocation::largest();
     assert!(got.is_err(), "{got:?}");
     assert!(
         largest < 64 << 20,

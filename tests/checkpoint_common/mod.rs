@@ -18,7 +18,7 @@ use rockstate::{
     ChangelogOptions, CheckpointOptions, CheckpointStorage, DbOptions, KeyedBackend, LocalStorage,
     ObjectStorage, RestoreFrom, ValueState,
 };
-use sst_format::CheckpointManifest;
+use sst_format::{CheckpointManifest, JobCheckpoint};
 
 /// Keys the model uses.
 pub const KEYS: u32 = 3000;
@@ -347,4 +347,21 @@ pub fn materialize_then_log(
         b.notify_checkpoint_complete(cp).unwrap();
     }
     (model, r)
+}
+
+/// The job record of checkpoint `stats` of a job of one task, `b` (what a coordinator would
+/// commit for it).
+pub fn one_task_record(b: &KeyedBackend, stats: &rockstate::CheckpointStats) -> JobCheckpoint {
+    JobCheckpoint {
+        checkpoint_id: stats.checkpoint_id,
+        job_name: "one-task".into(),
+        max_parallelism: b.max_parallelism(),
+        triggered_at_ms: 0,
+        completed_at_ms: 0,
+        tasks: vec![rockstate::coordinator::task_checkpoint(
+            0,
+            Some((b, stats)),
+            Vec::new(),
+        )],
+    }
 }
