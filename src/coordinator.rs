@@ -89,6 +89,10 @@ impl CoordinatorConfig {
         if self.sources.is_empty() {
             return bad("a job needs at least one source".into());
         }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(s) = self.sources.iter().find(|s| !seen.insert(**s)) {
+            return bad(format!("source {s} is named twice"));
+        }
         Ok(())
     }
 }
@@ -482,10 +486,17 @@ impl Coordinator {
     /// completed, absent → aborted, no answer → still in doubt), then aborts every pending
     /// checkpoint triggered `timeout` or longer ago (by the clock).
     pub fn tick(&mut self) -> Result<Vec<Outcome>> {
+        let mut out = self.settle_in_doubt(u64::MAX);
+        out.extend(self.abort_expired()?);
+        Ok(out)
+    }
+
+    /// Asks the owner about every commit in doubt below `below`.
+    fn settle_in_doubt(&mut self, below: u64) -> Vec<Outcome> {
         let mut out = Vec::new();
         let doubtful: Vec<(u64, JobCheckpoint)> = self
             .in_doubt
-            .iter()
+            .range(..below)
             .map(|(id, r)| (*id, r.clone()))
             .collect();
         for (id, record) in doubtful {
@@ -505,8 +516,7 @@ impl Coordinator {
                 Err(e) => tracing::warn!(id, error = %e, "commit still in doubt"),
             }
         }
-        out.extend(self.abort_expired()?);
-        Ok(out)
+        out
     }
 
     fn abort_expired(&mut self) -> Result<Vec<Outcome>> {
@@ -591,7 +601,10 @@ impl Coordinator {
                     // Completed; only deleting what it subsumed failed (the next pass retries).
                     tracing::warn!(id, error = %e, "deleting subsumed checkpoints failed");
                 }
-                Ok(self.finish(record))
+                // Older commits in doubt first: their tasks must hear of them before `id`.
+                let mut out = self.settle_in_doubt(id);
+                out.extend(self.finish(record));
+                Ok(out)
             }
             // The record may be in storage: the tasks keep their snapshots until `tick` knows.
             Err(Error::CommitInDoubt { .. }) => {
