@@ -126,10 +126,22 @@ impl Catalog {
             if layout::is_shared_name(&o.name) {
                 shared.push(o);
             } else if let Some(id) = layout::parse_job_record_name(&o.name) {
-                let record = storage
-                    .get_bytes(&o.name)
+                let bytes = match storage.get_bytes(&o.name) {
+                    // Listed, then deleted by the job's owner: collected, not damaged.
+                    Err(Error::ObjectNotFound { .. }) => continue,
+                    other => other,
+                };
+                let record = bytes
                     .and_then(|b| sst_format::decode_job_checkpoint(&b).map_err(Error::format))
-                    .map_err(|e| e.to_string());
+                    .map_err(|e| e.to_string())
+                    // A record must describe the checkpoint its name says.
+                    .and_then(|r| {
+                        if r.checkpoint_id == id {
+                            Ok(r)
+                        } else {
+                            Err(format!("record describes checkpoint {}", r.checkpoint_id))
+                        }
+                    });
                 cat.job_records.push(JobRecordEntry {
                     name: o.name.clone(),
                     id,
@@ -174,7 +186,27 @@ impl Catalog {
                         m
                     }),
             };
+            let decoded = decoded.and_then(|m| {
+                // A manifest must describe the checkpoint its name says.
+                if m.checkpoint_id == id && m.backend_id == backend_id {
+                    Ok(m)
+                } else {
+                    Err(Error::CheckpointCorrupt {
+                        file: meta.clone(),
+                        detail: format!(
+                            "manifest describes checkpoint {} of backend {}",
+                            m.checkpoint_id, m.backend_id
+                        ),
+                    })
+                }
+            });
             match decoded {
+                // Listed, then deleted by the job's owner: its directory is garbage in flight.
+                Err(Error::ObjectNotFound { .. }) => cat.uncommitted.push(UncommittedDir {
+                    id,
+                    backend_id,
+                    objects: objs.into_iter().filter(|o| o.name != meta).collect(),
+                }),
                 Ok(manifest) => cat.checkpoints.push(CommittedCheckpoint {
                     name: meta,
                     manifest_bytes: m.size,
@@ -196,6 +228,28 @@ impl Catalog {
                 info,
             })
             .collect();
+        // A record naming a manifest the listing lacked was listed before the job's owner
+        // deleted it (records go before their manifests): if it is gone now, drop it.
+        let present: HashSet<&str> = cat
+            .checkpoints
+            .iter()
+            .map(|c| c.name.as_str())
+            .chain(cat.bad_manifests.iter().map(|(n, _)| n.as_str()))
+            .collect();
+        let mut vanished = HashSet::new();
+        for j in &cat.job_records {
+            if let Ok(r) = &j.record {
+                if r.tasks
+                    .iter()
+                    .filter_map(|t| t.manifest.as_deref())
+                    .any(|m| !present.contains(m))
+                    && !storage.exists(&j.name)?
+                {
+                    vanished.insert(j.name.clone());
+                }
+            }
+        }
+        cat.job_records.retain(|j| !vanished.contains(&j.name));
         cat.job_records.sort_by_key(|j| j.id);
         Ok(cat)
     }
@@ -366,7 +420,7 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
             Err(e) => v.problems.push(problem(&j.name, e.clone())),
             Ok(r) => {
                 for m in r.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
-                    if !committed.contains(m) {
+                    if !committed.contains(m) && storage.exists(&j.name)? {
                         v.problems.push(problem(
                             &j.name,
                             format!("names manifest {m}, which is not a committed checkpoint"),
@@ -408,6 +462,12 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
             v.files_checked += 1;
             let local = scratch.path().join(format!("f{}", v.files_checked));
             match storage.get_file(remote, &local) {
+                // The owner deletes a manifest before its files: with the manifest gone too,
+                // the checkpoint was collected meanwhile, not damaged.
+                Err(Error::ObjectNotFound { .. }) if !storage.exists(&c.name)? => {
+                    v.files_checked -= 1;
+                    seen.remove(remote.as_str());
+                }
                 Err(e) => v.problems.push(problem(remote, e.to_string())),
                 Ok(d) => {
                     v.bytes_checked += d.size;
@@ -606,6 +666,16 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
         .iter()
         .flat_map(|(_, r, _)| r.tasks.iter().filter_map(|t| t.manifest.as_deref()))
         .collect();
+    for m in &live_manifests {
+        if !catalog.checkpoints.iter().any(|c| c.name.as_str() == *m)
+            && !catalog.bad_manifests.iter().any(|(n, _)| n.as_str() == *m)
+        {
+            return Err(refuse(
+                m,
+                "named by a retained job record, missing from storage",
+            ));
+        }
+    }
     let finished_up_to = newest.max(policy.finished_up_to);
     let finished = |id: u64| finished_up_to.is_some_and(|l| id <= l);
     let kept_dir = |id: u64, name: &str| {

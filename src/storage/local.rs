@@ -62,6 +62,18 @@ impl LocalStorage {
         })
     }
 
+    /// An existing storage directory, opened without writing anything into it (the operator
+    /// commands): for listing, reading and deleting; a put needs [`LocalStorage::new`].
+    pub fn open_existing(root: impl AsRef<Path>) -> Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        Ok(LocalStorage {
+            root,
+            sync: true,
+            link_puts: true,
+            pending_dirs: Arc::default(),
+        })
+    }
+
     /// Whether `put_file` may hard-link the local file instead of copying it (default on).
     /// Turn it off when the storage directory must not share inodes with the live database,
     /// e.g. to keep a checkpoint intact even if something outside rockstate writes into the

@@ -316,7 +316,17 @@ pub struct VerifyArgs {
 pub fn verify(args: &VerifyArgs) -> Result<u8, CliError> {
     let storage = storage_arg::open(&args.storage)?;
     let cat = Catalog::load(storage.as_ref())?;
-    let v = catalog::verify(storage.as_ref(), &cat)?;
+    let mut v = catalog::verify(storage.as_ref(), &cat)?;
+    if v.records == 0 && cat.bad_manifests.is_empty() && !cat.other.is_empty() {
+        v.problems.push(catalog::Problem {
+            file: args.storage.clone(),
+            detail: format!(
+                "no job record or checkpoint, {} object(s) of no checkpoint name (a job's \
+                 checkpoints are under jobs/<job id>/ of the storage its run was given)",
+                cat.other.len()
+            ),
+        });
+    }
     let code = if v.problems.is_empty() {
         EXIT_OK
     } else {

@@ -60,7 +60,8 @@ pub fn open(arg: &str) -> Result<Arc<dyn CheckpointStorage>, CliError> {
                     path.display()
                 )));
             }
-            let s = LocalStorage::new(&path).map_err(|e| CliError::storage(e.to_string()))?;
+            let s =
+                LocalStorage::open_existing(&path).map_err(|e| CliError::storage(e.to_string()))?;
             Ok(Arc::new(s))
         }
         StorageUrl::S3 { .. } => rockstate::storage::open_storage(
