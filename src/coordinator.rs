@@ -89,6 +89,11 @@ impl CoordinatorConfig {
         if self.sources.is_empty() {
             return bad("a job needs at least one source".into());
         }
+        // Checked in whole milliseconds, the clock's unit: a shorter one would abort every
+        // checkpoint at the first tick.
+        if crate::clock::millis(self.timeout) == 0 {
+            return bad(format!("timeout {:?} is below 1 ms", self.timeout));
+        }
         let mut seen = std::collections::BTreeSet::new();
         if let Some(s) = self.sources.iter().find(|s| !seen.insert(**s)) {
             return bad(format!("source {s} is named twice"));

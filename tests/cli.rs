@@ -301,6 +301,14 @@ fn demo_rejects_a_zero_parallelism() {
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }
 
+/// A checkpoint every 0 impressions is a usage error, not a checkpoint per impression.
+#[test]
+fn demo_rejects_a_checkpoint_every_zero_impressions() {
+    let o = rockstate(&["demo", "--impressions", "100", "--checkpoint-every", "0"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--checkpoint-every"), "{}", stderr(&o));
+}
+
 /// `--changelog`: the crash loop in changelog mode passes; settings that are not a JSON
 /// object of the changelog options, or out of range, are a usage error naming the flag.
 #[test]

@@ -71,8 +71,8 @@ pub struct FreqcapArgs {
     /// as a job manager restarts a failed job, up to this many times; then the verdict fails.
     #[arg(long, default_value_t = 3)]
     pub failure_restarts: u32,
-    /// In the first run with kills, worker 0 fails at this epoch (an operator error), to
-    /// exercise the restart after a failure.
+    /// Worker 0 fails at the run's E-th epoch (an operator error), in every run until such a
+    /// failure restarted the job once, to exercise the restart after a failure.
     #[arg(long)]
     pub fail_epoch: Option<u64>,
     /// The job's parameters.
@@ -470,8 +470,10 @@ fn run_with_kills(
         };
         workers_seen.push(workers);
         let mut start = run_start(job)?;
-        if run == 0 {
-            start.fail_epoch = fail_epoch;
+        // Until a failure restarted the job once: a kill before the failing epoch would
+        // otherwise leave the failure untried.
+        if log.failure_restarts == 0 {
+            start.fail_epoch = fail_epoch.map(|e| start.first_epoch + e.saturating_sub(1));
         }
         // Kills spread over the input, leaving epochs for the kills after: a run completes
         // fewer than half its share of the remaining epochs among the kills left before the

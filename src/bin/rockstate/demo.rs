@@ -70,9 +70,10 @@ pub struct DemoArgs {
     /// Input partitions the sources share (impression `i` is in partition `i % partitions`).
     #[arg(long, default_value_t = 12)]
     partitions: u32,
-    /// Trigger a checkpoint every this many processed impressions (default 10,000; with
-    /// --crashes N, impressions / (3 × (N + 1)) so every leg completes checkpoints).
-    #[arg(long)]
+    /// Trigger a checkpoint every this many processed impressions, at least 1 (default
+    /// 10,000; with --crashes N, impressions / (3 × (N + 1)) so every leg completes
+    /// checkpoints).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: Option<u64>,
     /// Crash this many times at random points, each restore at a random parallelism after
     /// the first (which follows --rescale-to / --rescale-sources-to). Default 1.
