@@ -24,7 +24,7 @@ use crate::options::{CacheKind, MemoryBudgetConfig};
 /// are resized (emptied) whenever a backend opens or closes; what they hold is taken out of
 /// the block cache's capacity too. Memtable bloom filters, which RocksDB allocates whole in
 /// every memtable it creates, are granted per column family out of an eighth of the memtable
-/// share ([`MemoryBudget::grant_bloom`]).
+/// share (`MemoryBudget::grant_bloom`).
 #[derive(Clone)]
 pub struct MemoryBudget {
     pub(super) cache: Cache,
