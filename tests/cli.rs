@@ -74,6 +74,10 @@ fn inspect_shows_checkpoints_reference_counts_and_savepoints() {
     let o = rockstate(&["inspect", sp.to_str().unwrap()]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("300 entries"), "{}", stdout(&o));
+    // The same savepoint named as a file:// URL.
+    let o = rockstate(&["inspect", &format!("file://{}", sp.display())]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("300 entries"), "{}", stdout(&o));
 }
 
 #[test]
@@ -136,6 +140,7 @@ fn unusable_storage_arguments_fail_with_one_line() {
             2,
         ),
         (vec!["frobnicate"], 2),
+        (vec!["inspect", "file://"], 2),
     ] {
         let o = rockstate(&args);
         assert_eq!(code(&o), want, "{args:?}: {}", stderr(&o));

@@ -130,8 +130,11 @@ pub struct InspectArgs {
 
 /// `rockstate inspect`.
 pub fn inspect(args: &InspectArgs) -> Result<u8, CliError> {
-    if Path::new(&args.storage).is_file() {
-        return inspect_savepoint(Path::new(&args.storage), args.json);
+    // A savepoint file, named as a path or a file:// URL.
+    if let Ok(storage_arg::StorageUrl::Local(path)) = storage_arg::parse(&args.storage) {
+        if path.is_file() {
+            return inspect_savepoint(&path, args.json);
+        }
     }
     let storage = storage_arg::open(&args.storage)?;
     let cat = Catalog::load(storage.as_ref())?;

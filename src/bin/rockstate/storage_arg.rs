@@ -29,6 +29,9 @@ pub fn parse(arg: &str) -> Result<StorageUrl, String> {
         return Err("empty storage argument".into());
     }
     if let Some(path) = arg.strip_prefix("file://") {
+        if path.is_empty() {
+            return Err(format!("`{arg}` names no path"));
+        }
         return Ok(StorageUrl::Local(PathBuf::from(path)));
     }
     if let Some(rest) = arg.strip_prefix("s3://") {
