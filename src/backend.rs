@@ -562,19 +562,10 @@ impl KeyedBackend {
             };
             let mut periodic_secs = None;
             if let Some(t) = &ttl {
-                // In changelog mode a compaction's drop is not logged, and a restore replays
-                // the log onto a materialization that may still hold the entry: a `clear`
-                // after the drop found nothing to delete, so the cleared entry came back
-                // readable where expired entries may be returned. Such states keep their
-                // expired entries until a read or a write removes them (logged); states whose
-                // reads never return them keep the filter (an entry back from the
-                // materialization is expired, so hidden, and dropped again).
-                let unlogged_drop_visible = self.changelog_mode()
-                    && t.config.visibility == crate::ttl::Visibility::ReturnExpiredIfNotCleanedUp;
-                if t.config.cleanup.compaction_filter
-                    && t.config.expires()
-                    && !unlogged_drop_visible
-                {
+                // In changelog mode a compaction's drop is not logged; a cleared row is
+                // (`StateCore::log_row_cleared`), so a replay onto a materialization that
+                // still holds a dropped entry deletes it where the row was cleared.
+                if t.config.cleanup.compaction_filter && t.config.expires() {
                     filter.ttl = Some(TtlFilter {
                         ttl_ms: t.ttl_ms,
                         clock: Arc::clone(&t.clock),

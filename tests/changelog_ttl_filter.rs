@@ -1,8 +1,7 @@
 //! Changelog mode and the TTL compaction filter: a compaction's drop of an expired entry is
-//! not logged, and a `clear` of a map deletes (and logs) only the entries it finds, so a
-//! restore of a log checkpoint (materialization + replay) would bring a cleared entry back
-//! where expired entries may be returned (`ReturnExpiredIfNotCleanedUp`): such states run
-//! without the filter in changelog mode.
+//! not logged, and a `clear` of a map finds nothing to delete then; a restore of a log
+//! checkpoint (materialization + replay) must not bring the cleared entry back where expired
+//! entries may be returned (`ReturnExpiredIfNotCleanedUp`): the clear logs its row whole.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;

@@ -39,10 +39,9 @@ use crate::error::{Error, Result};
 #[serde(default)]
 pub struct ChangelogOptions {
     /// Changelog mode on. Default false. A compaction's drops are not logged, so in this mode
-    /// lists keep the entries their heads made dead until a read removes them, and TTL states
-    /// whose reads may return expired entries (`ReturnExpiredIfNotCleanedUp`) keep expired
-    /// entries until a read or write removes them (no compaction filter): a restore would
-    /// otherwise bring back an entry a `clear` did not find.
+    /// lists keep the entries their heads made dead until a read removes them; a TTL state's
+    /// cleared row is logged whole, so an expired entry the compaction filter dropped does not
+    /// come back from the materialization after a restore.
     pub enabled: bool,
     /// Materialize when this long has passed since the last materialization began
     /// (milliseconds, the checkpoint clock). Default 600,000 (10 minutes).
