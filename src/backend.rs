@@ -44,7 +44,7 @@ use crate::ttl::{TimeDomain, TtlCounters, TtlStats, UpdateType};
 use sst_format::SavepointStats;
 
 use crate::meta::{
-    read_watermark, SequenceAllocator, StampFloor, META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX,
+    read_list_seq, read_watermark, SequenceAllocator, StampFloor, META_BACKEND, META_STATE_PREFIX,
     META_WATERMARK, STATE_CF_PREFIX,
 };
 pub use crate::meta::{BackendMeta, BACKEND_META_VERSION, MAX_STATE_NAME};
@@ -214,11 +214,7 @@ impl BackendBuilder {
                 })
             }
         }
-        let reserved = match meta.get_with(META_LIST_SEQ, |b| <[u8; 8]>::try_from(b))? {
-            None => 0,
-            Some(Ok(b)) => u64::from_be_bytes(b),
-            Some(Err(_)) => return Err(Error::decode("list sequence", "not 8 bytes")),
-        };
+        let reserved = read_list_seq(&meta)?;
         let (backend_id, checkpointer) = match &meta {
             Table::Rocks(cf) => crate::checkpoint::attach(
                 cf,

@@ -88,30 +88,39 @@ pub(crate) fn ttl_floor_key(name: &str) -> Vec<u8> {
     format!("{META_TTL_FLOOR_PREFIX}{name}").into_bytes()
 }
 
-/// A TTL list state's timestamp mark as stored (`None` when absent).
-fn decode_ttl_floor(stored: Option<&[u8]>) -> Result<Option<u64>> {
+/// A metadata number (`what`) as stored, 8 bytes big-endian (`None` when absent).
+fn decode_u64(stored: Option<&[u8]>, what: &'static str) -> Result<Option<u64>> {
     stored
         .map(|b| {
             <[u8; 8]>::try_from(b)
                 .map(u64::from_be_bytes)
-                .map_err(|_| Error::decode("TTL timestamp mark", "not 8 bytes"))
+                .map_err(|_| Error::decode(what, "not 8 bytes"))
         })
         .transpose()
 }
 
+/// Reads the metadata number (`what`) stored under `key` in `meta`: the list-sequence
+/// high-water mark, the event-time watermark, a TTL list's timestamp mark.
+pub(crate) fn read_u64(meta: &Table, key: &[u8], what: &'static str) -> Result<Option<u64>> {
+    meta.get_with(key, |b| decode_u64(Some(b), what))?
+        .transpose()
+        .map(Option::flatten)
+}
+
 /// The event-time watermark stored in `meta` (0 when absent: none was ever persisted).
 pub(crate) fn read_watermark(meta: &Table) -> Result<u64> {
-    meta.get_with(META_WATERMARK, |b| <[u8; 8]>::try_from(b))?
-        .map_or(Ok(0), |b| {
-            b.map(u64::from_be_bytes)
-                .map_err(|_| Error::decode("event-time watermark", "not 8 bytes"))
-        })
+    Ok(read_u64(meta, META_WATERMARK, "event-time watermark")?.unwrap_or(0))
+}
+
+/// The list-sequence high-water mark stored in `meta` (0 when absent).
+pub(crate) fn read_list_seq(meta: &Table) -> Result<u64> {
+    Ok(read_u64(meta, META_LIST_SEQ, "list sequence")?.unwrap_or(0))
 }
 
 /// Reads the timestamp high-water mark stored under `key` in `meta` (`None` when absent: a
 /// state whose timestamps no mark covers).
 pub(crate) fn read_ttl_floor(meta: &Table, key: &[u8]) -> Result<Option<u64>> {
-    decode_ttl_floor(meta.get_with(key, |b| b.to_vec())?.as_deref())
+    read_u64(meta, key, "TTL timestamp mark")
 }
 
 /// Hands out the TTL timestamps of one list state: the clock's time, but never below a
@@ -241,13 +250,13 @@ mod tests {
 
     #[test]
     fn a_mark_that_is_not_eight_bytes_is_a_decode_error() {
-        assert_eq!(decode_ttl_floor(None).unwrap(), None);
+        assert_eq!(decode_u64(None, "mark").unwrap(), None);
         assert_eq!(
-            decode_ttl_floor(Some(&7u64.to_be_bytes())).unwrap(),
+            decode_u64(Some(&7u64.to_be_bytes()), "mark").unwrap(),
             Some(7)
         );
         assert!(matches!(
-            decode_ttl_floor(Some(b"short")),
+            decode_u64(Some(b"short"), "mark"),
             Err(Error::Decode { .. })
         ));
     }

@@ -84,8 +84,8 @@ use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, group_prefix, KeyGroupRange};
 use crate::meta::{
-    read_watermark, ttl_floor_key, BackendMeta, BACKEND_META_VERSION, META_BACKEND, META_LIST_SEQ,
-    META_STATE_PREFIX, META_WATERMARK, STATE_CF_PREFIX,
+    read_list_seq, read_watermark, ttl_floor_key, BackendMeta, BACKEND_META_VERSION, META_BACKEND,
+    META_LIST_SEQ, META_STATE_PREFIX, META_WATERMARK, STATE_CF_PREFIX,
 };
 use crate::options::DbOptions;
 use crate::parallel::run_parallel;
@@ -214,7 +214,7 @@ pub(crate) fn rescale(
         }
     };
     let base_states = check_source(&db, base, m)?;
-    let mut list_seq = read_list_seq(&db.default_cf()?)?;
+    let mut list_seq = read_list_seq(&Table::Rocks(db.default_cf()?))?;
     // The event-time watermark: the highest of the sources (each instance's is where its
     // input had got to; the restored one goes on from the furthest).
     let mut watermark = read_watermark(&Table::Rocks(db.default_cf()?))?;
@@ -255,7 +255,7 @@ pub(crate) fn rescale(
         }
         let odb = Db::open_read_only(other.dir, target.options, target.budget, false)?;
         let other_states = check_source(&odb, other, m)?;
-        list_seq = list_seq.max(read_list_seq(&odb.default_cf()?)?);
+        list_seq = list_seq.max(read_list_seq(&Table::Rocks(odb.default_cf()?))?);
         watermark = watermark.max(read_watermark(&Table::Rocks(odb.default_cf()?))?);
         for (name, st) in &other_states {
             if st.kind == StateKind::List && st.ttl {
@@ -896,14 +896,6 @@ fn state_cf(db: &Arc<Db>, src: &Source<'_>, name: &str) -> Result<Cf> {
 /// The timestamp mark of TTL list state `name` in a source's metadata (`None` when absent).
 fn read_ttl_floor(meta: Cf, name: &str) -> Result<Option<u64>> {
     crate::meta::read_ttl_floor(&crate::store::Table::Rocks(meta), &ttl_floor_key(name))
-}
-
-fn read_list_seq(meta: &Cf) -> Result<u64> {
-    match meta.get_with(META_LIST_SEQ, |b| <[u8; 8]>::try_from(b))? {
-        None => Ok(0),
-        Some(Ok(b)) => Ok(u64::from_be_bytes(b)),
-        Some(Err(_)) => Err(Error::decode("list sequence", "not 8 bytes")),
-    }
 }
 
 /// Step 1: checks a freshly opened source against its manifest; returns its states by name.
