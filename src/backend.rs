@@ -747,9 +747,9 @@ impl KeyedBackend {
     }
 
     /// Advances the event-time watermark that event-time TTL states expire against. It never
-    /// moves backwards. A checkpoint and a close keep it with the state: a reopened, restored
-    /// or rescaled backend starts at the watermark it had (the highest of a rescale's
-    /// sources), not at 0.
+    /// moves backwards. A checkpoint, a savepoint and a close keep it with the state: a
+    /// reopened, restored or rescaled backend starts at the watermark it had (the highest of
+    /// a rescale's sources or of the savepoints it loaded), not at 0.
     pub fn advance_watermark(&self, watermark_ms: u64) {
         self.inner.watermark.set(watermark_ms);
     }
@@ -995,6 +995,7 @@ impl KeyedBackend {
             path: self.path(),
             list_seq: &self.inner.list_seq,
             clock: self.inner.clock.as_ref(),
+            watermark: &self.inner.watermark,
             states: self.states()?,
             core_for,
             raise_ttl_floor,
@@ -1070,7 +1071,12 @@ impl KeyedBackend {
     pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
         let core_for = |m: &StateMeta| self.core_for(m);
         let raise = |name: &str, stamp: u64| self.raise_ttl_floor(name, stamp);
-        crate::savepoint::restore_savepoints(&self.savepoint_target(&core_for, &raise)?, paths)
+        let stats = crate::savepoint::restore_savepoints(
+            &self.savepoint_target(&core_for, &raise)?,
+            paths,
+        )?;
+        self.persist_watermark()?;
+        Ok(stats)
     }
 }
 

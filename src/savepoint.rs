@@ -31,7 +31,7 @@ use sst_format::{
     SavepointStats, SavepointWriter,
 };
 
-use crate::clock::Clock;
+use crate::clock::{Clock, ManualClock};
 use crate::codec;
 use crate::db::Db;
 use crate::error::{Error, Result};
@@ -62,6 +62,9 @@ pub(crate) struct SavepointTarget<'a> {
     pub(crate) list_seq: &'a SequenceAllocator,
     /// The processing-time clock (the time a savepoint records).
     pub(crate) clock: &'a dyn Clock,
+    /// The event-time watermark: a savepoint records it, a restore raises it to the highest
+    /// of its files'.
+    pub(crate) watermark: &'a ManualClock,
     /// The registered states' metadata.
     pub(crate) states: Vec<StateMeta>,
     /// The state registered under `meta` (registering it if new; other metadata under the
@@ -97,6 +100,7 @@ pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
         states,
         taken_in: start.elapsed(),
         taken_at_ms: t.clock.now_ms(),
+        watermark_ms: t.watermark.now_ms(),
     })
 }
 
@@ -180,6 +184,14 @@ pub(crate) fn restore_savepoints(
         Some(db) => restore_into_rocksdb(t, db, &mut readers, paths, range, &mut stats)?,
         None => restore_into_heap(t, &mut readers, range, &mut stats)?,
     }
+    // Event-time TTL goes on from the highest watermark among the files (a value touched
+    // before the engine's first `advance_watermark` is stamped there, not at 0).
+    let watermark = readers
+        .iter()
+        .map(|(_, r)| r.header().event_time_watermark_ms)
+        .max()
+        .unwrap_or(0);
+    t.watermark.set(watermark);
     for path in paths {
         stats.file_bytes += std::fs::metadata(path)
             .map_err(|e| Error::io(path, e))?
@@ -634,6 +646,8 @@ pub struct FullSnapshot {
     /// When it was taken, by the backend's processing-time clock (the savepoint's
     /// `created_at_ms`).
     taken_at_ms: u64,
+    /// The event-time watermark when it was taken.
+    watermark_ms: u64,
 }
 
 impl std::fmt::Debug for FullSnapshot {
@@ -764,6 +778,7 @@ impl FullSnapshot {
             states: self.states.iter().map(|s| s.meta.clone()).collect(),
             operator_state: operator_state.snapshot(),
             created_at_ms: self.taken_at_ms,
+            event_time_watermark_ms: self.watermark_ms,
         };
         let file = File::options()
             .write(true)

@@ -78,6 +78,11 @@ fn inspect_shows_checkpoints_reference_counts_and_savepoints() {
     let o = rockstate(&["inspect", &format!("file://{}", sp.display())]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("300 entries"), "{}", stdout(&o));
+    let o = rockstate(&["inspect", "--json", sp.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["entries"], 300, "{v}");
+    assert_eq!(v["event_time_watermark_ms"], 0, "{v}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! List runs (docs/decisions/0033-list-runs.md): `add_all` and `update` store the elements of
 //! one call as one entry (cut at 64 KiB), `add` one element per entry; reads see one list in
 //! insertion order whatever the mix, on RocksDB and the heap; a run expires as a whole; runs
-//! survive savepoints (version 2) and version-1 savepoints (single elements) still restore;
+//! survive savepoints (version 2 and later) and version-1 savepoints (single elements) still restore;
 //! a savepoint list entry with a malformed suffix is a typed error.
 
 use std::path::Path;
@@ -203,7 +203,10 @@ fn runs_survive_a_savepoint_written_by(source: BackendKind) {
     let sp = dir.path().join("sp");
     src.write_savepoint(&sp).unwrap();
     let bytes = std::fs::read(&sp).unwrap();
-    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 2);
+    assert_eq!(
+        u16::from_le_bytes([bytes[4], bytes[5]]),
+        sst_format::SAVEPOINT_VERSION
+    );
     for kind in KINDS {
         let dst = open(&dir.path().join(format!("dst-{kind:?}")), kind, &clock);
         dst.restore_savepoint(&sp).unwrap();
@@ -218,8 +221,8 @@ fn runs_survive_a_savepoint_written_by(source: BackendKind) {
         );
     }
 
-    // A version-1 file (the same bytes with version 1: it holds no runs here) restores its
-    // single elements as they are.
+    // A version-1 file (the same entries in version 1's layout: it holds no runs here)
+    // restores its single elements as they are.
     let single = open(&dir.path().join("single"), BackendKind::RocksDb, &clock);
     let l1 = list(&single, false);
     for k in 0..20u32 {
@@ -228,8 +231,7 @@ fn runs_survive_a_savepoint_written_by(source: BackendKind) {
     }
     let sp1 = dir.path().join("sp1");
     single.write_savepoint(&sp1).unwrap();
-    let mut v1 = std::fs::read(&sp1).unwrap();
-    v1[4..6].copy_from_slice(&1u16.to_le_bytes());
+    let v1 = as_version_1(&std::fs::read(&sp1).unwrap());
     std::fs::write(&sp1, &v1).unwrap();
     let dst = open(&dir.path().join("dst-v1"), BackendKind::RocksDb, &clock);
     dst.restore_savepoint(&sp1).unwrap();
@@ -240,6 +242,39 @@ fn runs_survive_a_savepoint_written_by(source: BackendKind) {
             vec![b"a".to_vec(), b"b".to_vec()]
         );
     }
+}
+
+/// A savepoint of the current version written at watermark 0, rewritten in version 1's
+/// layout (docs/savepoint-format.md): its header without the last field (the watermark's
+/// one-byte varint 0), every later offset one byte earlier, the checksums recomputed.
+fn as_version_1(bytes: &[u8]) -> Vec<u8> {
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let h = u32_at(bytes, 8) as usize;
+    assert_eq!(bytes[12 + h - 1], 0, "written at watermark 0");
+    let mut out = bytes[..12].to_vec();
+    out[4..6].copy_from_slice(&1u16.to_le_bytes());
+    out[8..12].copy_from_slice(&(h as u32 - 1).to_le_bytes());
+    let header = &bytes[12..12 + h - 1];
+    out.extend_from_slice(header);
+    out.extend_from_slice(&crc32fast::hash(header).to_le_bytes());
+    let footer_at = bytes.len() - 20;
+    let index_at = u64::from_le_bytes(bytes[footer_at..footer_at + 8].try_into().unwrap()) as usize;
+    out.extend_from_slice(&bytes[12 + h + 4..index_at]);
+    let mut index = bytes[index_at..footer_at - 4].to_vec();
+    for e in 0..u32_at(&index, 0) as usize {
+        let at = 4 + e * 18 + 2;
+        let offset = u64::from_le_bytes(index[at..at + 8].try_into().unwrap()) - 1;
+        index[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&index);
+    out.extend_from_slice(&index);
+    out.extend_from_slice(&crc.to_le_bytes());
+    let mut footer = bytes[footer_at..].to_vec();
+    footer[..8].copy_from_slice(&(index_at as u64 - 1).to_le_bytes());
+    let crc = crc32fast::hash(&footer[..12]);
+    footer[12..16].copy_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&footer);
+    out
 }
 
 #[test]
@@ -263,6 +298,7 @@ fn a_savepoint_list_entry_with_a_malformed_suffix_is_a_typed_error() {
             }],
             operator_state: Vec::new(),
             created_at_ms: 0,
+            event_time_watermark_ms: 0,
         };
         let mut w = SavepointWriter::new(Vec::new(), &header, 3).unwrap();
         w.add(

@@ -30,6 +30,7 @@ fn savepoint(
         }],
         operator_state: Vec::new(),
         created_at_ms: 0,
+        event_time_watermark_ms: 0,
     };
     let mut w = SavepointWriter::new(Vec::new(), &header, 3).unwrap();
     w.add(

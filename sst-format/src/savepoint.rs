@@ -31,8 +31,10 @@ use crate::meta::{OperatorListState, StateMeta};
 pub const SAVEPOINT_MAGIC: [u8; 4] = *b"RSSP";
 /// The version this build writes. Version 2 added list runs (an entry whose suffix is the
 /// 8-byte position followed by `0x01`, holding several framed elements); a build that reads
-/// only version 1 would take a run for one element, so it must refuse version 2.
-pub const SAVEPOINT_VERSION: u16 = 2;
+/// only version 1 would take a run for one element, so it must refuse version 2. Version 3
+/// added the event-time watermark at the header's end
+/// ([`SavepointHeader::event_time_watermark_ms`]).
+pub const SAVEPOINT_VERSION: u16 = 3;
 /// The oldest version this build reads (version 1 is version 2 without list runs).
 pub const SAVEPOINT_MIN_VERSION: u16 = 1;
 /// Length of the fixed footer.
@@ -60,6 +62,49 @@ pub struct SavepointHeader {
     pub operator_state: Vec<OperatorListState>,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// The event-time watermark (milliseconds) the backend had reached: event-time TTL states
+    /// expire against it, and a restored backend starts there. 0 when none was set, and for
+    /// files of versions 1 and 2, which do not hold it.
+    pub event_time_watermark_ms: u64,
+}
+
+/// The header of versions 1 and 2: [`SavepointHeader`] without its last field.
+#[derive(Deserialize)]
+struct HeaderV2 {
+    max_parallelism: u32,
+    key_group_start: u16,
+    key_group_end: u16,
+    states: Vec<StateMeta>,
+    operator_state: Vec<OperatorListState>,
+    created_at_ms: u64,
+}
+
+impl From<HeaderV2> for SavepointHeader {
+    fn from(h: HeaderV2) -> Self {
+        SavepointHeader {
+            max_parallelism: h.max_parallelism,
+            key_group_start: h.key_group_start,
+            key_group_end: h.key_group_end,
+            states: h.states,
+            operator_state: h.operator_state,
+            created_at_ms: h.created_at_ms,
+            event_time_watermark_ms: 0,
+        }
+    }
+}
+
+/// Decodes a header of file version `version` (the whole of `body`).
+fn decode_header(version: u16, body: &[u8]) -> Result<SavepointHeader> {
+    let (header, rest) = if version < 3 {
+        let (h, rest): (HeaderV2, _) = postcard::take_from_bytes(body).map_err(Error::Decode)?;
+        (SavepointHeader::from(h), rest)
+    } else {
+        postcard::take_from_bytes(body).map_err(Error::Decode)?
+    };
+    if !rest.is_empty() || header.key_group_start > header.key_group_end {
+        return Err(corrupt("savepoint header"));
+    }
+    Ok(header)
 }
 
 /// One keyed entry.
@@ -577,11 +622,7 @@ impl<R: Read + Seek> SavepointReader<R> {
         )?;
         let (body, crc) = hbytes.split_at(header_len as usize);
         check_crc("savepoint header", PREAMBLE_LEN, body, le_u32(crc, 0))?;
-        let (header, rest): (SavepointHeader, _) =
-            postcard::take_from_bytes(body).map_err(Error::Decode)?;
-        if !rest.is_empty() || header.key_group_start > header.key_group_end {
-            return Err(corrupt("savepoint header"));
-        }
+        let header = decode_header(version, body)?;
 
         let ibytes = read_exact_at(
             &mut input,
@@ -792,6 +833,7 @@ mod tests {
             }],
             operator_state: vec![],
             created_at_ms: 7,
+            event_time_watermark_ms: 1_700_000_000_000,
         }
     }
 
@@ -836,19 +878,24 @@ mod tests {
     }
 
     #[test]
-    fn versions_one_and_two_read_and_others_are_refused() {
+    fn a_file_relabelled_to_another_version_is_refused() {
         let mut bytes = sample();
         assert_eq!(le_u16(&bytes, 4), SAVEPOINT_VERSION);
-        for version in [0u16, 1, 2, 3, u16::MAX] {
+        for version in [0u16, 1, 2, 3, 4, u16::MAX] {
             bytes[4..6].copy_from_slice(&version.to_le_bytes());
             let opened = SavepointReader::open(Cursor::new(&bytes));
-            if (SAVEPOINT_MIN_VERSION..=SAVEPOINT_VERSION).contains(&version) {
-                assert!(opened.is_ok(), "version {version}");
-            } else {
-                assert!(
+            match version {
+                SAVEPOINT_VERSION => assert!(opened.is_ok()),
+                // The header of versions 1 and 2 ends before the watermark.
+                1 | 2 => assert!(
+                    matches!(opened, Err(Error::Corrupt { .. })),
+                    "version {version}: {:?}",
+                    opened.err()
+                ),
+                _ => assert!(
                     matches!(opened, Err(Error::Unsupported(_))),
                     "version {version}"
-                );
+                ),
             }
         }
     }

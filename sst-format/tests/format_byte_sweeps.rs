@@ -140,7 +140,14 @@ fn log_segment_every_byte_and_cut() {
 #[test]
 fn savepoint_every_byte_and_cut() {
     let mut bad = Vec::new();
-    for f in ["one_block.rssp", "three_states.rssp", "empty.rssp"] {
+    for f in [
+        "one_block.rssp",
+        "three_states.rssp",
+        "empty.rssp",
+        "one_block_v3.rssp",
+        "three_states_v3.rssp",
+        "empty_v3.rssp",
+    ] {
         bad.extend(sweep(f, &corpus("savepoint_decode", f), savepoint));
     }
     assert!(

@@ -24,6 +24,7 @@ fn a_tiny_block_declaring_a_gigabyte_is_refused_without_allocating_it() {
         }],
         operator_state: vec![],
         created_at_ms: 1,
+        event_time_watermark_ms: 0,
     };
     let mut w = sst_format::SavepointWriter::new(Vec::new(), &header, 1).unwrap();
     w.add(

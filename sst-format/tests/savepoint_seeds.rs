@@ -1,6 +1,7 @@
 //! Savepoint decoding on generated files, and the generator of the `savepoint_decode` fuzz seeds
 //! (`ROCKSTATE_REGENERATE_SAVEPOINT_SEEDS=1 cargo test -p sst-format --test savepoint_seeds --
-//! --ignored`).
+//! --ignored`). Seeds are named after the version that wrote them (`<name>_v<version>.rssp`);
+//! the unsuffixed ones are version 1 files, kept as the earliest version's fixtures.
 
 use std::io::Cursor;
 
@@ -33,6 +34,7 @@ fn savepoint(states: usize, groups: &[u16], per_group: usize, ops: bool) -> Vec<
             vec![]
         },
         created_at_ms: 1,
+        event_time_watermark_ms: if ops { 1_700_000_000_000 } else { 0 },
     };
     let mut w = SavepointWriter::new(Vec::new(), &header, 1).unwrap();
     for &g in groups {
@@ -85,10 +87,11 @@ fn regenerate_seeds() {
     let dir =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/savepoint_decode");
     std::fs::create_dir_all(&dir).unwrap();
+    let v = sst_format::SAVEPOINT_VERSION;
     for (name, bytes) in seeds() {
-        std::fs::write(dir.join(format!("{name}.rssp")), &bytes).unwrap();
+        std::fs::write(dir.join(format!("{name}_v{v}.rssp")), &bytes).unwrap();
         let mut cut = bytes.clone();
         cut.truncate(bytes.len() / 2);
-        std::fs::write(dir.join(format!("{name}_truncated.rssp")), &cut).unwrap();
+        std::fs::write(dir.join(format!("{name}_v{v}_truncated.rssp")), &cut).unwrap();
     }
 }

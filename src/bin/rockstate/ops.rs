@@ -281,6 +281,7 @@ fn inspect_savepoint(path: &Path, json_out: bool) -> Result<u8, CliError> {
             "states": h.states.iter().map(|s| json!({"name": s.name, "kind": kind_name(s.kind), "ttl": s.ttl})).collect::<Vec<_>>(),
             "key_group_blocks": reader.index().len(), "entries": entries,
             "operator_states": h.operator_state.iter().map(|o| &o.name).collect::<Vec<_>>(),
+            "created_at_ms": h.created_at_ms, "event_time_watermark_ms": h.event_time_watermark_ms,
         }));
     } else {
         println!(
