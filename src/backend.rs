@@ -48,7 +48,7 @@ use crate::meta::{
     META_WATERMARK, STATE_CF_PREFIX,
 };
 pub use crate::meta::{BackendMeta, BACKEND_META_VERSION, MAX_STATE_NAME};
-use crate::state::{check_state_name, mismatch_error};
+use crate::state::{check_state_name, mismatch_error, same_state};
 
 /// Builds a [`KeyedBackend`]: its path, key groups, options and injected components;
 /// [`BackendBuilder::open`] opens it.
@@ -377,14 +377,16 @@ impl KeyedBackend {
     }
 
     /// Checks `requested` against the persisted metadata of its state (persisting it when new)
-    /// and returns the state's table (column family or heap table).
-    fn persist_state(&self, requested: &StateMeta) -> Result<(Table, bool)> {
+    /// and returns the state's table (column family or heap table), whether the state is new,
+    /// and its metadata as stored (the persisted one where `requested` matched it by
+    /// [`same_state`], so checkpoints keep describing the state as it was written).
+    fn persist_state(&self, requested: &StateMeta) -> Result<(Table, bool, StateMeta)> {
         let name = requested.name.as_str();
         check_state_name(name)?;
         let meta_key = format!("{META_STATE_PREFIX}{name}");
         let existing =
             read_meta::<StateMeta>(&self.inner.meta, meta_key.as_bytes(), "state metadata")?;
-        if let Some(existing) = existing.as_ref().filter(|e| *e != requested) {
+        if let Some(existing) = existing.as_ref().filter(|e| !same_state(e, requested)) {
             return Err(mismatch_error(existing, requested));
         }
         // The state's table first, its metadata after: a table refused (the column-family
@@ -406,7 +408,11 @@ impl KeyedBackend {
                 &codec::encode(requested, "state metadata")?,
             )?;
         }
-        Ok((table, created))
+        Ok((
+            table,
+            created,
+            existing.unwrap_or_else(|| requested.clone()),
+        ))
     }
 
     /// Whether checkpoints run in changelog mode (`ChangelogOptions::enabled`).
@@ -468,13 +474,13 @@ impl KeyedBackend {
     /// registration still installs its TTL settings). Creates the state when new.
     pub(crate) fn core_for(&self, meta: &StateMeta) -> Result<Arc<StateCore>> {
         if let Some(core) = self.inner.states.lock().get(&meta.name) {
-            if &core.meta != meta {
+            if !same_state(&core.meta, meta) {
                 return Err(mismatch_error(&core.meta, meta));
             }
             return Ok(Arc::clone(core));
         }
-        let (table, _) = self.persist_state(meta)?;
-        Ok(Arc::new(self.new_core(table, meta.clone(), None)))
+        let (table, _, meta) = self.persist_state(meta)?;
+        Ok(Arc::new(self.new_core(table, meta, None)))
     }
 
     fn new_core(&self, table: Table, meta: StateMeta, ttl: Option<TtlRuntime>) -> StateCore {
@@ -513,7 +519,7 @@ impl KeyedBackend {
         };
         let mut states = self.inner.states.lock();
         if let Some(core) = states.get(name) {
-            if core.meta != requested {
+            if !same_state(&core.meta, &requested) {
                 return Err(mismatch_error(&core.meta, &requested));
             }
             // The registered handle runs its first TTL settings: another set in the same
@@ -528,7 +534,7 @@ impl KeyedBackend {
             }
             return Ok(Arc::clone(core));
         }
-        let (table, created) = self.persist_state(&requested)?;
+        let (table, created, requested) = self.persist_state(&requested)?;
         let ttl = match desc.ttl {
             None => None,
             Some(config) => {

@@ -268,7 +268,7 @@ pub(crate) fn rescale(
         }
         for (name, st) in &other_states {
             match states.get(name) {
-                Some(have) if have != st => {
+                Some(have) if !crate::state::same_state(have, st) => {
                     return Err(Error::MergedStateMismatch {
                         name: name.clone(),
                         base: base.name.to_string(),

@@ -541,7 +541,12 @@ fn restore_pinned<T>(
             }
         }
         have.sort_by(|a, b| a.name.cmp(&b.name));
-        if !have.iter().eq(want.values().copied()) {
+        if have.len() != want.len()
+            || !have
+                .iter()
+                .zip(want.values())
+                .all(|(h, w)| crate::state::same_state(h, w))
+        {
             return Err(Error::CheckpointCorrupt {
                 file: metadata_name.clone(),
                 detail: "the manifests' state list differs from the restored database's".into(),

@@ -173,7 +173,7 @@ pub(crate) fn restore_savepoints(
         for meta in &reader.header().states {
             crate::state::check_state_name(&meta.name)?;
             if let Some(seen) = metas.insert(&meta.name, meta) {
-                if seen != meta {
+                if !crate::state::same_state(seen, meta) {
                     return Err(crate::state::mismatch_error(seen, meta));
                 }
             }

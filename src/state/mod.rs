@@ -543,10 +543,80 @@ pub(crate) fn check_state_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether a registration described by `requested` may open the state stored as `existing`:
+/// the same name, kind, TTL flag, codec version and codec name, where the names of
+/// rockstate's typed codec (`postcard;<K>;<N>;<V>…`, from `std::any::type_name`) are compared
+/// without their module paths. Rust does not promise `type_name` stable across compiler
+/// versions, and a key type moved to another module or crate keeps its postcard bytes: a
+/// restore must not be refused for either. A value type that changed (`u64` for `i64`,
+/// `Vec<u16>` for `Vec<u8>`) is still refused.
+pub(crate) fn same_state(existing: &StateMeta, requested: &StateMeta) -> bool {
+    const TYPED: &str = "postcard;";
+    let codecs_match = match (
+        existing.codec.strip_prefix(TYPED),
+        requested.codec.strip_prefix(TYPED),
+    ) {
+        (Some(a), Some(b)) => without_paths(a) == without_paths(b),
+        _ => existing.codec == requested.codec,
+    };
+    codecs_match
+        && existing.name == requested.name
+        && existing.kind == requested.kind
+        && existing.codec_version == requested.codec_version
+        && existing.ttl == requested.ttl
+}
+
+/// `type_name` output without module paths: `alloc::vec::Vec<my::Key>` is `Vec<Key>`.
+fn without_paths(types: &str) -> String {
+    let mut out = String::with_capacity(types.len());
+    // Where the path being read starts in `out`: a `::` drops what lies after it.
+    let mut path_start = 0;
+    let mut chars = types.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            out.truncate(path_start);
+        } else {
+            out.push(c);
+            if !(c.is_alphanumeric() || c == '_') {
+                path_start = out.len();
+            }
+        }
+    }
+    out
+}
+
 pub(crate) fn mismatch_error(existing: &StateMeta, requested: &StateMeta) -> Error {
     Error::StateMismatch {
         name: requested.name.clone(),
         existing: describe(existing),
         requested: describe(requested),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_paths;
+
+    #[test]
+    fn type_names_lose_their_module_paths_only() {
+        for (name, bare) in [
+            ("u64", "u64"),
+            ("alloc::string::String", "String"),
+            (
+                "core::option::Option<alloc::vec::Vec<my_job::model::Key>>",
+                "Option<Vec<Key>>",
+            ),
+            ("(u32, alloc::string::String)", "(u32, String)"),
+            ("[a::B; 4]", "[B; 4]"),
+            ("&'static str", "&'static str"),
+            (
+                "std::collections::hash::map::HashMap<u8, x::Y>",
+                "HashMap<u8, Y>",
+            ),
+            ("postcard;a::K;();b::V", "postcard;K;();V"),
+        ] {
+            assert_eq!(without_paths(name), bare, "{name}");
+        }
     }
 }
