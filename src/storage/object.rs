@@ -91,6 +91,10 @@ pub struct ObjectStorageOptions {
     /// (`AWS_*` variables) and the URL: for example `("aws_endpoint", "http://127.0.0.1:9000")`,
     /// `("aws_access_key_id", ..)`, `("aws_secret_access_key", ..)`, `("aws_region", ..)`,
     /// `("aws_allow_http", "true")`. Keys are `object_store`'s `AmazonS3ConfigKey` names.
+    /// `("timeout", "120s")` sets the per-request timeout (30 s unless set): it covers a whole
+    /// request, body included, so a single-request put of up to `multipart_threshold` bytes
+    /// (or a part of `part_size`) must go through in it; each retry starts the request over.
+    /// On an uplink below ~2.2 MB/s raise it, or lower `multipart_threshold` and `part_size`.
     pub s3: Vec<(String, String)>,
 }
 
@@ -404,13 +408,24 @@ impl ObjectStorage {
     }
 
     /// A put found `name` taken: success if the object holds exactly our bytes (an earlier
-    /// attempt of this put stored them), otherwise [`Error::ObjectExists`].
+    /// attempt of this put stored them), [`Error::ObjectExists`] if it holds others, and a
+    /// transient error (the put is retried) if it holds none.
     fn resolve_exists(&self, name: &str, digest: ObjectDigest) -> Result<ObjectDigest> {
         let mut sink = std::io::sink();
         match self.stream_object(name, &mut sink, Path::new(name)) {
             Ok(d) if d == digest => Ok(digest),
-            Ok(_) | Err(Error::ObjectNotFound { .. }) => Err(Error::ObjectExists {
+            Ok(_) => Err(Error::ObjectExists {
                 name: name.to_string(),
+            }),
+            // Refused, yet nothing is there: a conflicting operation in progress (S3's 409
+            // ConditionalRequestConflict, "try again") or a concurrent delete. Retry the put.
+            Err(Error::ObjectNotFound { .. }) => Err(Error::Storage {
+                operation: "put",
+                name: name.to_string(),
+                detail: "the name was refused but holds no object (a conflicting operation \
+                         in progress)"
+                    .into(),
+                transient: true,
             }),
             Err(e) => Err(e),
         }

@@ -1,0 +1,240 @@
+//! A tiny misbehaving HTTP/1.1 proxy on 127.0.0.1 between `ObjectStorage` and the moto test
+//! server: each request is forwarded (one request per connection, `Connection: close`), and a
+//! rule chooses per request whether the answer is passed on, cut, dropped, delayed or
+//! throttled. Bounded: a stalled connection is released after at most `STALL_LIMIT`.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The longest a stalled request is held before the proxy closes it.
+pub const STALL_LIMIT: Duration = Duration::from_secs(600);
+
+/// One request as the proxy saw it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    /// Path and query.
+    pub target: String,
+    pub body_len: usize,
+}
+
+/// What the proxy does with one request.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Forward and pass the answer on.
+    Forward,
+    /// Forward; pass the answer's head and only the first `n` bytes of its body, then close.
+    CutBody(usize),
+    /// Forward (the server acts on it), then close without any answer.
+    DropAnswer,
+    /// Never answer (nothing is forwarded); hold the connection open.
+    Stall,
+    /// Forward; send the answer's body at `bytes_per_sec`.
+    ThrottleAnswer(usize),
+    /// Read the request's body from the client at `bytes_per_sec`, then forward.
+    ThrottleRequest(usize),
+    /// Answer `status` with the XML `body` without forwarding anything.
+    Answer(u16, String),
+}
+
+type Rule = Box<dyn FnMut(&Request) -> Action + Send>;
+
+/// A running proxy; stops accepting when dropped.
+pub struct Proxy {
+    pub endpoint: String,
+    stop: Arc<AtomicBool>,
+    rule: Arc<Mutex<Rule>>,
+    pub seen: Arc<Mutex<Vec<Request>>>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop.
+        let _ = TcpStream::connect(self.endpoint.trim_start_matches("http://"));
+    }
+}
+
+impl Proxy {
+    /// A proxy in front of `upstream` (`http://127.0.0.1:<port>`), forwarding everything.
+    pub fn start(upstream: &str) -> Proxy {
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let rule: Arc<Mutex<Rule>> = Arc::new(Mutex::new(Box::new(|_| Action::Forward)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (stop2, rule2, seen2) = (stop.clone(), rule.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let (up, rule, seen, stop) = (
+                    upstream.clone(),
+                    rule2.clone(),
+                    seen2.clone(),
+                    stop2.clone(),
+                );
+                std::thread::spawn(move || {
+                    let _ = serve(conn, &up, &rule, &seen, &stop);
+                });
+            }
+        });
+        Proxy {
+            endpoint,
+            stop,
+            rule,
+            seen,
+        }
+    }
+
+    /// Replaces the rule.
+    pub fn set_rule(&self, rule: impl FnMut(&Request) -> Action + Send + 'static) {
+        *self.rule.lock().unwrap() = Box::new(rule);
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn content_length(head: &str) -> usize {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `head` with its Connection header replaced by `Connection: close`.
+fn close_head(head: &str) -> String {
+    let mut out = String::new();
+    for (i, line) in head.split("\r\n").enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        if i > 0 {
+            if let Some((k, _)) = line.split_once(':') {
+                if k.trim().eq_ignore_ascii_case("connection") {
+                    continue;
+                }
+            }
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
+fn serve(
+    mut client: TcpStream,
+    upstream: &str,
+    rule: &Mutex<Rule>,
+    seen: &Mutex<Vec<Request>>,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(60)))?;
+    // The request head.
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 64 << 10];
+    let head_end = loop {
+        if let Some(i) = find(&buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = client.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut first = head.lines().next().unwrap_or("").split(' ');
+    let method = first.next().unwrap_or("").to_string();
+    let target = first.next().unwrap_or("").to_string();
+    let body_len = content_length(&head);
+    let req = Request {
+        method,
+        target,
+        body_len,
+    };
+    seen.lock().unwrap().push(req.clone());
+    let action = (rule.lock().unwrap())(&req);
+    // The request body.
+    let mut body = buf[head_end..].to_vec();
+    let throttle_in = match action {
+        Action::ThrottleRequest(rate) => Some(rate),
+        _ => None,
+    };
+    while body.len() < body_len {
+        let want = match throttle_in {
+            Some(rate) => (rate / 10).max(1).min(chunk.len()),
+            None => chunk.len(),
+        };
+        let n = client.read(&mut chunk[..want.min(body_len - body.len())])?;
+        if n == 0 {
+            return Ok(());
+        }
+        body.extend_from_slice(&chunk[..n]);
+        if throttle_in.is_some() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    if let Action::Answer(status, text) = &action {
+        let answer = format!(
+            "HTTP/1.1 {status} Injected\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+            text.len()
+        );
+        client.write_all(answer.as_bytes())?;
+        return Ok(());
+    }
+    if let Action::Stall = action {
+        let start = Instant::now();
+        while start.elapsed() < STALL_LIMIT && !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        return Ok(());
+    }
+    // Forward.
+    let mut up = TcpStream::connect(upstream)?;
+    up.write_all(close_head(&head).as_bytes())?;
+    up.write_all(&body)?;
+    let mut answer = Vec::new();
+    up.read_to_end(&mut answer)?;
+    let Some(ahead_end) = find(&answer, b"\r\n\r\n").map(|i| i + 4) else {
+        return Ok(());
+    };
+    let ahead = close_head(&String::from_utf8_lossy(&answer[..ahead_end]));
+    let abody = &answer[ahead_end..];
+    match action {
+        Action::DropAnswer => {
+            let _ = client.shutdown(Shutdown::Both);
+        }
+        Action::CutBody(n) => {
+            client.write_all(ahead.as_bytes())?;
+            client.write_all(&abody[..n.min(abody.len())])?;
+            client.flush()?;
+            let _ = client.shutdown(Shutdown::Both);
+        }
+        Action::ThrottleAnswer(rate) => {
+            client.write_all(ahead.as_bytes())?;
+            let step = (rate / 10).max(1);
+            for piece in abody.chunks(step) {
+                client.write_all(piece)?;
+                client.flush()?;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        _ => {
+            client.write_all(ahead.as_bytes())?;
+            client.write_all(abody)?;
+        }
+    }
+    Ok(())
+}
