@@ -15,8 +15,12 @@
 //!   (`KeyedBackend::snapshot` + `upload`), then [`TaskEndpoint::ack`] with
 //!   [`task_checkpoint`]'s summary, or [`TaskEndpoint::decline`] on failure;
 //! * [`TaskCommand::Complete`]: `notify_checkpoint_complete`, and commit side effects staged for
-//!   that checkpoint (an exactly-once sink);
-//! * [`TaskCommand::Abort`]: `notify_checkpoint_aborted`, discard staged side effects.
+//!   that checkpoint and every older one (an exactly-once sink): a completion covers the
+//!   checkpoints before it, as in Flink, and completions arrive in ascending order;
+//! * [`TaskCommand::Abort`]: `notify_checkpoint_aborted`, discard staged side effects. An abort
+//!   of an id at or below the last completion (older checkpoints a completion subsumed, also
+//!   a commit still in doubt then, whose record may have landed) has nothing left to discard:
+//!   the completion committed it.
 //!
 //! The coordinator commits through the job's [`JobOwner`] ([`Coordinator::owner`]): the owner
 //! checks that every file the acknowledged manifests name is in storage, writes the job record
@@ -626,7 +630,9 @@ impl Coordinator {
         }
     }
 
-    /// `record` is in storage: tell every task, abort older pending checkpoints.
+    /// `record` is in storage: tell every task, abort older pending checkpoints and older
+    /// commits still in doubt (subsumed: whether their record landed no longer matters, and
+    /// their tasks must not hear of a completion older than this one after it).
     fn finish(&mut self, record: JobCheckpoint) -> Vec<Outcome> {
         let id = record.checkpoint_id;
         let mut out = Vec::new();
@@ -640,6 +646,11 @@ impl Coordinator {
         let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
         for k in older {
             out.extend(self.abort_pending(k, AbortReason::Subsumed));
+        }
+        let doubtful: Vec<u64> = self.in_doubt.range(..id).map(|(k, _)| *k).collect();
+        for k in doubtful {
+            self.in_doubt.remove(&k);
+            out.push(self.notify_abort(k, AbortReason::Subsumed));
         }
         out.insert(0, Outcome::Completed(record));
         out
