@@ -582,6 +582,12 @@ fn restore_pinned<T>(
     for local in locals.iter().flatten() {
         local.retire_backend();
     }
+    if p.local_recovery {
+        crate::checkpoint::local_recovery::retire_dead_attempts(
+            &staging_root,
+            manifest.checkpoint_id,
+        );
+    }
     Ok((backend, report))
 }
 

@@ -60,6 +60,8 @@ pub const OFFSETS: &str = "offsets";
 pub const PENDING: &str = "pending-alerts";
 /// Epochs a source may run ahead of the last epoch every worker acknowledged.
 const IN_FLIGHT: u64 = 2;
+/// The job's local staging root (`<job dir>/<this>`), shared by every run's backends.
+pub const STAGING_ROOT: &str = ".rockstate-staging";
 
 /// The offsets a worker's source reached at the end of each epoch, shared with the keyed
 /// logic on the same worker (which stores them in the epoch's checkpoint).
@@ -455,6 +457,18 @@ pub fn run_process(args: ProcessArgs) -> Result<()> {
         for (writer, id, alerts) in plan.txns.iter().flatten() {
             sink.commit(*writer, *id, alerts)?;
         }
+        // The databases of earlier runs: their processes are gone (the launcher reaped
+        // them), and every run restores into its own directories. Their local checkpoint
+        // copies live in the job's staging root, where this run's restores use and retire
+        // them.
+        for k in 0..args.run {
+            let old = args.job_dir.join(format!("run-{k}"));
+            for e in std::fs::read_dir(&old).into_iter().flatten().flatten() {
+                if e.file_name().to_string_lossy().starts_with("worker-") {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
         let owner = JobOwner::open_and_collect(storage.clone(), RETAINED, Arc::new(SystemClock))?;
         // What runs that died mid-put left (temporary objects, directories without a
         // manifest, shared files nothing references) once it is old enough to belong to no
@@ -539,7 +553,12 @@ fn run_worker(worker: &mut timely::worker::Worker, ctx: &ProcessCtx) -> Result<(
         .key_groups(range)
         .clock(Arc::new(clock.clone()))
         .checkpoint_storage(ctx.storage.clone())
-        .checkpoint_options(p.checkpoint_options()?)
+        .checkpoint_options(CheckpointOptions {
+            // One staging root for every run: a restart on this machine restores from the
+            // local copies the last run's backends kept (local recovery).
+            staging_dir: Some(ctx.args.job_dir.join(STAGING_ROOT)),
+            ..p.checkpoint_options()?
+        })
         .job_coordinated();
     let backend = match &ctx.plan.restore {
         Some(from) => builder

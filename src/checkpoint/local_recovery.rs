@@ -120,6 +120,55 @@ pub(crate) fn prune(cp: &Checkpointer) {
     }
 }
 
+/// Checkpoint `id` was aborted: its local copy can never be restored (an uploaded checkpoint
+/// that did not complete never will), unless it is a completed one or the materialization the
+/// last completed log checkpoint stands on.
+pub(crate) fn forget(cp: &Checkpointer, id: u64) {
+    if cp.last_completed().is_some_and(|last| id <= last) || cp.base_materialization() == Some(id) {
+        return;
+    }
+    let _ = fs::remove_dir_all(layout::local_copy_dir(&cp.staging_root, &cp.backend_id, id));
+}
+
+/// After a restore of checkpoint `restored`: the local copies of checkpoints above it of every
+/// backend under `staging_root` that is gone (its staging lock is free) are attempts that
+/// did not complete before the job restarted, so no restore of this job uses them (another
+/// job sharing the staging root pays at most a download). A gone backend left with no copy
+/// goes whole, so a job restarting on one machine leaves no directory per restart.
+pub(crate) fn retire_dead_attempts(staging_root: &Path, restored: u64) {
+    for b in fs::read_dir(staging_root).into_iter().flatten().flatten() {
+        let dir = b.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let lock_path = dir.join(STAGING_LOCK);
+        let Some(lock) = try_lock(&lock_path) else {
+            continue;
+        };
+        let mut left = 0;
+        for (id, path) in local_copies(&dir) {
+            if id > restored {
+                let _ = fs::remove_dir_all(path);
+            } else {
+                left += 1;
+            }
+        }
+        if left == 0 {
+            remove_backend_dir(&dir, lock);
+        }
+    }
+}
+
+/// Removes a gone backend's staging directory whose local copies are gone: its changelog
+/// segments (only its own process used them), then its lock file while `lock` still holds
+/// it, then the directory (left in place if anything else is in it).
+fn remove_backend_dir(backend_dir: &Path, lock: File) {
+    let _ = fs::remove_dir_all(backend_dir.join(layout::LOG_DIR_NAME));
+    let _ = fs::remove_file(backend_dir.join(STAGING_LOCK));
+    drop(lock);
+    let _ = fs::remove_dir(backend_dir);
+}
+
 /// The local copies in a backend's staging directory, `(checkpoint id, path)`.
 fn local_copies(dir: &Path) -> Vec<(u64, PathBuf)> {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -199,10 +248,7 @@ impl LocalSource {
         for (_, path) in local_copies(backend_dir) {
             let _ = fs::remove_dir_all(path);
         }
-        let _ = fs::remove_dir_all(backend_dir.join(layout::LOG_DIR_NAME));
-        let _ = fs::remove_file(&lock_path);
-        drop(lock);
-        let _ = fs::remove_dir(backend_dir);
+        remove_backend_dir(backend_dir, lock);
     }
 }
 

@@ -553,7 +553,9 @@ pub(crate) fn complete(
 pub(crate) fn abort(cp: &Checkpointer, checkpoint_id: u64) -> Result<()> {
     let _span =
         tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "abort").entered();
-    cp.abort(checkpoint_id)
+    let result = cp.abort(checkpoint_id);
+    local_recovery::forget(cp, checkpoint_id);
+    result
 }
 
 /// The owner's sweep, from a backend (see `KeyedBackend::sweep_orphans`).
