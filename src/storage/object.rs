@@ -29,7 +29,7 @@
 //! * **Retries.** Each HTTP request is retried by `object_store` (`RetryConfig`: 5xx, 429,
 //!   timeouts, connection errors, exponential backoff); on top, a whole operation that still
 //!   fails transiently is retried [`ObjectStorageOptions::retries`] times with exponential
-//!   backoff from [`ObjectStorageOptions::initial_backoff`]. A multipart upload that fails
+//!   backoff from [`ObjectStorageOptions::initial_backoff`] (at most 10 s a sleep). A multipart upload that fails
 //!   is aborted (best effort) before the retry starts a fresh one.
 //! * **Digests.** Puts compute size and CRC-32 of the bytes read from the local file while
 //!   sending them; gets compute them over the bytes received, as [`super::LocalStorage`]
@@ -80,8 +80,8 @@ pub struct ObjectStorageOptions {
     /// Retries of a whole operation that failed transiently after the per-request retries.
     /// Default 3.
     pub retries: u32,
-    /// First backoff between whole-operation retries (doubles each time) and between
-    /// request retries inside `object_store`. Default 100 ms.
+    /// First backoff between whole-operation retries (doubles each time, up to 10 s) and
+    /// between request retries inside `object_store`. Default 100 ms.
     pub initial_backoff: Duration,
     /// Per-request retries inside `object_store` (5xx, 429, timeouts). Default 5.
     pub request_retries: usize,
@@ -137,6 +137,18 @@ impl ObjectStorageOptions {
         }
         Ok(())
     }
+}
+
+/// The longest sleep between two whole-operation retries (as `object_store`'s between
+/// requests): 20 retries from 100 ms doubled without a bound would sleep 14.5 hours once.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The sleep before retry `attempt + 1`: `initial` doubled `attempt` times, at most
+/// [`MAX_BACKOFF`].
+fn backoff(initial: Duration, attempt: u32) -> Duration {
+    initial
+        .saturating_mul(1u32 << attempt.min(31))
+        .min(MAX_BACKOFF)
 }
 
 /// Name prefix (under the root) of multipart staging objects; see the module docs.
@@ -369,7 +381,7 @@ impl ObjectStorage {
         loop {
             match op(attempt) {
                 Err(e) if is_transient(&e) && attempt < self.options.retries => {
-                    std::thread::sleep(self.options.initial_backoff * 2u32.pow(attempt));
+                    std::thread::sleep(backoff(self.options.initial_backoff, attempt));
                     attempt += 1;
                 }
                 r => return r,
@@ -879,6 +891,18 @@ impl CheckpointStorage for ObjectStorage {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn backoff_doubles_up_to_its_bound() {
+        let ms = Duration::from_millis;
+        let waits: Vec<Duration> = (0..8).map(|a| backoff(ms(100), a)).collect();
+        assert_eq!(
+            waits,
+            [100, 200, 400, 800, 1600, 3200, 6400, 10_000].map(ms)
+        );
+        assert_eq!(backoff(ms(100), 20), MAX_BACKOFF);
+        assert_eq!(backoff(Duration::MAX, 31), MAX_BACKOFF);
+    }
+
     use super::*;
 
     fn memory(threshold: u64, part: usize) -> ObjectStorage {
