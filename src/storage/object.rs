@@ -29,8 +29,8 @@
 //! * **Retries.** Each HTTP request is retried by `object_store` (`RetryConfig`: 5xx, 429,
 //!   timeouts, connection errors, exponential backoff); on top, a whole operation that still
 //!   fails transiently is retried [`ObjectStorageOptions::retries`] times with exponential
-//!   backoff from [`ObjectStorageOptions::initial_backoff`] (at most 10 s a sleep). A multipart upload that fails
-//!   is aborted (best effort) before the retry starts a fresh one.
+//!   backoff from [`ObjectStorageOptions::initial_backoff`] (at most 10 s a sleep). A
+//!   multipart upload that fails is aborted (best effort) before the retry starts a fresh one.
 //! * **Digests.** Puts compute size and CRC-32 of the bytes read from the local file while
 //!   sending them; gets compute them over the bytes received, as [`super::LocalStorage`]
 //!   does.
