@@ -263,13 +263,18 @@ fn restore_pinned<T>(
             .changelog
             .as_ref()
             .map_or(m.checkpoint_id, |c| c.materialization_id);
-        p.local_recovery
-            .then(|| LocalSource::find(&staging_root, &m.backend_id, id))
-            .flatten()
+        LocalSource::find(&staging_root, &m.backend_id, id)
     };
-    let locals: Vec<Option<LocalSource>> = std::iter::once(&manifest)
+    // The sources' local copies, found also with local recovery off: read only with it on,
+    // retired after the restore either way (a backend that kept copies before local recovery
+    // was switched off would keep them forever).
+    let found: Vec<Option<LocalSource>> = std::iter::once(&manifest)
         .chain(others.iter().map(|(_, m)| m))
         .map(|m| local_of(m))
+        .collect();
+    let locals: Vec<Option<&LocalSource>> = found
+        .iter()
+        .map(|l| l.as_ref().filter(|_| p.local_recovery))
         .collect();
     let mut report = RestoreReport {
         checkpoint: metadata_name.clone(),
@@ -300,12 +305,8 @@ fn restore_pinned<T>(
         } else {
             Vec::new()
         };
-        let mut dirs: Vec<Fetching<'_>> = vec![(
-            &manifest,
-            target.clone(),
-            locals[0].as_ref(),
-            skipped.as_slice(),
-        )];
+        let mut dirs: Vec<Fetching<'_>> =
+            vec![(&manifest, target.clone(), locals[0], skipped.as_slice())];
         // So are the other sources': they are only ever read inside the target (or, with a
         // log to replay, lose those files first, as the base does).
         let others_skipped: Vec<Vec<String>> = others
@@ -316,7 +317,7 @@ fn restore_pinned<T>(
             for (i, (_, m)) in others.iter().enumerate() {
                 let dir = s.path().join(format!("source-{i}"));
                 std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
-                dirs.push((m, dir, locals[i + 1].as_ref(), others_skipped[i].as_slice()));
+                dirs.push((m, dir, locals[i + 1], others_skipped[i].as_slice()));
             }
         }
         let budget = match &p.budget {
@@ -579,15 +580,10 @@ fn restore_pinned<T>(
         }
     }
     let backend = result?;
-    for local in locals.iter().flatten() {
+    for local in found.iter().flatten() {
         local.retire_backend();
     }
-    if p.local_recovery {
-        crate::checkpoint::local_recovery::retire_dead_attempts(
-            &staging_root,
-            manifest.checkpoint_id,
-        );
-    }
+    crate::checkpoint::local_recovery::retire_dead_attempts(&staging_root, manifest.checkpoint_id);
     Ok((backend, report))
 }
 

@@ -123,9 +123,39 @@ fn local_recovery_off_keeps_nothing(fx: Fixture) {
     assert!(local_copies(&fx, b.backend_id()).is_empty());
 }
 
+/// A backend that kept local copies, restored by one with local recovery switched off: the
+/// restore downloads everything, and the gone source's copies are retired all the same
+/// (nothing else would ever delete them).
+fn a_restore_with_local_recovery_off_retires_the_sources_copies(fx: Fixture) {
+    let b = fx.open("a", CheckpointOptions::default());
+    let backend = b.backend_id().to_string();
+    let mut model = Model::new();
+    random_writes(&b, &mut model, &mut rng(6), 2000);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    assert_eq!(local_copies(&fx, &backend), [1]);
+    drop(b);
+    let (r, report) = KeyedBackend::builder(fx.path("r"))
+        .options(small_options())
+        .checkpoint_storage(fx.storage_dyn())
+        .checkpoint_options(CheckpointOptions {
+            local_recovery: false,
+            ..CheckpointOptions::default()
+        })
+        .restore_with_report(RestoreFrom::Latest)
+        .unwrap();
+    assert_eq!(read_all(&r), model);
+    assert_eq!(report.files_local, 0, "{report:?}");
+    assert!(
+        local_copies(&fx, &backend).is_empty(),
+        "the gone source's local copies stay"
+    );
+}
+
 on_every_storage!(
     restores_from_local_copy_and_downloads_only_the_damage,
     local_recovery_off_keeps_nothing,
+    a_restore_with_local_recovery_off_retires_the_sources_copies,
     a_restore_beside_the_live_writer_leaves_its_files_alone,
 );
 
