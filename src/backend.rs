@@ -742,7 +742,8 @@ impl KeyedBackend {
     /// the TTL timestamp if any, the head's 8-byte sequence number and a run) and, until a
     /// read deletes them or a
     /// compaction drops them, the entries the head replaced (docs/decisions/0034). A key
-    /// group at or above the max parallelism is [`Error::InvalidKeyGroups`].
+    /// group at or above the max parallelism is [`Error::InvalidKeyGroups`], one below it
+    /// that this backend does not own [`Error::KeyGroupOutOfRange`].
     pub fn scan_key_group(
         &self,
         name: &str,

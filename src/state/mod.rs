@@ -398,9 +398,11 @@ impl StateCore {
     ) -> Result<()> {
         let end = codec::prefix_end(prefix);
         if self.ttl.is_none() {
+            // `f` is the caller's code, which may write to the entries it is handed (a map
+            // iterated and updated): a scan that gives up goes on past them, as a TTL read's.
             return self
                 .table
-                .scan(prefix, end.as_deref(), |k, v| f(&k[prefix.len()..], v));
+                .scan_writing_back(prefix, end.as_deref(), |k, v| f(&k[prefix.len()..], v));
         }
         self.scan_for_read(prefix, end.as_deref(), |k, v| {
             match self.read_live(k, v)? {
@@ -419,10 +421,8 @@ impl StateCore {
         upper: Option<&[u8]>,
         f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        match self.ttl {
-            None => self.table.scan(lower, upper, f),
-            Some(_) => self.table.scan_writing_back(lower, upper, f),
-        }
+        // Without TTL too: the visitor runs the caller's code, which may write.
+        self.table.scan_writing_back(lower, upper, f)
     }
 
     /// In changelog mode, records that the row under `prefix` (a key's list or map in one
@@ -471,6 +471,14 @@ impl StateCore {
                 "key group {key_group} of a job with max parallelism {}",
                 self.max_parallelism
             )));
+        }
+        // A group another instance owns: an empty answer would read as an owned, empty one.
+        if !self.key_groups.contains(key_group) {
+            return Err(Error::KeyGroupOutOfRange {
+                key_group,
+                range_start: self.key_groups.start,
+                range_end: self.key_groups.end,
+            });
         }
         scan_key_group(&self.table, self.max_parallelism, key_group, f)
     }
