@@ -1,10 +1,9 @@
 //! A Flink user's commonest map pattern: iterate a key's map and update (or remove) the
-//! entries met, through the same handle. Without TTL the scan runs in `GiveUp::Verify` mode:
-//! when the kept iterator gives up next to many deleted entries (another key's removed map
-//! entries right after this key's range), it reads the range again and fails with a
-//! "transient, retry" error if the entries it had handed out changed — which they did, by the
-//! caller's own writes. The writes stay, so a retry applies them twice. The heap backend
-//! iterates the same sequence without error.
+//! entries met, through the same handle. When RocksDB's iterator gives up next to many deleted
+//! entries (another key's removed map entries right after this key's range), the scan must go
+//! on past them without failing: the entries it handed out changed by the caller's own
+//! writes, and an error after those writes landed would make a retry apply them twice. The
+//! heap backend iterates the same sequence; both must end with the same map.
 
 use rockstate::keygroup::key_group_of;
 use rockstate::{BackendKind, CodecId, DbOptions, KeyedBackend, RawMapState};
