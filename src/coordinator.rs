@@ -59,7 +59,8 @@ pub struct CoordinatorConfig {
     /// A checkpoint not acknowledged by every task this long after its trigger is aborted by
     /// [`Coordinator::tick`].
     pub timeout: Duration,
-    /// Checkpoints in flight at once; [`Coordinator::trigger`] returns `None` at the limit.
+    /// Checkpoints in flight at once; [`Coordinator::trigger`] returns [`Triggered::Busy`] at
+    /// the limit.
     /// At least 1.
     pub max_concurrent: usize,
 }

@@ -49,8 +49,8 @@ pub enum TimeDomain {
     /// The event-time watermark the engine advances with `KeyedBackend::advance_watermark`.
     /// A checkpoint's sync phase and a close keep it in the backend's metadata (`watermark`),
     /// so a reopened, restored or rescaled backend starts where its state was (a rescale: the
-    /// highest of its sources). A savepoint does not carry it: a backend restored from one
-    /// starts at 0 until the engine advances it.
+    /// highest of its sources). A savepoint records it too: a backend restored from
+    /// savepoints starts at the highest of their watermarks (a version 1 or 2 file counts 0).
     EventTime,
 }
 

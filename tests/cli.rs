@@ -616,3 +616,19 @@ fn demo_with_many_crashes_stays_exactly_once_and_bounded() {
     );
     assert_eq!(code(&o), 0);
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let f = Fixture::new();
+    for args in [vec!["verify", "--json", f.arg()], vec!["inspect", f.arg()]] {
+        // A reader that has gone before the first line (`| head -0`): every write fails.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = Command::new(env!("CARGO_BIN_EXE_rockstate"))
+            .args(&args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -54,6 +54,13 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
+    // Output piped into a reader that stops early (`| head`) ends the run quietly instead of
+    // a panic in `println!` (Rust ignores SIGPIPE).
+    // SAFETY: restores the default disposition of SIGPIPE before any other thread exists; no
+    // handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     report::set_json(cli.json);
     if !cli.normal_priority_compaction {

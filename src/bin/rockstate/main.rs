@@ -40,6 +40,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Output piped into a reader that stops early (`| head`) ends the command quietly, as it
+    // does other command-line tools, instead of a panic in `println!` (Rust ignores SIGPIPE).
+    // SAFETY: restores the default disposition of SIGPIPE before any other thread exists; no
+    // handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match cli.command {
         // The demo runs its tasks ahead of RocksDB's compactions, as an engine would.
