@@ -407,6 +407,8 @@ impl KeyedBackend {
                 meta_key.as_bytes(),
                 &codec::encode(requested, "state metadata")?,
             )?;
+            // Durable before the state's first entry can reach disk (WAL off).
+            self.inner.meta.flush()?;
         }
         Ok((
             table,
@@ -1021,7 +1023,10 @@ impl KeyedBackend {
     }
 
     /// Writes every state of this backend into a canonical savepoint at `path` (created; an
-    /// existing file is an error: savepoints are never overwritten). On RocksDB the states are
+    /// existing file is an error: savepoints are never overwritten). The file is written as
+    /// `.<name>.partial-<random>` beside `path` and linked to `path` once complete and
+    /// durable: a process killed midway leaves no file under the name, and the next write to
+    /// it removes the partial one. On RocksDB the states are
     /// read live while the call runs: call it where the task is not writing, as at a barrier
     /// (writes other threads make meanwhile may or may not be in it). The heap backend's is a
     /// point-in-time view ([`KeyedBackend::full_snapshot`]).

@@ -77,6 +77,9 @@ impl SequenceAllocator {
         if n >= self.reserved.load(Ordering::Acquire) {
             let new = n + SEQ_BLOCK;
             self.meta.put(META_LIST_SEQ, &new.to_be_bytes())?;
+            // Durable before any number of the block is used (WAL off: a list's own column
+            // family may flush before the metadata's).
+            self.meta.flush()?;
             self.reserved.store(new, Ordering::Release);
         }
         Ok(n)

@@ -37,7 +37,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::list_entry::{self, Entry, ListCursor};
-use crate::meta::SequenceAllocator;
+use crate::meta::{SequenceAllocator, META_WATERMARK};
 use crate::operator_state::OperatorState;
 use crate::state::{self, StateCore, StateKind, StateMeta};
 use crate::store::Table;
@@ -179,11 +179,6 @@ pub(crate) fn restore_savepoints(
             }
         }
     }
-    let mut stats = SavepointStats::default();
-    match t.db {
-        Some(db) => restore_into_rocksdb(t, db, &mut readers, paths, range, &mut stats)?,
-        None => restore_into_heap(t, &mut readers, range, &mut stats)?,
-    }
     // Event-time TTL goes on from the highest watermark among the files (a value touched
     // before the engine's first `advance_watermark` is stamped there, not at 0).
     let watermark = readers
@@ -191,6 +186,11 @@ pub(crate) fn restore_savepoints(
         .map(|(_, r)| r.header().event_time_watermark_ms)
         .max()
         .unwrap_or(0);
+    let mut stats = SavepointStats::default();
+    match t.db {
+        Some(db) => restore_into_rocksdb(t, db, watermark, &mut readers, paths, range, &mut stats)?,
+        None => restore_into_heap(t, &mut readers, range, &mut stats)?,
+    }
     t.watermark.set(watermark);
     for path in paths {
         stats.file_bytes += std::fs::metadata(path)
@@ -237,7 +237,8 @@ pub(crate) fn sweep_staging(dir: &Path) -> Result<()> {
 
 fn restore_into_rocksdb(
     t: &SavepointTarget<'_>,
-    db: &Db,
+    db: &Arc<Db>,
+    watermark: u64,
     readers: &mut [(KeyGroupRange, SavepointReader<BufReader<File>>)],
     paths: &[&Path],
     range: KeyGroupRange,
@@ -335,6 +336,14 @@ fn restore_into_rocksdb(
             }
         }
     }
+    // From here on the directory changes: it carries the restore marker until every state,
+    // its metadata and the list-sequence mark are durable, so a process killed midway leaves
+    // a directory `open` refuses (`Error::RestoreIncomplete`), never half the savepoint.
+    let marker = crate::restore::restore_marker(t.path);
+    std::fs::File::create(&marker)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(&marker, e))?;
+    crate::storage::sync_dir(t.path)?;
     // Every state of every file is registered, also those without entries here.
     for (_, reader) in readers.iter() {
         for meta in &reader.header().states {
@@ -356,6 +365,16 @@ fn restore_into_rocksdb(
             }
         }
     }
+    let watermark = watermark.max(t.watermark.now_ms());
+    if watermark > 0 {
+        db.default_cf()?
+            .put(META_WATERMARK, &watermark.to_be_bytes())?;
+    }
+    // The metadata written above (states, list-sequence and TTL marks, the watermark) sits
+    // in the memtable with the WAL off: durable before the marker goes.
+    db.flush_all()?;
+    std::fs::remove_file(&marker).map_err(|e| Error::io(&marker, e))?;
+    crate::storage::sync_dir(t.path)?;
     Ok(())
 }
 
@@ -780,18 +799,58 @@ impl FullSnapshot {
             created_at_ms: self.taken_at_ms,
             event_time_watermark_ms: self.watermark_ms,
         };
+        // Refused before any work: a savepoint never replaces a file.
+        if path.exists() {
+            return Err(Error::io(
+                path,
+                std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            ));
+        }
+        // Written under a partial name beside `path`, locked while it is written, and
+        // linked to `path` once complete and durable: a process killed midway leaves a
+        // partial file (which no restore takes for a savepoint: not its name), and the next
+        // write to `path` removes it (its lock is free), never a half file under the name.
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .ok_or_else(|| Error::InvalidOption {
+                name: "write_savepoint",
+                detail: format!("{} names no file", path.display()),
+            })?
+            .to_string_lossy()
+            .into_owned();
+        remove_dead_partials(dir, &name);
+        let partial = dir.join(format!(
+            "{}{:016x}",
+            partial_prefix(&name),
+            rand::random::<u64>()
+        ));
         let file = File::options()
             .write(true)
             .create_new(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
-        let written = self.write_into(file, path, &header);
-        if written.is_err() {
-            // Best effort: a partial file (detectably corrupt: it has no footer) would make a
-            // retry to the same path fail; one a killed process left stays until removed.
-            let _ = std::fs::remove_file(path);
-        }
-        written
+            .open(&partial)
+            .map_err(|e| Error::io(&partial, e))?;
+        let written = crate::storage::try_lock(&partial)
+            .ok_or_else(|| {
+                Error::io(
+                    &partial,
+                    std::io::Error::from(std::io::ErrorKind::WouldBlock),
+                )
+            })
+            .and_then(|_lock| {
+                let stats = self.write_into(file, &partial, &header)?;
+                std::fs::hard_link(&partial, path).map_err(|e| Error::io(path, e))?;
+                Ok(stats)
+            });
+        let _ = std::fs::remove_file(&partial);
+        let stats = written?;
+        // The new name is durable, the partial one gone: a savepoint reported written
+        // survives a power loss.
+        crate::storage::sync_dir(dir)?;
+        Ok(stats)
     }
 
     /// [`FullSnapshot::write_savepoint`] into `file`, created at `path`: the file and then
@@ -902,6 +961,24 @@ impl FullSnapshot {
             _ => Path::new("."),
         })?;
         Ok(stats)
+    }
+}
+
+/// Name prefix of a savepoint being written to `<name>`: `.<name>.partial-`.
+fn partial_prefix(name: &str) -> String {
+    format!(".{name}.partial-")
+}
+
+/// Removes partial files of savepoints to `name` in `dir` whose writer is gone (their lock is
+/// free): what a process killed while writing left. Best effort.
+fn remove_dead_partials(dir: &Path, name: &str) {
+    let prefix = partial_prefix(name);
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix)
+            && crate::storage::try_lock(&e.path()).is_some()
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

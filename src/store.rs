@@ -163,6 +163,15 @@ impl Table {
         }
     }
 
+    /// Flushes the column family's memtable (with the WAL off, what must survive a crash
+    /// before the next checkpoint). Nothing to do on the heap.
+    pub(crate) fn flush(&self) -> Result<()> {
+        match self {
+            Table::Rocks(cf) => cf.flush(),
+            Table::Heap(_) => Ok(()),
+        }
+    }
+
     /// Compacts the column family fully (running TTL filters). Nothing to do on the heap.
     pub(crate) fn compact_all(&self) -> Result<()> {
         match self {

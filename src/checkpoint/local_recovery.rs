@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 use sst_format::SstUniqueId;
 
 use super::layout;
-use super::registry::{try_lock, Checkpointer, STAGING_LOCK};
+use super::registry::{Checkpointer, STAGING_LOCK};
 use crate::error::{Error, Result};
+use crate::storage::try_lock;
 
 /// Where the files of a restore came from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -24,7 +24,7 @@ use super::CheckpointOptions;
 use crate::catalog::decode_manifest_named;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::storage::CheckpointStorage;
+use crate::storage::{try_lock, CheckpointStorage};
 
 /// The checkpoint a backend was restored from; becomes its reuse base.
 #[derive(Debug, Clone)]
@@ -161,28 +161,6 @@ pub(crate) fn list_committed(
         .collect();
     out.sort_by(|a, b| (a.1, &a.2).cmp(&(b.1, &b.2)));
     Ok(out)
-}
-
-/// Takes an exclusive, non-blocking `flock` on `path` (created if missing); `None` if another
-/// open file holds it.
-pub(crate) fn try_lock(path: &Path) -> Option<File> {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .ok()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::io::AsRawFd;
-        // SAFETY: flock on a descriptor this function owns; no memory is shared with the
-        // kernel.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            return None;
-        }
-    }
-    Some(file)
 }
 
 /// Name of the lock file in a backend's staging directory: held while the backend is open.

@@ -304,6 +304,20 @@ impl Cf {
         self.scan_with(read, lower, upper, f)
     }
 
+    /// Flushes this column family's memtable to an SST file (WAL off: what must survive a
+    /// crash without a checkpoint).
+    pub(crate) fn flush(&self) -> Result<()> {
+        let open = self.db.opened()?;
+        let drained = open.drained()?;
+        drained
+            .rocks()
+            .flush_cf_opt(
+                drained.handle(self.slot)?,
+                &rocksdb::FlushOptions::default(),
+            )
+            .map_err(rocks_error)
+    }
+
     /// Compacts the whole column family (runs compaction filters on every entry).
     pub(crate) fn compact_all(&self) -> Result<()> {
         self.compact(None, None)

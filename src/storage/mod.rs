@@ -46,6 +46,28 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(dir, e))
 }
 
+/// Takes an exclusive, non-blocking `flock` on `path` (created if missing); `None` if another
+/// open file holds it.
+pub(crate) fn try_lock(path: &Path) -> Option<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns; no memory is shared with the
+        // kernel.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return None;
+        }
+    }
+    Some(file)
+}
+
 /// One object found by [`CheckpointStorage::list`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
