@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Serialize};
 
-use super::{with_encoded, StateCore, TtlRuntime};
+use super::{with_encoded, StateCore, TtlRuntime, Visitor};
 use crate::codec;
 use crate::error::Result;
 use crate::list_entry::{self, Entry, ListCursor, RUN_MARK};
@@ -111,6 +111,17 @@ impl RawListState {
         &self,
         key: &[u8],
         ns: &[u8],
+        f: impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.visit(key, ns, Visitor::MayWrite, f)
+    }
+
+    /// [`RawListState::for_each`] with the visitor's kind.
+    pub(crate) fn visit(
+        &self,
+        key: &[u8],
+        ns: &[u8],
+        visitor: Visitor,
         mut f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         let core = &self.core;
@@ -118,7 +129,7 @@ impl RawListState {
         let end = codec::prefix_end(&prefix);
         let mut cursor = ListCursor::new();
         let mut dead: Vec<Vec<u8>> = Vec::new();
-        core.scan_for_read(&prefix, end.as_deref(), |k, stored| {
+        core.scan_for_read(&prefix, end.as_deref(), visitor, |k, stored| {
             let suffix = &k[prefix.len()..];
             let payload = match &core.ttl {
                 None => stored,
@@ -152,7 +163,7 @@ impl RawListState {
     /// The elements of `key` in `ns`; empty when there are none.
     pub fn get(&self, key: &[u8], ns: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
-        self.for_each(key, ns, |v| {
+        self.visit(key, ns, Visitor::Reads, |v| {
             out.push(v.to_vec());
             Ok(true)
         })?;
@@ -341,7 +352,7 @@ impl<K: Serialize, N: Serialize, T: Serialize + DeserializeOwned> ListState<K, N
         with_encoded(key, "key", |k| {
             with_encoded(ns, "namespace", |n| {
                 let mut out = Vec::new();
-                self.raw.for_each(k, n, |v| {
+                self.raw.visit(k, n, Visitor::Reads, |v| {
                     out.push(codec::decode(v, "list element")?);
                     Ok(true)
                 })?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Serialize};
 
-use super::{with_encoded, KeyBuf, StateCore, MAX_KEY_BYTES};
+use super::{with_encoded, KeyBuf, StateCore, Visitor, MAX_KEY_BYTES};
 use crate::codec;
 use crate::error::{Error, Result};
 
@@ -65,21 +65,33 @@ impl RawMapState {
         self.core.table.delete(&k)
     }
 
-    /// Visits the entries in user-key byte order until `f` returns `Ok(false)`.
+    /// Visits the entries in user-key byte order until `f` returns `Ok(false)`. `f` may
+    /// write to this map through this or another handle (iterate and update).
     pub fn for_each(
         &self,
         key: &[u8],
         ns: &[u8],
         f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
+        self.visit(key, ns, Visitor::MayWrite, f)
+    }
+
+    /// [`RawMapState::for_each`] with the visitor's kind.
+    pub(crate) fn visit(
+        &self,
+        key: &[u8],
+        ns: &[u8],
+        visitor: Visitor,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
         let prefix = self.core.key(key, ns)?;
-        self.core.scan_prefix(&prefix, f)
+        self.core.scan_prefix(&prefix, visitor, f)
     }
 
     /// All entries in user-key byte order.
     pub fn entries(&self, key: &[u8], ns: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut out = Vec::new();
-        self.for_each(key, ns, |k, v| {
+        self.visit(key, ns, Visitor::Reads, |k, v| {
             out.push((k.to_vec(), v.to_vec()));
             Ok(true)
         })?;
@@ -89,7 +101,7 @@ impl RawMapState {
     /// Whether the map of `key` in `ns` has no entry.
     pub fn is_empty(&self, key: &[u8], ns: &[u8]) -> Result<bool> {
         let mut empty = true;
-        self.for_each(key, ns, |_, _| {
+        self.visit(key, ns, Visitor::Reads, |_, _| {
             empty = false;
             Ok(false)
         })?;
@@ -178,7 +190,7 @@ where
     pub fn entries(&self, key: &K, ns: &N) -> Result<Vec<(UK, UV)>> {
         self.with_key_ns(key, ns, |k, n| {
             let mut out = Vec::new();
-            self.raw.for_each(k, n, |uk, uv| {
+            self.raw.visit(k, n, Visitor::Reads, |uk, uv| {
                 out.push((
                     codec::decode(uk, "map user key")?,
                     codec::decode(uv, "map value")?,

@@ -32,6 +32,18 @@ use crate::keygroup::{self, KeyGroupRange};
 use crate::store::{Table, TableBatch};
 use crate::ttl::{self, TtlConfig, TtlCounters, UpdateType, Visibility};
 
+/// What runs inside a read's visitor, which decides how the read's scan goes on when
+/// RocksDB's iterator gives up next to many deleted entries ([`StateCore::scan_for_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Visitor {
+    /// Code that only collects what it is handed (`get`, `entries`, `is_empty`).
+    Reads,
+    /// The caller's code, which may write the entries it is handed (a map iterated and
+    /// updated through the same handle): an error after its writes landed would make a retry
+    /// apply them twice.
+    MayWrite,
+}
+
 /// A stored key under construction; keys up to 128 bytes never touch the heap.
 pub(crate) type KeyBuf = SmallVec<[u8; 128]>;
 
@@ -394,17 +406,16 @@ impl StateCore {
     pub(crate) fn scan_prefix(
         &self,
         prefix: &[u8],
+        visitor: Visitor,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let end = codec::prefix_end(prefix);
         if self.ttl.is_none() {
-            // `f` is the caller's code, which may write to the entries it is handed (a map
-            // iterated and updated): a scan that gives up goes on past them, as a TTL read's.
-            return self
-                .table
-                .scan_writing_back(prefix, end.as_deref(), |k, v| f(&k[prefix.len()..], v));
+            return self.scan_for_read(prefix, end.as_deref(), visitor, |k, v| {
+                f(&k[prefix.len()..], v)
+            });
         }
-        self.scan_for_read(prefix, end.as_deref(), |k, v| {
+        self.scan_for_read(prefix, end.as_deref(), visitor, |k, v| {
             match self.read_live(k, v)? {
                 Some(p) => f(&k[prefix.len()..], p),
                 None => Ok(true),
@@ -412,17 +423,24 @@ impl StateCore {
         })
     }
 
-    /// Visits the stored entries in `[lower, upper)` for a read. Under TTL the read may
-    /// refresh or remove the entries it meets ([`StateCore::read_live`]), so it scans with
-    /// [`Table::scan_writing_back`].
+    /// Visits the stored entries in `[lower, upper)` for a read. A read that writes (under
+    /// TTL it may refresh or remove the entries it meets, [`StateCore::read_live`]; a
+    /// [`Visitor::MayWrite`] runs the caller's code) scans with [`Table::scan_writing_back`],
+    /// which goes on past a give-up next to deleted entries; a read of a state without TTL
+    /// whose visitor only reads scans with [`Table::scan`], which reads the range again there
+    /// and fails with a transient error if it changed, so a reader on another thread never
+    /// sees part of a write.
     pub(crate) fn scan_for_read(
         &self,
         lower: &[u8],
         upper: Option<&[u8]>,
+        visitor: Visitor,
         f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        // Without TTL too: the visitor runs the caller's code, which may write.
-        self.table.scan_writing_back(lower, upper, f)
+        match (&self.ttl, visitor) {
+            (None, Visitor::Reads) => self.table.scan(lower, upper, f),
+            _ => self.table.scan_writing_back(lower, upper, f),
+        }
     }
 
     /// In changelog mode, records that the row under `prefix` (a key's list or map in one
