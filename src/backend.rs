@@ -134,7 +134,8 @@ impl BackendBuilder {
     /// Opens or creates the backend. A directory that holds an unfinished restore (killed
     /// before it ended) is [`Error::RestoreIncomplete`], never opened.
     pub fn open(self) -> Result<KeyedBackend> {
-        if crate::restore::restore_marker(&self.path).exists() {
+        if self.kind == BackendKind::RocksDb && crate::restore::restore_marker(&self.path).exists()
+        {
             return Err(Error::RestoreIncomplete(self.path.clone()));
         }
         self.open_inner(None)
@@ -191,11 +192,14 @@ impl BackendBuilder {
                         "checkpoints of the heap backend (use savepoints)".into(),
                     ));
                 }
+                let gate = Arc::new(parking_lot::RwLock::new(()));
+                let meta = HeapTable::with_gate(&self.path, Arc::clone(&gate));
                 let engine = Engine::Heap {
                     path: self.path.clone(),
                     tables: Mutex::new(BTreeMap::new()),
+                    gate,
                 };
-                (engine, Table::Heap(HeapTable::new(&self.path)))
+                (engine, Table::Heap(meta))
             }
         };
         let wanted = BackendMeta {
@@ -269,6 +273,8 @@ enum Engine {
         path: PathBuf,
         /// One table per state, by state name.
         tables: Mutex<BTreeMap<String, HeapTable>>,
+        /// The snapshot gate every table shares (`HeapTable::gate`).
+        gate: Arc<parking_lot::RwLock<()>>,
     },
 }
 
@@ -393,11 +399,11 @@ impl KeyedBackend {
         // limit, a RocksDB error) leaves no state registered behind.
         let table = match &self.inner.engine {
             Engine::Rocks(db) => Table::Rocks(db.create_cf(&format!("{STATE_CF_PREFIX}{name}"))?),
-            Engine::Heap { tables, path } => Table::Heap(
+            Engine::Heap { tables, path, gate } => Table::Heap(
                 tables
                     .lock()
                     .entry(name.to_string())
-                    .or_insert_with(|| HeapTable::new(path))
+                    .or_insert_with(|| HeapTable::with_gate(path, Arc::clone(gate)))
                     .clone(),
             ),
         };

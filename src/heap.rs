@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use imbl::OrdMap;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
 
@@ -35,6 +35,9 @@ pub(crate) struct HeapTable {
     map: Arc<Mutex<Option<Map>>>,
     /// The backend's directory, for [`Error::Closed`].
     path: Arc<Path>,
+    /// Shared by every table of one backend: each access holds it shared, a full snapshot
+    /// holds it exclusively while it freezes all tables, so the snapshot is one cut.
+    gate: Arc<RwLock<()>>,
 }
 
 /// One operation of a heap batch.
@@ -44,17 +47,37 @@ pub(crate) enum HeapOp {
 }
 
 impl HeapTable {
-    /// An empty table of the backend at `path`.
+    /// An empty table of its own (unit tests).
+    #[cfg(test)]
     pub(crate) fn new(path: &Path) -> Self {
+        Self::with_gate(path, Arc::new(RwLock::new(())))
+    }
+
+    /// An empty table of the backend at `path`, sharing the backend's snapshot `gate`.
+    pub(crate) fn with_gate(path: &Path, gate: Arc<RwLock<()>>) -> Self {
         HeapTable {
             map: Arc::new(Mutex::new(Some(Map::new()))),
             path: path.into(),
+            gate,
         }
+    }
+
+    /// The backend's snapshot gate.
+    pub(crate) fn gate(&self) -> &Arc<RwLock<()>> {
+        &self.gate
     }
 
     /// Runs `f` on the map; [`Error::Closed`] once the table is closed.
     #[inline]
     fn with<R>(&self, f: impl FnOnce(&mut Map) -> R) -> Result<R> {
+        // Recursive: a caller may hold it already (a read inside a scan's closure) while a
+        // snapshot waits for it.
+        let _gate = self.gate.read_recursive();
+        self.with_ungated(f)
+    }
+
+    /// [`HeapTable::with`] for a caller that holds the gate exclusively.
+    fn with_ungated<R>(&self, f: impl FnOnce(&mut Map) -> R) -> Result<R> {
         match self.map.lock().as_mut() {
             Some(map) => Ok(f(map)),
             None => Err(Error::Closed {
@@ -82,6 +105,18 @@ impl HeapTable {
     pub(crate) fn delete(&self, key: &[u8]) -> Result<()> {
         self.with(|map| {
             map.remove(key);
+        })
+    }
+
+    /// Deletes `key` if it still holds `stored` (an expired value a read found); whether it did.
+    pub(crate) fn delete_if(&self, key: &[u8], stored: &[u8]) -> Result<bool> {
+        self.with(|map| {
+            if map.get(key).is_some_and(|v| &v[..] == stored) {
+                map.remove(key);
+                true
+            } else {
+                false
+            }
         })
     }
 
@@ -150,6 +185,16 @@ impl HeapTable {
         Ok(HeapTable {
             map: Arc::new(Mutex::new(Some(self.frozen()?))),
             path: Arc::clone(&self.path),
+            gate: Arc::new(RwLock::new(())),
+        })
+    }
+
+    /// [`HeapTable::snapshot`] for a caller that holds the gate exclusively.
+    pub(crate) fn snapshot_ungated(&self) -> Result<HeapTable> {
+        Ok(HeapTable {
+            map: Arc::new(Mutex::new(Some(self.with_ungated(|map| map.clone())?))),
+            path: Arc::clone(&self.path),
+            gate: Arc::new(RwLock::new(())),
         })
     }
 

@@ -80,16 +80,31 @@ pub(crate) struct SavepointTarget<'a> {
 /// live column families (the caller does not write while the savepoint is written).
 pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
     let start = Instant::now();
+    let cores = t
+        .states
+        .iter()
+        .map(|meta| Ok((meta, (t.core_for)(meta)?)))
+        .collect::<Result<Vec<_>>>()?;
+    // Heap: every table frozen under the backend's gate held exclusively, so the view is one
+    // cut of all states even while other threads write.
+    let gate = cores.iter().find_map(|(_, c)| match &c.table {
+        Table::Heap(h) => Some(Arc::clone(h.gate())),
+        Table::Rocks(_) => None,
+    });
+    let _held = gate.as_ref().map(|g| g.write());
     let mut states = Vec::new();
-    for meta in &t.states {
-        let core = (t.core_for)(meta)?;
+    for (meta, core) in cores {
         let expiry = core
             .ttl
             .as_ref()
             .filter(|t| t.config.cleanup.full_snapshot && t.config.expires())
             .map(|t| (t.ttl_ms, t.clock.now_ms()));
+        let table = match &core.table {
+            Table::Heap(h) => Table::Heap(h.snapshot_ungated()?),
+            other => other.frozen()?,
+        };
         states.push(SnapshotState {
-            table: core.table.frozen()?,
+            table,
             meta: meta.clone(),
             expiry,
         });

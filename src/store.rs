@@ -97,6 +97,16 @@ impl Table {
         }
     }
 
+    /// Deletes `key`, which a read found holding the expired value `stored`; whether this
+    /// removed it (the heap: only if it still holds `stored`, so an entry removed meanwhile
+    /// is not counted twice and a value written meanwhile stays).
+    pub(crate) fn delete_expired(&self, key: &[u8], stored: &[u8]) -> Result<bool> {
+        match self {
+            Table::Rocks(cf) => cf.delete(key).map(|()| true),
+            Table::Heap(t) => t.delete_if(key, stored),
+        }
+    }
+
     /// In changelog mode, records that every key in `[start, end)` is deleted as of now,
     /// changing nothing stored (see `Cf::log_range_deletion`); nothing on the heap.
     pub(crate) fn log_range_deletion(&self, start: &[u8], end: &[u8]) -> Result<()> {

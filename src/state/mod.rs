@@ -367,8 +367,9 @@ impl StateCore {
                 Some(p)
             }
             Found::ExpiredHidden => {
-                self.table.delete(k)?;
-                self.count_dropped_on_read(1);
+                if self.table.delete_expired(k, stored)? {
+                    self.count_dropped_on_read(1);
+                }
                 None
             }
         })
