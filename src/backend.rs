@@ -131,8 +131,8 @@ impl BackendBuilder {
         self
     }
 
-    /// Opens or creates the backend. A directory that holds an unfinished restore (killed
-    /// before it ended) is [`Error::RestoreIncomplete`], never opened.
+    /// Opens or creates the backend. A RocksDB directory that holds an unfinished restore
+    /// (killed before it ended) is [`Error::RestoreIncomplete`], never opened.
     pub fn open(self) -> Result<KeyedBackend> {
         if self.kind == BackendKind::RocksDb && crate::restore::restore_marker(&self.path).exists()
         {
