@@ -62,7 +62,7 @@ fn workload(h: &Handles, round: u32) {
     for k in 0..60u32 {
         for ns in 0..2u8 {
             let s = k * 3 + u32::from(ns) + round * 1000;
-            if (k + round) % 3 != 0 {
+            if !(k + round).is_multiple_of(3) {
                 h.v.put(&k, &ns, &s).unwrap();
             }
             match (k + round) % 4 {
@@ -71,7 +71,7 @@ fn workload(h: &Handles, round: u32) {
                 2 => h.l.update(&k, &ns, &[s + 7, s + 8]).unwrap(),
                 _ => {}
             }
-            if (k + round) % 5 != 0 {
+            if !(k + round).is_multiple_of(5) {
                 h.m.put(&k, &ns, &((s % 7) as u16), &format!("m{s}"))
                     .unwrap();
             }
