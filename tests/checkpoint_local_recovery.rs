@@ -1,6 +1,8 @@
 //! Local recovery: the files of the retained checkpoints stay on local disk; a
 //! restart on the same machine restores from them after verifying them, downloads only what
-//! is missing or damaged, and reports the split. Runs on local storage and on S3.
+//! is missing or damaged, and reports the split; copies no restore can use (aborted
+//! attempts, a dead backend's uncompleted ones, a gone source's) are deleted, so the staging
+//! root stays bounded. Runs on local storage and on S3.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -152,8 +154,111 @@ fn a_restore_with_local_recovery_off_retires_the_sources_copies(fx: Fixture) {
     );
 }
 
+/// Checkpoints the job aborts (a task declined, a timeout) after their upload: an uploaded
+/// checkpoint that did not complete never will, so its local copy goes with the abort (as
+/// Flink's `TaskLocalStateStore::abortCheckpoint` discards it); a job whose checkpoints keep
+/// being aborted does not grow its staging root by a RocksDB checkpoint per attempt.
+fn aborted_checkpoints_leave_no_local_copies(fx: Fixture) {
+    let b = fx.open("a", CheckpointOptions::default());
+    let backend = b.backend_id().to_string();
+    let mut model = Model::new();
+    let mut r = rng(3);
+    random_writes(&b, &mut model, &mut r, 500);
+    b.checkpoint(1).unwrap();
+    b.notify_checkpoint_complete(1).unwrap();
+    assert_eq!(local_copies(&fx, &backend), [1]);
+    // Ten checkpoints uploaded, each aborted by the job (another task declined it).
+    for id in 2..=11 {
+        random_writes(&b, &mut model, &mut r, 500);
+        b.checkpoint(id).unwrap();
+        b.notify_checkpoint_aborted(id).unwrap();
+        // Storage forgot the attempt...
+        assert!(
+            fx.objects()
+                .keys()
+                .all(|k| !k.contains(&format!("chk-{id}/"))),
+            "attempt {id} still in storage"
+        );
+    }
+    // ...and so must the staging root: only the last completed checkpoint's copy is useful.
+    assert_eq!(
+        local_copies(&fx, &backend),
+        [1],
+        "local copies of aborted checkpoints stay on disk"
+    );
+}
+
+/// `(backend id, checkpoint id)` of every local copy under `staging_root`.
+fn all_local_copies(staging_root: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for b in std::fs::read_dir(staging_root)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = b.file_name().to_string_lossy().into_owned();
+        for c in std::fs::read_dir(b.path()).into_iter().flatten().flatten() {
+            if let Some(id) = layout::parse_local_copy_dir(c.file_name().to_str().unwrap()) {
+                out.push((name.clone(), id));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A job restarting on the same machine from its last completed checkpoint, each run uploading
+/// a checkpoint that never completes before it dies (another task failed, or a kill between
+/// upload and completion): each run's backend is new, and no restore uses its copy. The staging
+/// root keeps at most the last run's attempt, not one RocksDB checkpoint per restart.
+fn a_restart_loop_does_not_pile_up_local_copies(fx: Fixture) {
+    let staging_root = layout::default_staging_root(&fx.path("a"));
+    let first = fx.open("a", CheckpointOptions::default());
+    let mut model = Model::new();
+    let mut r = rng(9);
+    random_writes(&first, &mut model, &mut r, 1000);
+    first.checkpoint(1).unwrap();
+    first.notify_checkpoint_complete(1).unwrap();
+    drop(first);
+
+    const RUNS: u64 = 6;
+    for run in 0..RUNS {
+        // Restart on the same machine: the database directory is replaced by a restore of
+        // the last completed checkpoint (1: nothing after it ever completes).
+        std::fs::remove_dir_all(fx.path("a")).unwrap();
+        let b = KeyedBackend::builder(fx.path("a"))
+            .options(small_options())
+            .checkpoint_storage(fx.storage_dyn())
+            .checkpoint_options(CheckpointOptions::default())
+            .restore(RestoreFrom::Latest)
+            .unwrap();
+        assert_eq!(read_all(&b), model, "run {run} restored the wrong state");
+        // The run writes on and uploads its next checkpoint, then dies before it completes.
+        let mut scratch = model.clone();
+        random_writes(&b, &mut scratch, &mut r, 1000);
+        b.checkpoint(2 + run).unwrap();
+        drop(b);
+    }
+    let copies = all_local_copies(&staging_root);
+    // A dead backend's copy of a checkpoint that never completed can never be restored; at
+    // most the last run's attempt may still be there.
+    assert!(
+        copies.len() <= 1,
+        "{} local copies after {RUNS} restarts (one more per restart): {copies:?}",
+        copies.len()
+    );
+    // Nor one (empty) backend directory per restart.
+    let dirs = std::fs::read_dir(&staging_root).unwrap().count();
+    assert!(
+        dirs <= 2,
+        "{dirs} backend directories after {RUNS} restarts"
+    );
+}
+
 on_every_storage!(
     restores_from_local_copy_and_downloads_only_the_damage,
+    aborted_checkpoints_leave_no_local_copies,
+    a_restart_loop_does_not_pile_up_local_copies,
     local_recovery_off_keeps_nothing,
     a_restore_with_local_recovery_off_retires_the_sources_copies,
     a_restore_beside_the_live_writer_leaves_its_files_alone,
