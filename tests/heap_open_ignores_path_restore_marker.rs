@@ -1,8 +1,8 @@
 //! The heap backend does not use its builder's path (`BackendKind::Heap`: "Nothing is written
-//! to the builder's path"; docs/heap-backend.md: "The builder's path is not used"). Yet
-//! `open` refuses a heap backend whose path holds the marker of an unfinished RocksDB restore
-//! (`RestoreIncomplete`), which concerns only a RocksDB database there. An engine that
-//! switches a task to the heap backend (and restores it from a savepoint) cannot open it.
+//! to the builder's path"; docs/heap-backend.md: "The builder's path is not used"), so the
+//! marker of an unfinished RocksDB restore there (`RestoreIncomplete` for a RocksDB open)
+//! does not stop it: an engine that switches a task to the heap backend at its old directory
+//! (and restores it from a savepoint) opens it.
 
 use rockstate::{BackendKind, KeyedBackend};
 

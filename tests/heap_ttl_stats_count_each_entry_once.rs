@@ -1,8 +1,8 @@
 //! Heap backend, TTL map state with incremental cleanup: a map iteration scans a frozen copy
 //! of the state; a point read made from its callback (or by any other thread) runs an
 //! incremental cleanup step that removes the expired entries the iteration has yet to reach.
-//! The iteration then meets them in its frozen copy, "removes" them again and counts them
-//! again: `ttl_stats` reports more removed entries than ever existed.
+//! The iteration then meets them in its frozen copy: they are gone already and must not be
+//! removed or counted again, so `ttl_stats` counts each expired entry once.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,7 @@
-//! `full_snapshot` on the heap backend promises "exactly the state at the call"
-//! (docs/heap-backend.md, `KeyedBackend::full_snapshot`). With another thread writing, the
-//! snapshot freezes one state after the other under each state's own lock, so it can hold a
-//! later write to one state without an earlier write (same thread, program order) to another:
-//! a state that never existed at any instant.
+//! `full_snapshot` on the heap backend holds "exactly the state at the call"
+//! (docs/heap-backend.md, `KeyedBackend::full_snapshot`), also while another thread writes:
+//! never a later write to one state without an earlier write (same thread, program order) to
+//! another, a state that never existed at any instant.
 //!
 //! A writer thread stores counter `n` first in state "a", then in state "z" (so at every
 //! instant a >= z). States "m000".."m099" sort between them and widen the window between the
