@@ -3,7 +3,8 @@
 //! redistribution rule applied when parallelism changes:
 //!
 //! - **Split**: the elements of all old instances, concatenated in instance order, are cut into
-//!   contiguous, near-equal runs, one per new instance (a source's partition offsets);
+//!   contiguous, near-equal runs, one per new instance (a source's partition offsets); at
+//!   unchanged parallelism each instance keeps its own list (a failover moves nothing);
 //! - **Union**: every new instance receives every element;
 //! - **Broadcast**: every old instance holds the same copy (checked), every new one gets it.
 //!
@@ -124,7 +125,7 @@ impl OperatorState {
 
 /// Redistributes the operator state of `old` instances (index = old instance) over
 /// `new_parallelism` instances. A list must have the same mode everywhere; broadcast copies
-/// must be identical.
+/// must be identical. At unchanged parallelism a Split list stays with its instance.
 pub fn redistribute(old: &[OperatorState], new_parallelism: usize) -> Result<Vec<OperatorState>> {
     if new_parallelism == 0 {
         return Err(Error::InvalidKeyGroups("new parallelism 0".into()));
@@ -148,6 +149,17 @@ pub fn redistribute(old: &[OperatorState], new_parallelism: usize) -> Result<Vec
     let mut out = vec![OperatorState::new(); new_parallelism];
     for (name, (mode, parts)) in merged {
         match mode {
+            // At unchanged parallelism every instance keeps its own list (a failover: a
+            // source keeps its partitions, a sink its transactions), as Flink's round-robin
+            // repartitioner leaves them.
+            RedistributionMode::Split if old.len() == new_parallelism => {
+                for (target, state) in out.iter_mut().zip(old) {
+                    let own = state.lists.get(name).map(|(_, e)| e.clone());
+                    target
+                        .lists
+                        .insert(name.to_string(), (mode, own.unwrap_or_default()));
+                }
+            }
             RedistributionMode::Split => {
                 let all: Vec<Vec<u8>> = parts.into_iter().flatten().cloned().collect();
                 let (base, extra) = (all.len() / new_parallelism, all.len() % new_parallelism);

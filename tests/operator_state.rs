@@ -40,9 +40,20 @@ fn check(parts: &[(Vec<u64>, Vec<u16>)], rules: &[String], new: &[OperatorState]
         .flat_map(|s| s.get::<u64>("offsets").unwrap())
         .collect();
     assert_eq!(got, all_offsets, "split: every element once, in order");
-    let sizes: Vec<usize> = new.iter().map(|s| s.get_raw("offsets").len()).collect();
-    let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
-    assert!(max - min <= 1, "split is balanced: {sizes:?}");
+    if parts.len() == p {
+        // Unchanged parallelism: every instance keeps its own list (a failover moves nothing).
+        for (s, (offsets, _)) in new.iter().zip(parts) {
+            assert_eq!(
+                &s.get::<u64>("offsets").unwrap(),
+                offsets,
+                "split at p -> p"
+            );
+        }
+    } else {
+        let sizes: Vec<usize> = new.iter().map(|s| s.get_raw("offsets").len()).collect();
+        let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+        assert!(max - min <= 1, "split is balanced: {sizes:?}");
+    }
     for s in new {
         assert_eq!(
             s.get::<u16>("seen").unwrap(),
@@ -183,4 +194,27 @@ fn a_missing_instance_is_a_typed_error_not_a_lost_element() {
         rockstate::savepoint::read_operator_states(&[&sp, &sp]),
         Err(Error::InvalidKeyGroups(_))
     ));
+}
+
+fn split_of(elements: &[u32]) -> OperatorState {
+    let mut s = OperatorState::new();
+    s.update("offsets", RedistributionMode::Split, elements)
+        .unwrap();
+    s
+}
+
+/// Flink (`RoundRobinOperatorStateRepartitioner`) does not repartition Split lists at an
+/// unchanged parallelism: after a failover at p → p, instance i gets exactly the list it
+/// checkpointed (a source keeps its partitions, a sink its transactions), however unbalanced.
+#[test]
+fn p_to_p_keeps_every_instances_split_list() {
+    // Instance 0 reads partitions 0, 1, 2; instance 1 reads partition 3.
+    let old = vec![split_of(&[0, 1, 2]), split_of(&[3])];
+    let new = redistribute(&old, 2).unwrap();
+    let got: Vec<Vec<u32>> = new.iter().map(|s| s.get("offsets").unwrap()).collect();
+    assert_eq!(
+        got,
+        vec![vec![0, 1, 2], vec![3]],
+        "p -> p moved elements between instances"
+    );
 }

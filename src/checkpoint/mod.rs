@@ -656,7 +656,11 @@ pub fn read_operator_states(
         // place counts, and two copies must agree.
         let state = match acknowledged {
             Some(record) if m.operator_state.is_empty() => record.clone(),
-            Some(record) if !record.is_empty() && *record != m.operator_state => {
+            Some(record)
+                if !record.is_empty()
+                    && OperatorState::from_snapshot(record.clone())?
+                        != OperatorState::from_snapshot(m.operator_state.clone())? =>
+            {
                 return Err(Error::CheckpointCorrupt {
                     file: name,
                     detail: format!(

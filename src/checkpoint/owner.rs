@@ -432,6 +432,30 @@ impl JobOwner {
             }
             names
         };
+        // Operator state: each task's must be readable (no list twice) and agree with the
+        // copy its manifest holds, or the completed checkpoint could not be restored.
+        for t in &record.tasks {
+            let acked =
+                crate::operator_state::OperatorState::from_snapshot(t.operator_state.clone())
+                    .map_err(|e| reject(format!("task {}'s operator state: {e}", t.task)))?;
+            let Some(name) = t.manifest.as_deref() else {
+                continue;
+            };
+            if let Ok(m) = self.manifest(name) {
+                if !t.operator_state.is_empty() && !m.operator_state.is_empty() {
+                    let stored = crate::operator_state::OperatorState::from_snapshot(
+                        m.operator_state.clone(),
+                    )
+                    .map_err(|e| reject(format!("{name}'s operator state: {e}")))?;
+                    if stored != acked {
+                        return Err(reject(format!(
+                            "task {}'s acknowledged operator state differs from the one {name} holds",
+                            t.task
+                        )));
+                    }
+                }
+            }
+        }
         for name in record.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
             let p = layout::parse_checkpoint_object(name)
                 .filter(|p| p.is_metadata() && p.id == id)
