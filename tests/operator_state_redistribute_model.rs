@@ -27,9 +27,11 @@ enum ModelErr {
     Broadcast,
 }
 
+/// A list's elements in each old instance (`None`: the instance does not hold the list).
+type PerInstance = Vec<Option<Vec<Vec<u8>>>>;
+
 fn model(old: &[Inst], p: usize) -> Result<Vec<Inst>, ModelErr> {
-    let mut names: BTreeMap<String, (RedistributionMode, Vec<Option<Vec<Vec<u8>>>>)> =
-        BTreeMap::new();
+    let mut names: BTreeMap<String, (RedistributionMode, PerInstance)> = BTreeMap::new();
     for (i, inst) in old.iter().enumerate() {
         for (name, (mode, els)) in inst {
             let e = names
