@@ -262,6 +262,34 @@ fn failed_commit_and_gone_source_abort() {
     assert!(c.pending().is_empty());
 }
 
+/// Two tasks acknowledging with the same backend's manifest (an engine wiring one backend to
+/// two tasks): the commit refuses the record, which a restore could not use.
+#[test]
+fn two_tasks_naming_one_manifest_abort() {
+    let (dir, storage, clock, config) = setup(2);
+    let mut c = Coordinator::new(config, storage.clone(), Arc::new(clock)).unwrap();
+    let eps: Vec<TaskEndpoint> = (0..2).map(|t| c.endpoint(t).unwrap()).collect();
+    let b = KeyedBackend::builder(dir.path().join("op"))
+        .key_groups(KeyGroupRange::for_operator(128, 2, 0).unwrap())
+        .checkpoint_storage(storage.clone())
+        .job_owner(c.owner().clone())
+        .open()
+        .unwrap();
+    let id = started(c.trigger().unwrap());
+    let stats = b.snapshot(id).unwrap().upload().unwrap();
+    for ep in &eps {
+        assert!(ep.ack(id, task_checkpoint(ep.task(), Some((&b, &stats)), vec![])));
+    }
+    match c.poll().unwrap().as_slice() {
+        [Outcome::Aborted {
+            reason: AbortReason::CommitFailed(reason),
+            ..
+        }] => assert!(reason.contains("two tasks name manifest"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(list_job_checkpoints(storage.as_ref()).unwrap().is_empty());
+}
+
 /// A job of three task threads with real backends, every task a source: each writes its own
 /// keys, snapshots on trigger, and notifies its backend on completion. The job is then
 /// restored from the newest job record alone.

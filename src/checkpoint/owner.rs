@@ -456,7 +456,12 @@ impl JobOwner {
                 }
             }
         }
+        let mut named = HashSet::new();
         for name in record.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
+            // One backend's state in two tasks: a restore would refuse the record.
+            if !named.insert(name) {
+                return Err(reject(format!("two tasks name manifest {name}")));
+            }
             let p = layout::parse_checkpoint_object(name)
                 .filter(|p| p.is_metadata() && p.id == id)
                 .ok_or_else(|| reject(format!("`{name}` is not a manifest of checkpoint {id}")))?;
