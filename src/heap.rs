@@ -76,7 +76,7 @@ impl HeapTable {
         self.with_ungated(f)
     }
 
-    /// [`HeapTable::with`] for a caller that holds the gate exclusively.
+    /// [`HeapTable::with`] without the gate.
     fn with_ungated<R>(&self, f: impl FnOnce(&mut Map) -> R) -> Result<R> {
         match self.map.lock().as_mut() {
             Some(map) => Ok(f(map)),
@@ -180,17 +180,10 @@ impl HeapTable {
         self.with(|map| map.clone())
     }
 
-    /// A new, independent table starting as this one's current content (O(1)).
+    /// A new, independent table starting as this one's current content (O(1)). It does not
+    /// take the gate (the map's lock makes the copy of one table consistent), so a caller
+    /// that wants one cut of several tables holds the gate exclusively around the copies.
     pub(crate) fn snapshot(&self) -> Result<HeapTable> {
-        Ok(HeapTable {
-            map: Arc::new(Mutex::new(Some(self.frozen()?))),
-            path: Arc::clone(&self.path),
-            gate: Arc::new(RwLock::new(())),
-        })
-    }
-
-    /// [`HeapTable::snapshot`] for a caller that holds the gate exclusively.
-    pub(crate) fn snapshot_ungated(&self) -> Result<HeapTable> {
         Ok(HeapTable {
             map: Arc::new(Mutex::new(Some(self.with_ungated(|map| map.clone())?))),
             path: Arc::clone(&self.path),

@@ -60,6 +60,23 @@ pub(crate) fn restore_marker(dir: &Path) -> PathBuf {
     dir.join(RESTORE_MARKER)
 }
 
+/// Puts the restore marker into `dir`, durably: from here on `dir` is never opened as a
+/// backend until [`unmark_restore`].
+pub(crate) fn mark_restore(dir: &Path) -> Result<()> {
+    let marker = restore_marker(dir);
+    std::fs::File::create(&marker)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(&marker, e))?;
+    sync_dir(dir)
+}
+
+/// Removes the restore marker from `dir`, durably (the restore's result is durable already).
+pub(crate) fn unmark_restore(dir: &Path) -> Result<()> {
+    let marker = restore_marker(dir);
+    std::fs::remove_file(&marker).map_err(|e| Error::io(&marker, e))?;
+    sync_dir(dir)
+}
+
 /// Prepares the target directory: missing or empty, or holding an unfinished restore (whose
 /// leftovers are removed); then writes the marker durably.
 fn prepare_target(target: &Path) -> Result<bool> {
@@ -84,11 +101,7 @@ fn prepare_target(target: &Path) -> Result<bool> {
     } else {
         std::fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
     }
-    let marker = restore_marker(target);
-    std::fs::File::create(&marker)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io(&marker, e))?;
-    sync_dir(target)?;
+    mark_restore(target)?;
     Ok(existed)
 }
 
@@ -555,9 +568,7 @@ fn restore_pinned<T>(
         }
         // Every restored file was made durable as it was placed; the marker goes last.
         sync_dir(&target)?;
-        let marker = restore_marker(&target);
-        std::fs::remove_file(&marker).map_err(|e| Error::io(&marker, e))?;
-        sync_dir(&target)?;
+        unmark_restore(&target)?;
         Ok(backend)
     })();
     if result.is_err() {

@@ -99,12 +99,8 @@ pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
             .as_ref()
             .filter(|t| t.config.cleanup.full_snapshot && t.config.expires())
             .map(|t| (t.ttl_ms, t.clock.now_ms()));
-        let table = match &core.table {
-            Table::Heap(h) => Table::Heap(h.snapshot_ungated()?),
-            other => other.frozen()?,
-        };
         states.push(SnapshotState {
-            table,
+            table: core.table.frozen()?,
             meta: meta.clone(),
             expiry,
         });
@@ -354,11 +350,7 @@ fn restore_into_rocksdb(
     // From here on the directory changes: it carries the restore marker until every state,
     // its metadata and the list-sequence mark are durable, so a process killed midway leaves
     // a directory `open` refuses (`Error::RestoreIncomplete`), never half the savepoint.
-    let marker = crate::restore::restore_marker(t.path);
-    std::fs::File::create(&marker)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io(&marker, e))?;
-    crate::storage::sync_dir(t.path)?;
+    crate::restore::mark_restore(t.path)?;
     // Every state of every file is registered, also those without entries here.
     for (_, reader) in readers.iter() {
         for meta in &reader.header().states {
@@ -388,9 +380,7 @@ fn restore_into_rocksdb(
     // The metadata written above (states, list-sequence and TTL marks, the watermark) sits
     // in the memtable with the WAL off: durable before the marker goes.
     db.flush_all()?;
-    std::fs::remove_file(&marker).map_err(|e| Error::io(&marker, e))?;
-    crate::storage::sync_dir(t.path)?;
-    Ok(())
+    crate::restore::unmark_restore(t.path)
 }
 
 /// Most threads one savepoint file is restored on.
@@ -868,8 +858,8 @@ impl FullSnapshot {
         Ok(stats)
     }
 
-    /// [`FullSnapshot::write_savepoint`] into `file`, created at `path`: the file and then
-    /// its directory entry are durable when it returns.
+    /// [`FullSnapshot::write_savepoint`] into `file`, created at `path`: the file's bytes are
+    /// durable when it returns (its directory entry is the caller's to sync).
     fn write_into(
         &self,
         file: File,
@@ -970,11 +960,6 @@ impl FullSnapshot {
             .into_inner()
             .map_err(|e| Error::io(path, e.into_error()))?;
         file.file.sync_all().map_err(|e| Error::io(path, e))?;
-        // The new directory entry too: a savepoint reported written survives a power loss.
-        crate::storage::sync_dir(match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        })?;
         Ok(stats)
     }
 }
