@@ -28,6 +28,7 @@ use crate::catalog::{
 };
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::operator_state::OperatorState;
 use crate::storage::CheckpointStorage;
 
 /// The owner of a job's checkpoints in one storage (see the module docs).
@@ -432,32 +433,15 @@ impl JobOwner {
             }
             names
         };
-        // Operator state: each task's must be readable (no list twice) and agree with the
-        // copy its manifest holds, or the completed checkpoint could not be restored.
+        let mut named = HashSet::new();
         for t in &record.tasks {
-            let acked =
-                crate::operator_state::OperatorState::from_snapshot(t.operator_state.clone())
-                    .map_err(|e| reject(format!("task {}'s operator state: {e}", t.task)))?;
+            // Each task's operator state must be readable (no list twice), or the completed
+            // checkpoint could not be restored.
+            let acked = OperatorState::from_snapshot(t.operator_state.clone())
+                .map_err(|e| reject(format!("task {}'s operator state: {e}", t.task)))?;
             let Some(name) = t.manifest.as_deref() else {
                 continue;
             };
-            if let Ok(m) = self.manifest(name) {
-                if !t.operator_state.is_empty() && !m.operator_state.is_empty() {
-                    let stored = crate::operator_state::OperatorState::from_snapshot(
-                        m.operator_state.clone(),
-                    )
-                    .map_err(|e| reject(format!("{name}'s operator state: {e}")))?;
-                    if stored != acked {
-                        return Err(reject(format!(
-                            "task {}'s acknowledged operator state differs from the one {name} holds",
-                            t.task
-                        )));
-                    }
-                }
-            }
-        }
-        let mut named = HashSet::new();
-        for name in record.tasks.iter().filter_map(|t| t.manifest.as_deref()) {
             // One backend's state in two tasks: a restore would refuse the record.
             if !named.insert(name) {
                 return Err(reject(format!("two tasks name manifest {name}")));
@@ -480,6 +464,17 @@ impl JobOwner {
                         manifest.checkpoint_id, manifest.backend_id
                     ),
                 });
+            }
+            // Where the manifest holds operator state too, the two copies must agree.
+            if !t.operator_state.is_empty() && !manifest.operator_state.is_empty() {
+                let stored = OperatorState::from_snapshot(manifest.operator_state.clone())
+                    .map_err(|e| reject(format!("{name}'s operator state: {e}")))?;
+                if stored != acked {
+                    return Err(reject(format!(
+                        "task {}'s acknowledged operator state differs from the one {name} holds",
+                        t.task
+                    )));
+                }
             }
             // One listing for the private files; a name it misses (a listing may lag) is
             // asked for directly.
