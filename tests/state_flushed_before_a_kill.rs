@@ -35,20 +35,7 @@ fn element(k: u32, i: u32) -> Vec<u8> {
 
 #[test]
 fn an_append_after_a_kill_and_reopen_comes_after_the_surviving_elements() {
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path();
-    let flushed = kill_child_once_written(
-        "list_writer_child",
-        (LIST_CHILD_ENV, work.display().to_string()),
-        &work.join("flushed"),
-        &work.join("child.stderr"),
-    );
-    eprintln!("child: {flushed}");
-
-    let b = KeyedBackend::builder(work.join("db"))
-        .options(small_options())
-        .open()
-        .unwrap();
+    let (_dir, b) = reopened_after_the_kill("list_writer_child", LIST_CHILD_ENV);
     let l = b.list_state::<u32, (), Vec<u8>>("l").unwrap();
     let before = l.get(&0, &()).unwrap();
     assert!(!before.is_empty(), "nothing of the flushed list survived");
@@ -76,20 +63,7 @@ fn an_append_after_a_kill_and_reopen_comes_after_the_surviving_elements() {
 
 #[test]
 fn a_state_whose_entries_survived_a_kill_keeps_its_metadata() {
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path();
-    let flushed = kill_child_once_written(
-        "value_writer_child",
-        (VALUE_CHILD_ENV, work.display().to_string()),
-        &work.join("flushed"),
-        &work.join("child.stderr"),
-    );
-    eprintln!("child: {flushed}");
-
-    let b = KeyedBackend::builder(work.join("db"))
-        .options(small_options())
-        .open()
-        .unwrap();
+    let (_dir, b) = reopened_after_the_kill("value_writer_child", VALUE_CHILD_ENV);
     let listed: Vec<String> = b.states().unwrap().into_iter().map(|m| m.name).collect();
     // The same name as another kind of state, reading the surviving bytes as map entries.
     let as_map = b.map_state::<u32, (), u8, u8>("v");
@@ -109,6 +83,22 @@ fn a_state_whose_entries_survived_a_kill_keeps_its_metadata() {
             Err(e) => format!("refused ({e})"),
         }
     );
+}
+
+/// Runs child test `child` (its work directory in `env`) until a flush of its state landed,
+/// kills it, and reopens its database.
+fn reopened_after_the_kill(child: &str, env: &str) -> (tempfile::TempDir, KeyedBackend) {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    let flushed = kill_child_once_written(
+        child,
+        (env, work.display().to_string()),
+        &work.join("flushed"),
+        &work.join("child.stderr"),
+    );
+    eprintln!("child: {flushed}");
+    let b = open_child(work);
+    (dir, b)
 }
 
 /// The child's backend in `<work>/db`, with small memtables.

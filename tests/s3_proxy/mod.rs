@@ -1,25 +1,17 @@
-//! A tiny misbehaving HTTP/1.1 proxy on 127.0.0.1 between `ObjectStorage` and the moto test
-//! server: each request is forwarded (one request per connection, `Connection: close`), and a
-//! rule chooses per request whether the answer is passed on, cut, dropped, delayed or
-//! throttled. Bounded: a stalled connection is released after at most `STALL_LIMIT`.
-#![allow(dead_code)]
+//! A tiny HTTP/1.1 proxy on 127.0.0.1 between `ObjectStorage` and the moto test server: each
+//! request is forwarded (one request per connection, `Connection: close`) unless a rule
+//! answers it with a made-up error instead.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// The longest a stalled request is held before the proxy closes it.
-pub const STALL_LIMIT: Duration = Duration::from_secs(600);
+use std::time::Duration;
 
 /// One request as the proxy saw it.
 #[derive(Debug, Clone)]
 pub struct Request {
     pub method: String,
-    /// Path and query.
-    pub target: String,
-    pub body_len: usize,
 }
 
 /// What the proxy does with one request.
@@ -27,16 +19,6 @@ pub struct Request {
 pub enum Action {
     /// Forward and pass the answer on.
     Forward,
-    /// Forward; pass the answer's head and only the first `n` bytes of its body, then close.
-    CutBody(usize),
-    /// Forward (the server acts on it), then close without any answer.
-    DropAnswer,
-    /// Never answer (nothing is forwarded); hold the connection open.
-    Stall,
-    /// Forward; send the answer's body at `bytes_per_sec`.
-    ThrottleAnswer(usize),
-    /// Read the request's body from the client at `bytes_per_sec`, then forward.
-    ThrottleRequest(usize),
     /// Answer `status` with the XML `body` without forwarding anything.
     Answer(u16, String),
 }
@@ -48,7 +30,6 @@ pub struct Proxy {
     pub endpoint: String,
     stop: Arc<AtomicBool>,
     rule: Arc<Mutex<Rule>>,
-    pub seen: Arc<Mutex<Vec<Request>>>,
 }
 
 impl Drop for Proxy {
@@ -67,22 +48,16 @@ impl Proxy {
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         let rule: Arc<Mutex<Rule>> = Arc::new(Mutex::new(Box::new(|_| Action::Forward)));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let (stop2, rule2, seen2) = (stop.clone(), rule.clone(), seen.clone());
+        let (stop2, rule2) = (stop.clone(), rule.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if stop2.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(conn) = conn else { continue };
-                let (up, rule, seen, stop) = (
-                    upstream.clone(),
-                    rule2.clone(),
-                    seen2.clone(),
-                    stop2.clone(),
-                );
+                let (up, rule) = (upstream.clone(), rule2.clone());
                 std::thread::spawn(move || {
-                    let _ = serve(conn, &up, &rule, &seen, &stop);
+                    let _ = serve(conn, &up, &rule);
                 });
             }
         });
@@ -90,7 +65,6 @@ impl Proxy {
             endpoint,
             stop,
             rule,
-            seen,
         }
     }
 
@@ -133,13 +107,7 @@ fn close_head(head: &str) -> String {
     out
 }
 
-fn serve(
-    mut client: TcpStream,
-    upstream: &str,
-    rule: &Mutex<Rule>,
-    seen: &Mutex<Vec<Request>>,
-    stop: &AtomicBool,
-) -> std::io::Result<()> {
+fn serve(mut client: TcpStream, upstream: &str, rule: &Mutex<Rule>) -> std::io::Result<()> {
     client.set_read_timeout(Some(Duration::from_secs(60)))?;
     // The request head.
     let mut buf = Vec::new();
@@ -155,86 +123,34 @@ fn serve(
         buf.extend_from_slice(&chunk[..n]);
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut first = head.lines().next().unwrap_or("").split(' ');
-    let method = first.next().unwrap_or("").to_string();
-    let target = first.next().unwrap_or("").to_string();
-    let body_len = content_length(&head);
-    let req = Request {
-        method,
-        target,
-        body_len,
-    };
-    seen.lock().unwrap().push(req.clone());
-    let action = (rule.lock().unwrap())(&req);
+    let method = head.split(' ').next().unwrap_or("").to_string();
+    let action = (rule.lock().unwrap())(&Request { method });
     // The request body.
+    let body_len = content_length(&head);
     let mut body = buf[head_end..].to_vec();
-    let throttle_in = match action {
-        Action::ThrottleRequest(rate) => Some(rate),
-        _ => None,
-    };
     while body.len() < body_len {
-        let want = match throttle_in {
-            Some(rate) => (rate / 10).max(1).min(chunk.len()),
-            None => chunk.len(),
-        };
-        let n = client.read(&mut chunk[..want.min(body_len - body.len())])?;
+        let n = client.read(&mut chunk[..(body_len - body.len()).min(64 << 10)])?;
         if n == 0 {
             return Ok(());
         }
         body.extend_from_slice(&chunk[..n]);
-        if throttle_in.is_some() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }
     if let Action::Answer(status, text) = &action {
         let answer = format!(
             "HTTP/1.1 {status} Injected\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
             text.len()
         );
-        client.write_all(answer.as_bytes())?;
-        return Ok(());
+        return client.write_all(answer.as_bytes());
     }
-    if let Action::Stall = action {
-        let start = Instant::now();
-        while start.elapsed() < STALL_LIMIT && !stop.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        return Ok(());
-    }
-    // Forward.
     let mut up = TcpStream::connect(upstream)?;
     up.write_all(close_head(&head).as_bytes())?;
     up.write_all(&body)?;
     let mut answer = Vec::new();
     up.read_to_end(&mut answer)?;
-    let Some(ahead_end) = find(&answer, b"\r\n\r\n").map(|i| i + 4) else {
+    let Some(answer_head_end) = find(&answer, b"\r\n\r\n").map(|i| i + 4) else {
         return Ok(());
     };
-    let ahead = close_head(&String::from_utf8_lossy(&answer[..ahead_end]));
-    let abody = &answer[ahead_end..];
-    match action {
-        Action::DropAnswer => {
-            let _ = client.shutdown(Shutdown::Both);
-        }
-        Action::CutBody(n) => {
-            client.write_all(ahead.as_bytes())?;
-            client.write_all(&abody[..n.min(abody.len())])?;
-            client.flush()?;
-            let _ = client.shutdown(Shutdown::Both);
-        }
-        Action::ThrottleAnswer(rate) => {
-            client.write_all(ahead.as_bytes())?;
-            let step = (rate / 10).max(1);
-            for piece in abody.chunks(step) {
-                client.write_all(piece)?;
-                client.flush()?;
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        _ => {
-            client.write_all(ahead.as_bytes())?;
-            client.write_all(abody)?;
-        }
-    }
-    Ok(())
+    let answer_head = close_head(&String::from_utf8_lossy(&answer[..answer_head_end]));
+    client.write_all(answer_head.as_bytes())?;
+    client.write_all(&answer[answer_head_end..])
 }
