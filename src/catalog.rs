@@ -123,7 +123,8 @@ impl Catalog {
         let mut dirs: BTreeMap<(u64, String), Vec<ObjectInfo>> = BTreeMap::new();
         let mut shared = Vec::new();
         for o in objects {
-            if layout::is_shared_name(&o.name) {
+            // Only names rockstate makes: other files under `shared/` are `other`, never garbage.
+            if layout::parse_shared_name(&o.name).is_some() {
                 shared.push(o);
             } else if let Some(id) = layout::parse_job_record_name(&o.name) {
                 let bytes = match storage.get_bytes(&o.name) {

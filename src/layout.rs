@@ -68,8 +68,7 @@ pub fn is_shared_name(name: &str) -> bool {
 }
 
 /// What a shared object's name says about it: the checkpoint whose attempt uploaded it and
-/// when its put began (ms). Both `None` for names of the older form `shared/<32 hex>.sst`
-/// and for any name this module did not make.
+/// when its put began (ms). Both `None` for names of the older form `shared/<32 hex>.sst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedName {
     /// The checkpoint id of the uploading attempt.
@@ -78,33 +77,39 @@ pub struct SharedName {
     pub put_ms: Option<u64>,
 }
 
-/// Parses a shared object name (see [`SharedName`]); `None` if `name` is not shared.
+/// Parses a shared object name this module makes ([`new_shared_name`], [`new_log_name`], or
+/// the older `shared/<32 hex>.sst`); `None` for any other name, also one under `shared/`. A
+/// storage may hold other systems' files there (Flink's `shared/<uuid>`, RocksDB backups'
+/// `shared/000123.sst`): garbage collection deletes only names this returns `Some` for.
 pub fn parse_shared_name(name: &str) -> Option<SharedName> {
     if !is_shared_name(name) {
         return None;
     }
     let rest = &name[SHARED_PREFIX.len()..];
+    let lower_hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    if let Some(stem) = rest.strip_suffix(".sst") {
+        if lower_hex(stem, 32) {
+            return Some(SharedName {
+                checkpoint_id: None,
+                put_ms: None,
+            });
+        }
+    }
     let stem = rest
         .strip_suffix(".sst")
-        .or_else(|| rest.strip_suffix(".log"))
-        .unwrap_or(rest);
+        .or_else(|| rest.strip_suffix(".log"))?;
     let mut parts = stem.split('-');
-    let parsed = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(id), Some(ms), Some(tail), None) if tail.len() == 16 => {
-            match (decimal(id), decimal(ms)) {
-                (Some(id), Some(ms)) => Some(SharedName {
-                    checkpoint_id: Some(id),
-                    put_ms: Some(ms),
-                }),
-                _ => None,
-            }
-        }
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(id), Some(ms), Some(tail), None) if lower_hex(tail, 16) => Some(SharedName {
+            checkpoint_id: Some(decimal(id)?),
+            put_ms: Some(decimal(ms)?),
+        }),
         _ => None,
-    };
-    Some(parsed.unwrap_or(SharedName {
-        checkpoint_id: None,
-        put_ms: None,
-    }))
+    }
 }
 
 /// A plain decimal number (no sign, no leading `+`), `None` otherwise.
@@ -320,12 +325,18 @@ mod tests {
             })
         );
         assert_eq!(parse_shared_name("chk-1/a/b"), None);
-        assert_eq!(
-            parse_shared_name("shared/+1-2-0123456789abcdef.sst")
-                .unwrap()
-                .checkpoint_id,
-            None
-        );
+        // Names of other systems under `shared/` are not rockstate's.
+        for foreign in [
+            "shared/+1-2-0123456789abcdef.sst",
+            "shared/1-2-0123456789ABCDEF.sst",
+            "shared/1-2-0123456789abcdef",
+            "shared/1-2-0123456789abcdef.txt",
+            "shared/9f1c2b7e-3c44-4a8e-bd42-1f0e8f1f3a77",
+            "shared/000123.sst",
+            &format!("{SHARED_PREFIX}{}.log", random_hex()),
+        ] {
+            assert_eq!(parse_shared_name(foreign), None, "{foreign}");
+        }
         assert!(valid_local_name("000012.sst") && valid_local_name("MANIFEST-000005"));
         assert_eq!(job_record_name(42), "job/chk-42");
         assert_eq!(parse_job_record_name("job/chk-42"), Some(42));
