@@ -1048,9 +1048,27 @@ impl KeyedBackend {
         path: &Path,
         operator_state: &OperatorState,
     ) -> Result<SavepointStats> {
+        self.snapshot_view()?.write_savepoint(path, operator_state)
+    }
+
+    /// The view a savepoint is written from (`crate::savepoint::snapshot_view`). On the heap,
+    /// the states are listed again if one registered since their listing holds entries by
+    /// the time the gate is held: its writes may precede others the view holds.
+    fn snapshot_view(&self) -> Result<FullSnapshot> {
         let core_for = |m: &StateMeta| self.core_for(m);
-        crate::savepoint::snapshot_view(&self.savepoint_target(&core_for, &no_restore)?)?
-            .write_savepoint(path, operator_state)
+        let unlisted = |listed: &[StateMeta]| match &self.inner.engine {
+            Engine::Heap { tables, .. } => tables
+                .lock()
+                .iter()
+                .any(|(name, t)| !t.is_empty_ungated() && !listed.iter().any(|m| m.name == *name)),
+            Engine::Rocks(_) => false,
+        };
+        loop {
+            let target = self.savepoint_target(&core_for, &no_restore)?;
+            if let Some(view) = crate::savepoint::snapshot_view(&target, &unlisted)? {
+                return Ok(view);
+            }
+        }
     }
 
     /// A point-in-time view of a heap backend's keyed state for a savepoint, taken
@@ -1065,8 +1083,7 @@ impl KeyedBackend {
                 "full_snapshot of a RocksDB backend (use write_savepoint or snapshot)".into(),
             ));
         }
-        let core_for = |m: &StateMeta| self.core_for(m);
-        crate::savepoint::snapshot_view(&self.savepoint_target(&core_for, &no_restore)?)
+        self.snapshot_view()
     }
 
     /// Loads the savepoint at `path` into this backend, which must hold no state yet. Only key

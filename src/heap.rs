@@ -191,6 +191,12 @@ impl HeapTable {
         })
     }
 
+    /// Whether the table holds no entry, without the gate (a caller holding it exclusively
+    /// may ask); a closed table counts as empty.
+    pub(crate) fn is_empty_ungated(&self) -> bool {
+        self.with_ungated(|map| map.is_empty()).unwrap_or(true)
+    }
+
     /// Number of entries.
     pub(crate) fn len(&self) -> Result<usize> {
         self.with(|map| map.len())

@@ -77,8 +77,13 @@ pub(crate) struct SavepointTarget<'a> {
 
 /// Every state's metadata, table view and TTL expiry rule as of now: the view a savepoint is
 /// written from. For the heap backend the tables are copy-on-write clones; for RocksDB, the
-/// live column families (the caller does not write while the savepoint is written).
-pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
+/// live column families (the caller does not write while the savepoint is written). `None`
+/// if `unlisted`, asked under the heap's gate, says a state not in `t.states` holds entries:
+/// list the states again and retry.
+pub(crate) fn snapshot_view(
+    t: &SavepointTarget<'_>,
+    unlisted: &dyn Fn(&[StateMeta]) -> bool,
+) -> Result<Option<FullSnapshot>> {
     let start = Instant::now();
     let cores = t
         .states
@@ -92,6 +97,11 @@ pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
         Table::Rocks(_) => None,
     });
     let _held = gate.as_ref().map(|g| g.write());
+    // A state registered and written since `t.states` was listed holds writes that precede
+    // others this cut holds: the caller lists the states again.
+    if unlisted(&t.states) {
+        return Ok(None);
+    }
     let mut states = Vec::new();
     for (meta, core) in cores {
         let expiry = core
@@ -105,14 +115,14 @@ pub(crate) fn snapshot_view(t: &SavepointTarget<'_>) -> Result<FullSnapshot> {
             expiry,
         });
     }
-    Ok(FullSnapshot {
+    Ok(Some(FullSnapshot {
         max_parallelism: t.max_parallelism,
         key_groups: t.key_groups,
         states,
         taken_in: start.elapsed(),
         taken_at_ms: t.clock.now_ms(),
         watermark_ms: t.watermark.now_ms(),
-    })
+    }))
 }
 
 /// Loads the savepoints at `paths` into the backend `t` describes, which must hold no state
