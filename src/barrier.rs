@@ -19,6 +19,12 @@
 //! ([`Output::Aborted`]); a barrier not newer than the last started checkpoint is dropped.
 //! A closed channel counts as having delivered every barrier.
 //!
+//! A **cancel marker** ([`Input::Cancel`], Flink's `CancelCheckpointMarker`) takes the place
+//! of a barrier on a channel whose upstream task declined or aborted that checkpoint: the
+//! checkpoint is aborted at once ([`Output::Aborted`]), held channels are released, and its
+//! barriers arriving later are dropped. Without it the other channels would stay held until
+//! the next checkpoint's barrier. On `Aborted` the task forwards a cancel marker downstream.
+//!
 //! Plain data, no threads: the caller owns the aligner.
 
 use std::collections::VecDeque;
@@ -41,6 +47,9 @@ pub enum Input<T> {
     Record(T),
     /// The barrier of a checkpoint.
     Barrier(u64),
+    /// The cancel marker of a checkpoint: the channel's upstream declined or aborted it, so
+    /// its barrier will not come on this channel.
+    Cancel(u64),
 }
 
 /// What the task must do, in order.
@@ -66,7 +75,9 @@ pub enum Output<T> {
         /// `(channel, record)` in arrival order.
         records: Vec<(usize, T)>,
     },
-    /// Alignment of `checkpoint_id` was given up because a newer barrier arrived.
+    /// Checkpoint `checkpoint_id` was given up: a newer barrier or its cancel marker
+    /// arrived. Discard its snapshot if one was taken (unaligned mode) and forward a cancel
+    /// marker downstream.
     Aborted {
         /// The checkpoint id.
         checkpoint_id: u64,
@@ -204,7 +215,28 @@ impl<T: Clone> BarrierAligner<T> {
                 out.push(Output::Record { channel, record });
             }
             Item::In(Input::Barrier(id)) => self.barrier(channel, id, out),
+            Item::In(Input::Cancel(id)) => self.cancel(id, out),
         }
+    }
+
+    /// A cancel marker of checkpoint `id`: aborts the alignment of `id` or of an older one,
+    /// and marks `id` started, so its barriers arriving later are stale.
+    fn cancel(&mut self, id: u64, out: &mut Vec<Output<T>>) {
+        match self.current {
+            Some(cur) if id < cur => return, // stale
+            Some(cur) => {
+                out.push(Output::Aborted { checkpoint_id: cur });
+                self.in_flight.clear();
+                self.current = None;
+                self.reset_arrivals();
+                if id > cur {
+                    out.push(Output::Aborted { checkpoint_id: id });
+                }
+            }
+            None if self.last_started.is_some_and(|l| id <= l) => return, // stale
+            None => out.push(Output::Aborted { checkpoint_id: id }),
+        }
+        self.last_started = Some(id);
     }
 
     fn barrier(&mut self, channel: usize, id: u64, out: &mut Vec<Output<T>>) {

@@ -1,7 +1,8 @@
 //! Barrier alignment, property-tested over random channel contents and interleavings: no
 //! record is lost, duplicated or reordered per channel; an aligned snapshot holds exactly the
 //! records before its barrier on every channel; an unaligned snapshot plus its in-flight
-//! records holds exactly those.
+//! records holds exactly those; a cancel marker in place of a barrier aborts that checkpoint
+//! and holds nothing back.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,7 +43,7 @@ fn before_barrier(chans: &[Vec<Input<Rec>>], id: u64) -> BTreeSet<Rec> {
                     out.insert(*r);
                 }
                 Input::Barrier(b) if *b == id => break,
-                Input::Barrier(_) => {}
+                Input::Barrier(_) | Input::Cancel(_) => {}
             }
         }
     }
@@ -115,6 +116,19 @@ fn run(mode: AlignmentMode, chans: &[Vec<Input<Rec>>], rng: &mut SmallRng) -> Ru
     r
 }
 
+/// Replaces barrier `b` of one random channel by its cancel marker, for each `b` in `ids`
+/// (an upstream task on that channel declined checkpoint `b`).
+fn cancel(chans: &mut [Vec<Input<Rec>>], ids: &BTreeSet<u64>, rng: &mut SmallRng) {
+    for &b in ids {
+        let c = rng.random_range(0..chans.len());
+        for i in chans[c].iter_mut() {
+            if *i == Input::Barrier(b) {
+                *i = Input::Cancel(b);
+            }
+        }
+    }
+}
+
 fn per_channel(v: &[Rec], n: usize) -> Vec<Vec<u32>> {
     let mut out = vec![Vec::new(); n];
     for (c, s) in v {
@@ -169,6 +183,74 @@ proptest! {
             }
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn a_cancel_marker_aborts_its_checkpoint_only(n in 1usize..5, records in 0u32..25, barriers in 1u64..5, aligned in any::<bool>(), seed in any::<u64>()) {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut chans = channels(n, records, barriers, &mut rng);
+        let cancelled: BTreeSet<u64> = (1..=barriers).filter(|_| rng.random_bool(0.4)).collect();
+        cancel(&mut chans, &cancelled, &mut rng);
+        let mode = if aligned { AlignmentMode::Aligned } else { AlignmentMode::Unaligned };
+        let r = run(mode, &chans, &mut rng);
+        let expected: Vec<Vec<u32>> = (0..n).map(|_| (0..records).collect()).collect();
+        prop_assert_eq!(per_channel(&r.processed, n), expected);
+        for id in 1..=barriers {
+            if cancelled.contains(&id) {
+                prop_assert!(r.aborted.contains(&id), "cancelled {} not aborted", id);
+                prop_assert!(!r.in_flight.contains_key(&id));
+                if aligned {
+                    prop_assert!(!r.snapshots.contains_key(&id));
+                }
+                continue;
+            }
+            if r.aborted.contains(&id) {
+                // Unaligned: a newer barrier overtook it.
+                prop_assert!(!aligned, "aligned checkpoint {} aborted without a cancel", id);
+                continue;
+            }
+            let mut all = r.snapshots[&id].clone();
+            if !aligned {
+                all.extend(r.in_flight[&id].iter().map(|(_, rec)| *rec));
+            }
+            prop_assert_eq!(all, before_barrier(&chans, id), "checkpoint {}", id);
+        }
+    }
+}
+
+#[test]
+fn a_cancel_marker_releases_held_channels_and_drops_later_barriers() {
+    let mut a = BarrierAligner::new(2, AlignmentMode::Aligned).unwrap();
+    assert!(a.push(0, Input::Barrier(1)).unwrap().is_empty());
+    assert!(a.push(0, Input::Record("held")).unwrap().is_empty());
+    assert_eq!(
+        a.push(1, Input::Cancel(1)).unwrap(),
+        vec![
+            Output::Aborted { checkpoint_id: 1 },
+            Output::Record {
+                channel: 0,
+                record: "held"
+            }
+        ]
+    );
+    assert_eq!(a.aligning(), None);
+    assert!(a.push(1, Input::Barrier(1)).unwrap().is_empty(), "stale");
+    // A cancel marker of a checkpoint not started here aborts it once; its barriers are
+    // dropped after it.
+    assert_eq!(
+        a.push(0, Input::Cancel(3)).unwrap(),
+        vec![Output::Aborted { checkpoint_id: 3 }]
+    );
+    assert!(a.push(1, Input::Cancel(3)).unwrap().is_empty());
+    assert!(a.push(1, Input::Barrier(3)).unwrap().is_empty(), "stale");
+    assert!(a.push(0, Input::Barrier(4)).unwrap().is_empty());
+    assert_eq!(
+        a.push(1, Input::Barrier(4)).unwrap(),
+        vec![Output::Snapshot { checkpoint_id: 4 }]
+    );
 }
 
 #[test]
