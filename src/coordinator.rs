@@ -325,6 +325,9 @@ pub struct Coordinator {
     /// Checkpoints whose job record may or may not be in storage
     /// ([`Error::CommitInDoubt`]); [`Coordinator::tick`] asks the owner until it knows.
     in_doubt: BTreeMap<u64, JobCheckpoint>,
+    /// Outcomes decided outside `poll` (a replaced endpoint's aborts), reported by the next
+    /// [`Coordinator::tick`].
+    deferred: Vec<Outcome>,
 }
 
 impl Coordinator {
@@ -354,6 +357,7 @@ impl Coordinator {
             reports_rx,
             pending: BTreeMap::new(),
             in_doubt: BTreeMap::new(),
+            deferred: Vec::new(),
         })
     }
 
@@ -363,15 +367,29 @@ impl Coordinator {
         &self.owner
     }
 
-    /// Creates the endpoint of task `task` (replacing an earlier one: commands then go to the
-    /// new endpoint only).
+    /// Creates the endpoint of task `task`. Replacing an earlier one (the task failed and
+    /// was restarted) aborts every pending checkpoint ([`AbortReason::TaskGone`], reported by
+    /// the next [`Coordinator::poll`] or [`Coordinator::tick`]), as Flink aborts them on a
+    /// task failure: the old incarnation's acknowledgements must not complete them, and the
+    /// new one restored older state and never saw their barriers. Commands then go to the new
+    /// endpoint only.
     pub fn endpoint(&mut self, task: u32) -> Result<TaskEndpoint> {
-        let slot = self
+        let replaced = self
             .commands
-            .get_mut(task as usize)
-            .ok_or_else(|| Error::Coordinator(format!("no task {task} in this job")))?;
+            .get(task as usize)
+            .ok_or_else(|| Error::Coordinator(format!("no task {task} in this job")))?
+            .is_some();
+        if replaced {
+            // Told before the new endpoint exists, so only the old incarnation hears of them.
+            let ids: Vec<u64> = self.pending.keys().copied().collect();
+            for id in ids {
+                if let Some(o) = self.abort_pending(id, AbortReason::TaskGone(task)) {
+                    self.deferred.push(o);
+                }
+            }
+        }
         let (tx, rx) = mpsc::channel();
-        *slot = Some(tx);
+        self.commands[task as usize] = Some(tx);
         Ok(TaskEndpoint {
             task,
             commands: rx,
@@ -492,11 +510,13 @@ impl Coordinator {
         Ok(out)
     }
 
-    /// Settles commits in doubt (the owner reads storage again: the record is there →
-    /// completed, absent → aborted, no answer → still in doubt), then aborts every pending
-    /// checkpoint triggered `timeout` or longer ago (by the clock).
+    /// Reports the aborts a replaced endpoint caused ([`Coordinator::endpoint`]), settles
+    /// commits in doubt (the owner reads storage again: the record is there → completed,
+    /// absent → aborted, no answer → still in doubt), then aborts every pending checkpoint
+    /// triggered `timeout` or longer ago (by the clock).
     pub fn tick(&mut self) -> Result<Vec<Outcome>> {
-        let mut out = self.settle_in_doubt(u64::MAX);
+        let mut out = std::mem::take(&mut self.deferred);
+        out.extend(self.settle_in_doubt(u64::MAX));
         out.extend(self.abort_expired()?);
         Ok(out)
     }
