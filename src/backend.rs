@@ -144,6 +144,8 @@ impl BackendBuilder {
     /// Opens the backend, at a restore on the database the restore left open (`restored`).
     pub(crate) fn open_inner(self, restored: Option<Restored>) -> Result<KeyedBackend> {
         keygroup::validate_max_parallelism(self.max_parallelism)?;
+        // Both kinds: the heap reads `max_value_bytes` too.
+        self.options.validate()?;
         let key_groups = match self.key_groups {
             Some(r) => r,
             None => KeyGroupRange::all(self.max_parallelism)?,
@@ -1035,7 +1037,9 @@ impl KeyedBackend {
     /// it removes the partial one. On RocksDB the states are
     /// read live while the call runs: call it where the task is not writing, as at a barrier
     /// (writes other threads make meanwhile may or may not be in it). The heap backend's is a
-    /// point-in-time view ([`KeyedBackend::full_snapshot`]).
+    /// point-in-time view ([`KeyedBackend::full_snapshot`]). The format holds at most 1 GiB
+    /// (uncompressed) of one key group's entries (docs/savepoint-format.md); a key group
+    /// holding more is refused with [`Error::ValueTooLarge`] and no file is left.
     pub fn write_savepoint(&self, path: &Path) -> Result<SavepointStats> {
         self.write_savepoint_with(path, &OperatorState::new())
     }

@@ -779,7 +779,15 @@ impl FullSnapshot {
                         suffix,
                         value,
                     })
-                    .map_err(Error::format)?;
+                    .map_err(|err| match err {
+                        // The format's limit on one key group, not damaged bytes.
+                        sst_format::Error::TooLarge { what, size, limit } => Error::ValueTooLarge {
+                            what,
+                            size: usize::try_from(size).unwrap_or(usize::MAX),
+                            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+                        },
+                        err => Error::format(err),
+                    })?;
                 Ok(true)
             })?;
         }

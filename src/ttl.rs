@@ -154,10 +154,12 @@ impl TtlConfig {
     }
 }
 
-/// `ts + ttl <= now`, saturating.
+/// `ts + ttl <= now`. A TTL of `u64::MAX` ([`TtlConfig::ttl_ms`] of a TTL beyond it) never
+/// expires, and an end past `u64::MAX` is never reached, also once the clock or an event-time
+/// watermark reads `u64::MAX` (the final watermark of a bounded input).
 #[inline]
 pub fn is_expired(ts: u64, ttl_ms: u64, now: u64) -> bool {
-    ts.saturating_add(ttl_ms) <= now
+    ttl_ms != u64::MAX && ts.checked_add(ttl_ms).is_some_and(|end| end <= now)
 }
 
 /// Splits a stored TTL value into its timestamp and payload; `None` if shorter than the prefix.
@@ -230,11 +232,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn expiry_is_inclusive_and_saturating() {
+    fn expiry_is_inclusive_and_an_end_past_u64_max_is_never_reached() {
         assert!(!is_expired(100, 10, 109));
         assert!(is_expired(100, 10, 110));
         assert!(!is_expired(u64::MAX - 1, 10, u64::MAX - 1));
-        assert!(is_expired(u64::MAX, 10, u64::MAX));
+        assert!(!is_expired(u64::MAX, 10, u64::MAX));
+        assert!(is_expired(u64::MAX - 10, 10, u64::MAX));
+        assert!(!is_expired(0, u64::MAX, u64::MAX));
+        assert!(!is_expired(1_000, u64::MAX, u64::MAX));
     }
 
     #[test]
