@@ -830,7 +830,8 @@ impl KeyedBackend {
     /// RocksDB, releasing its directory lock and the backend's shares of the memory budget, so
     /// the same path can be opened again at once. It closes the backend for every clone and
     /// state handle: they may stay alive, and each later call through them returns an error of
-    /// kind [`crate::ErrorKind::Closed`]. Waits for calls in flight on other threads (a
+    /// kind [`crate::ErrorKind::Closed`] (checkpoint notifications and sweeps too: they change
+    /// nothing in storage). Waits for calls in flight on other threads (a
     /// state callback must not call it: it would wait for itself). The heap backend drops its
     /// tables (savepoints already taken keep their copy). Closing twice does nothing more. On
     /// an error the backend stays open, so nothing cached is lost: retry, or drop it.
@@ -842,7 +843,11 @@ impl KeyedBackend {
                     Ok(()) | Err(Error::Closed { .. }) => {}
                     Err(e) => return Err(e),
                 }
-                db.close()
+                db.close()?;
+                if let Some(cp) = self.checkpointer() {
+                    cp.close();
+                }
+                Ok(())
             }
             Engine::Heap { tables, .. } => {
                 if let Table::Heap(meta) = &self.inner.meta {
@@ -1124,7 +1129,15 @@ impl KeyedBackend {
 impl KeyedBackend {
     fn checkpoint_ctx(&self) -> Result<&Arc<Checkpointer>> {
         self.database()?;
-        self.checkpointer().ok_or(Error::NoCheckpointStorage)
+        let cp = self.checkpointer().ok_or(Error::NoCheckpointStorage)?;
+        // A clone of a closed backend changes nothing in storage: its directory may be open
+        // again, with an owner of its own.
+        if cp.is_closed() {
+            return Err(Error::Closed {
+                path: self.path().to_path_buf(),
+            });
+        }
+        Ok(cp)
     }
 
     /// The sync phase of checkpoint `checkpoint_id` (ids must increase): a RocksDB checkpoint

@@ -160,6 +160,19 @@ pub(crate) fn retire_dead_attempts(staging_root: &Path, restored: u64) {
     }
 }
 
+/// At a reopen of backend `backend_id`'s directory (its staging lock held): its local copies
+/// above `last_completed` are of uploads an earlier process of it began and never saw
+/// complete, which this process cannot complete either (it knows no upload of theirs), so no
+/// restore on this machine would use them. Without this, every process killed mid-upload
+/// left one RocksDB checkpoint behind until a checkpoint completed.
+pub(crate) fn retire_own_dead_attempts(staging_root: &Path, backend_id: &str, last_completed: u64) {
+    for (id, path) in local_copies(&staging_root.join(backend_id)) {
+        if id > last_completed {
+            let _ = fs::remove_dir_all(path);
+        }
+    }
+}
+
 /// Removes a gone backend's staging directory whose local copies are gone: its changelog
 /// segments (only its own process used them), then its lock file while `lock` still holds
 /// it, then the directory (left in place if anything else is in it).

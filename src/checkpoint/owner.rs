@@ -660,11 +660,13 @@ impl JobOwner {
         }
     }
 
-    /// Registers shared names an attempt in flight in this process may reference.
-    pub(crate) fn protect(&self, backend: &str, id: u64, names: impl IntoIterator<Item = String>) {
+    /// Registers shared names an attempt in flight in this process may reference. `instance`
+    /// names one open backend (its id and a suffix of that instance), so the protections of
+    /// a backend closed and opened again on its directory stay apart.
+    pub(crate) fn protect(&self, instance: &str, id: u64, names: impl IntoIterator<Item = String>) {
         self.protected
             .lock()
-            .entry((backend.to_string(), id))
+            .entry((instance.to_string(), id))
             .or_default()
             .extend(names);
     }
@@ -678,9 +680,10 @@ impl JobOwner {
             .retain(|key, _| key.1 > id || uploading.contains(key));
     }
 
-    /// Attempt `id` of `backend` began (`true`) or ended its upload (`false`).
-    pub(crate) fn uploading(&self, backend: &str, id: u64, on: bool) {
-        let key = (backend.to_string(), id);
+    /// Attempt `id` of backend instance `instance` began (`true`) or ended its upload
+    /// (`false`).
+    pub(crate) fn uploading(&self, instance: &str, id: u64, on: bool) {
+        let key = (instance.to_string(), id);
         let mut u = self.uploading.lock();
         if on {
             u.insert(key);
@@ -689,15 +692,16 @@ impl JobOwner {
         }
     }
 
-    /// Drops every protection of `backend` (it closed: its attempts can never complete).
-    pub(crate) fn release_backend(&self, backend: &str) {
-        self.uploading.lock().retain(|(b, _)| b != backend);
-        self.protected.lock().retain(|(b, _), _| b != backend);
+    /// Drops every protection of backend instance `instance` (it is gone: its attempts can
+    /// never complete). Another instance of the same backend keeps its own.
+    pub(crate) fn release_instance(&self, instance: &str) {
+        self.uploading.lock().retain(|(b, _)| b != instance);
+        self.protected.lock().retain(|(b, _), _| b != instance);
     }
 
     /// Drops what [`JobOwner::protect`] registered for that attempt.
-    pub(crate) fn release(&self, backend: &str, id: u64) {
-        self.protected.lock().remove(&(backend.to_string(), id));
+    pub(crate) fn release(&self, instance: &str, id: u64) {
+        self.protected.lock().remove(&(instance.to_string(), id));
     }
 }
 

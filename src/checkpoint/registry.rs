@@ -112,9 +112,18 @@ pub(crate) struct Checkpointer {
     /// Whether a backend without a coordinator has removed what earlier runs of its job left
     /// (see [`Checkpointer::collect_earlier_runs`]).
     earlier_runs_collected: std::sync::atomic::AtomicBool,
-    /// Held while the backend is open: a staging directory whose lock nobody holds belongs
-    /// to a backend that is gone (see `clean_staging`).
-    _staging_lock: Option<File>,
+    /// Held while the backend is open, released by [`Checkpointer::close`]: a staging
+    /// directory whose lock nobody holds belongs to a backend that is gone (see
+    /// `clean_staging`), so the directory can be opened again while a clone of the closed
+    /// backend lives on.
+    staging_lock: Mutex<Option<File>>,
+    /// The backend was closed: notifications, sweeps and new snapshots answer
+    /// [`Error::Closed`].
+    closed: std::sync::atomic::AtomicBool,
+    /// This instance's key for the job owner's protections (the backend id and a random
+    /// suffix): a closed instance releases only its own, not those of the backend's next
+    /// instance on the same directory.
+    owner_key: String,
 }
 
 /// What identifies one file on disk well enough to reuse facts read from it: an SST under a
@@ -233,12 +242,26 @@ impl Drop for Checkpointer {
     fn drop(&mut self) {
         // A closed backend's attempts can never complete: they protect nothing any more.
         if let Some(owner) = self.owner() {
-            owner.release_backend(&self.backend_id);
+            owner.release_instance(&self.owner_key);
         }
     }
 }
 
 impl Checkpointer {
+    /// The backend closed: later notifications, sweeps and snapshots answer
+    /// [`Error::Closed`], and the staging lock goes, so the directory can be opened again
+    /// while a clone of this backend (or an upload it began) lives on.
+    pub(crate) fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.staging_lock.lock().take();
+    }
+
+    /// Whether [`Checkpointer::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Opens the bookkeeping of `backend_id`. With `restored`, the backend is new and its base
     /// is the restored checkpoint; otherwise the base is this backend's manifest in the newest
     /// job record naming one.
@@ -298,8 +321,18 @@ impl Checkpointer {
                     book.last_completed = Some(id);
                     book.max_seen = book.max_seen.max(Some(id));
                 }
+                // Only where job records say what completed: an engine may keep completion
+                // elsewhere, and then every copy may be of a completed checkpoint.
+                if let (Some(last), Some(_)) = (book.last_completed, &staging_lock) {
+                    super::local_recovery::retire_own_dead_attempts(
+                        &staging_root,
+                        &backend_id,
+                        last,
+                    );
+                }
             }
         }
+        let owner_key = format!("{backend_id}#{:016x}", rand::random::<u64>());
         Ok(Checkpointer {
             storage,
             backend_id,
@@ -311,7 +344,9 @@ impl Checkpointer {
             sst_ids: Mutex::new(HashMap::new()),
             log: Mutex::new(log),
             earlier_runs_collected: std::sync::atomic::AtomicBool::new(false),
-            _staging_lock: staging_lock,
+            staging_lock: Mutex::new(staging_lock),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            owner_key,
         })
     }
 
@@ -388,11 +423,11 @@ impl Checkpointer {
             None
         };
         if let Some(owner) = self.owner() {
-            owner.uploading(&self.backend_id, id, true);
+            owner.uploading(&self.owner_key, id, true);
             // The attempt's directory (its private files come before its manifest) and the
             // base's shared files it may reuse.
             owner.protect(
-                &self.backend_id,
+                &self.owner_key,
                 id,
                 std::iter::once(layout::checkpoint_dir(id, &self.backend_id)).chain(
                     base.iter()
@@ -407,7 +442,7 @@ impl Checkpointer {
     /// Marks `names` (new shared uploads of pending checkpoint `id`) as in flight.
     pub(crate) fn protect(&self, id: u64, names: &[String]) {
         if let Some(owner) = self.owner() {
-            owner.protect(&self.backend_id, id, names.iter().cloned());
+            owner.protect(&self.owner_key, id, names.iter().cloned());
         }
     }
 
@@ -421,7 +456,7 @@ impl Checkpointer {
     pub(crate) fn forget(&self, id: u64) {
         self.book.lock().pending.remove(&id);
         if let Some(owner) = self.owner() {
-            owner.uploading(&self.backend_id, id, false);
+            owner.uploading(&self.owner_key, id, false);
         }
         self.release(id);
     }
@@ -437,7 +472,7 @@ impl Checkpointer {
         stats: super::CheckpointStats,
     ) -> Result<()> {
         if let Some(owner) = self.owner() {
-            owner.uploading(&self.backend_id, id, false);
+            owner.uploading(&self.owner_key, id, false);
         }
         let mut b = self.book.lock();
         let aborted = b.pending.remove(&id).is_some_and(|p| p.aborted);
@@ -531,7 +566,7 @@ impl Checkpointer {
     /// Drops the owner's protection of attempt `id`.
     fn release(&self, id: u64) {
         if let Some(owner) = self.owner() {
-            owner.release(&self.backend_id, id);
+            owner.release(&self.owner_key, id);
         }
     }
 
