@@ -834,8 +834,11 @@ impl KeyedBackend {
     /// nothing in storage). Waits for calls in flight on other threads (a
     /// state callback must not call it: it would wait for itself). The heap backend drops its
     /// tables (savepoints already taken keep their copy). Closing twice does nothing more. On
-    /// an error the backend stays open, so nothing cached is lost: retry, or drop it.
-    pub fn close(self) -> Result<()> {
+    /// an error the backend stays open, so nothing cached is lost: retry, or drop it (the
+    /// drop writes everything out too). A flush refused for want of disk space is tried
+    /// again for a few seconds: RocksDB takes writes again only once it has seen the space
+    /// come back.
+    pub fn close(&self) -> Result<()> {
         match &self.inner.engine {
             Engine::Rocks(db) => {
                 match self.persist_watermark() {

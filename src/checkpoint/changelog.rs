@@ -280,7 +280,11 @@ pub(crate) fn keep_cut(cp: &Checkpointer, cut: &LogCut, names: &[String]) -> Res
         .finish(cut.first_seq, names, cp.options.changelog.compress)
         .map_err(Error::format)?;
     let path = dir.join(format!("{}-{}.rscl", cut.first_seq, cut.end_seq));
-    fs::write(&path, &bytes).map_err(|e| Error::io(&path, e))?;
+    if let Err(e) = fs::write(&path, &bytes) {
+        // A part written (a full disk) is no segment: nothing would ever delete it.
+        let _ = fs::remove_file(&path);
+        return Err(Error::io(&path, e));
+    }
     cp.log.lock().segments.insert(
         cut.first_seq,
         LocalSegment {

@@ -20,6 +20,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use rocksdb::{
@@ -865,16 +866,50 @@ impl Open {
     }
 }
 
+impl Open {
+    /// Drains the write cache and flushes every memtable; a flush refused for want of disk
+    /// space is tried again for up to [`NO_SPACE_WAIT`]. RocksDB stops writing after such a
+    /// failure and only takes writes again once it has seen space come back (it looks every
+    /// few seconds), so a close right after space was freed would otherwise fail again, and a
+    /// drop would close RocksDB with its memtables unwritten (WAL off: lost).
+    pub(super) fn drain_and_flush(&self) -> Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            match self.drained().and_then(|d| d.flush_all()) {
+                Err(e) if no_space(&e) && start.elapsed() < NO_SPACE_WAIT => {
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// How long a close waits for disk space before it reports the failed flush
+/// ([`Open::drain_and_flush`]): above RocksDB's 5 s between looks at free space.
+const NO_SPACE_WAIT: Duration = Duration::from_secs(12);
+
+/// Whether RocksDB refused a write or flush for want of disk space (`ENOSPC`).
+fn no_space(e: &Error) -> bool {
+    match e {
+        Error::RocksDb { detail, .. } => {
+            detail.contains("No space left on device") || detail.contains("NoSpace")
+        }
+        Error::Io { source, .. } => source.raw_os_error() == Some(28),
+        _ => false,
+    }
+}
+
 impl Drop for Open {
     fn drop(&mut self) {
         // Closing writes out the memtables (WAL off); cached writes go there first. An error
-        // here has nowhere to go: `Db::close` drains first and returns it, so only a database
-        // dropped without `close` can end here with one.
-        if let Err(e) = self.drain() {
+        // here has nowhere to go: `Db::close` flushes first and returns it, so only a
+        // database dropped without a successful `close` can end here with one.
+        if let Err(e) = self.drain_and_flush() {
             tracing::error!(
                 path = %self.path.display(),
                 error = %e,
-                "cached writes lost: the database was dropped without close and could not take them"
+                "writes since the last flush lost: the database was dropped without close and could not write them out"
             );
         }
     }

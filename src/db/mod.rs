@@ -294,7 +294,7 @@ impl Db {
         self.closing.store(true, Ordering::Release);
         let mut open = self.open.write();
         if let Some(o) = open.as_ref() {
-            if let Err(e) = o.drained().and_then(|d| d.flush_all()) {
+            if let Err(e) = o.drain_and_flush() {
                 self.closing.store(false, Ordering::Release);
                 return Err(e);
             }
