@@ -884,12 +884,17 @@ impl FullSnapshot {
         path: &Path,
         header: &SavepointHeader,
     ) -> Result<SavepointStats> {
+        // A write error names the file (a full disk, say), as every other I/O error does.
+        let written = |e: sst_format::Error| match e {
+            sst_format::Error::Io(io) => Error::io(path, io),
+            e => Error::format(e),
+        };
         let mut writer = SavepointWriter::new(
             BufWriter::with_capacity(1 << 20, SyncingFile::new(file)),
             header,
             SAVEPOINT_ZSTD_LEVEL,
         )
-        .map_err(Error::format)?;
+        .map_err(written)?;
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
@@ -956,7 +961,7 @@ impl FullSnapshot {
                         early.insert(i, blocks?);
                     };
                     for block in blocks {
-                        writer.write_encoded(&block).map_err(Error::format)?;
+                        writer.write_encoded(&block).map_err(written)?;
                         spare.lock().push(block.into_buffer());
                     }
                     gate.advance(run + 1);
@@ -973,7 +978,7 @@ impl FullSnapshot {
             }
             written
         })?;
-        let (out, stats) = writer.finish().map_err(Error::format)?;
+        let (out, stats) = writer.finish().map_err(written)?;
         let file = out
             .into_inner()
             .map_err(|e| Error::io(path, e.into_error()))?;

@@ -42,6 +42,10 @@ fn a_savepoint_to_a_full_disk_is_typed_leaves_nothing_and_a_retry_works() {
     eprintln!("savepoint: kind {:?}: {e}", e.kind());
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert!(
+        e.to_string().contains(".sp.partial-"),
+        "the error names the file: {e}"
+    );
+    assert!(
         !sp.exists(),
         "a file under the final name after a failed write"
     );
