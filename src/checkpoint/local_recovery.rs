@@ -24,7 +24,7 @@ use sst_format::SstUniqueId;
 use super::layout;
 use super::registry::{Checkpointer, STAGING_LOCK};
 use crate::error::{Error, Result};
-use crate::storage::try_lock;
+use crate::storage::{lock_in_place, STAGING_SWEEPS};
 
 /// Where the files of a restore came from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -137,13 +137,14 @@ pub(crate) fn forget(cp: &Checkpointer, id: u64) {
 /// job sharing the staging root pays at most a download). A gone backend left with no copy
 /// goes whole, so a job restarting on one machine leaves no directory per restart.
 pub(crate) fn retire_dead_attempts(staging_root: &Path, restored: u64) {
+    let _sweeps = STAGING_SWEEPS.lock();
     for b in fs::read_dir(staging_root).into_iter().flatten().flatten() {
         let dir = b.path();
         if !dir.is_dir() {
             continue;
         }
         let lock_path = dir.join(STAGING_LOCK);
-        let Some(lock) = try_lock(&lock_path) else {
+        let Some(lock) = lock_in_place(&lock_path) else {
             continue;
         };
         let mut left = 0;
@@ -256,7 +257,10 @@ impl LocalSource {
             return;
         };
         let lock_path = backend_dir.join(STAGING_LOCK);
-        let Some(lock) = try_lock(&lock_path) else {
+        // A sibling restoring at the same moment would hold the lock for an instant to check
+        // whether this backend is gone, and a retire skipped then is never retried.
+        let _sweeps = STAGING_SWEEPS.lock();
+        let Some(lock) = lock_in_place(&lock_path) else {
             return;
         };
         for (_, path) in local_copies(backend_dir) {

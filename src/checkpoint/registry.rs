@@ -24,7 +24,7 @@ use super::CheckpointOptions;
 use crate::catalog::decode_manifest_named;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::storage::{try_lock, CheckpointStorage};
+use crate::storage::{lock_in_place, CheckpointStorage, STAGING_SWEEPS};
 
 /// The checkpoint a backend was restored from; becomes its reuse base.
 #[derive(Debug, Clone)]
@@ -175,31 +175,54 @@ pub(crate) fn list_committed(
 /// Name of the lock file in a backend's staging directory: held while the backend is open.
 pub(crate) const STAGING_LOCK: &str = "LOCK";
 
-/// Removes staging directories (`snap-<id>`) of attempts that can no longer finish, and
-/// changelog segment files (`log/`, which only the process that cut them uses): this
-/// backend's own (an earlier process of this backend died mid-snapshot) and those of every
-/// backend whose staging lock nobody holds (its process is gone). Local copies stay (a
-/// restore on this machine uses them). Failures only cost disk space.
-fn clean_staging(staging_root: &Path, backend_id: &str) -> Option<File> {
+/// Takes this backend's staging lock, then removes staging directories (`snap-<id>`) of
+/// attempts that can no longer finish, and changelog segment files (`log/`, which only the
+/// process that cut them uses): this backend's own (an earlier process of this backend died
+/// mid-snapshot) and those of every backend whose staging lock nobody holds (its process is
+/// gone), each while holding that backend's lock. Local copies stay (a restore on this
+/// machine uses them). Failures to remove only cost disk space; a lock this backend cannot
+/// take (another open instance of it holds it) is an error: without it, any sibling would
+/// take this backend for a gone one and remove its snapshots.
+fn clean_staging(staging_root: &Path, backend_id: &str) -> Result<File> {
     let own = staging_root.join(backend_id);
-    std::fs::create_dir_all(&own).ok()?;
-    // Another backend's `clean_staging` may hold this lock for a moment while it checks it.
-    let lock = (0..100).find_map(|_| {
-        try_lock(&own.join(STAGING_LOCK)).or_else(|| {
+    // Created again on each try: a sibling's sweep may remove an empty directory of a gone
+    // backend between its creation and the lock (`local_recovery::retire_dead_attempts`).
+    let lock = (0..200).find_map(|_| {
+        let locked = {
+            let _sweeps = STAGING_SWEEPS.lock();
+            let _ = std::fs::create_dir_all(&own);
+            lock_in_place(&own.join(STAGING_LOCK))
+        };
+        locked.or_else(|| {
             std::thread::sleep(std::time::Duration::from_millis(5));
             None
         })
     });
+    let lock = lock.ok_or_else(|| {
+        Error::io(
+            own.join(STAGING_LOCK),
+            std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                "the staging lock is held by another open instance of this backend",
+            ),
+        )
+    })?;
+    let _sweeps = STAGING_SWEEPS.lock();
     let Ok(entries) = std::fs::read_dir(staging_root) else {
-        return lock;
+        return Ok(lock);
     };
     for e in entries.flatten() {
         let dir = e.path();
         let mine = e.file_name().to_str() == Some(backend_id);
-        let gone = mine || (dir.is_dir() && try_lock(&dir.join(STAGING_LOCK)).is_some());
-        if !gone {
-            continue;
-        }
+        // Held while its leftovers go: a backend opening meanwhile waits for it.
+        let theirs = match mine {
+            true => None,
+            false if dir.is_dir() => match lock_in_place(&dir.join(STAGING_LOCK)) {
+                Some(l) => Some(l),
+                None => continue,
+            },
+            false => continue,
+        };
         for snap in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let is_snap = snap
                 .file_name()
@@ -209,8 +232,9 @@ fn clean_staging(staging_root: &Path, backend_id: &str) -> Option<File> {
                 let _ = std::fs::remove_dir_all(snap.path());
             }
         }
+        drop(theirs);
     }
-    lock
+    Ok(lock)
 }
 
 /// The manifest of `backend_id` named by the newest job record that names one, if any.
@@ -275,7 +299,7 @@ impl Checkpointer {
         restored: Option<RestoredBase>,
     ) -> Result<Checkpointer> {
         options.validate()?;
-        let staging_lock = clean_staging(&staging_root, &backend_id);
+        let staging_lock = clean_staging(&staging_root, &backend_id)?;
         let mut book = Book::default();
         let mut log = super::changelog::LogBook::default();
         match restored {
@@ -323,7 +347,7 @@ impl Checkpointer {
                 }
                 // Only where job records say what completed: an engine may keep completion
                 // elsewhere, and then every copy may be of a completed checkpoint.
-                if let (Some(last), Some(_)) = (book.last_completed, &staging_lock) {
+                if let Some(last) = book.last_completed {
                     super::local_recovery::retire_own_dead_attempts(
                         &staging_root,
                         &backend_id,
@@ -344,7 +368,7 @@ impl Checkpointer {
             sst_ids: Mutex::new(HashMap::new()),
             log: Mutex::new(log),
             earlier_runs_collected: std::sync::atomic::AtomicBool::new(false),
-            staging_lock: Mutex::new(staging_lock),
+            staging_lock: Mutex::new(Some(staging_lock)),
             closed: std::sync::atomic::AtomicBool::new(false),
             owner_key,
         })

@@ -68,6 +68,31 @@ pub(crate) fn try_lock(path: &Path) -> Option<std::fs::File> {
     Some(file)
 }
 
+/// [`try_lock`], kept only if the lock is on the file now at `path`. A sweep removing a gone
+/// backend's staging directory unlinks its lock file while holding the lock; a lock taken
+/// afterwards on the file it unlinked (opened before) holds nothing, and is given up.
+pub(crate) fn lock_in_place(path: &Path) -> Option<std::fs::File> {
+    let file = try_lock(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let held = file.metadata().ok()?;
+        let now = std::fs::metadata(path).ok()?;
+        if (held.dev(), held.ino()) != (now.dev(), now.ino()) {
+            return None;
+        }
+    }
+    Some(file)
+}
+
+/// Held by every section of this process that takes staging locks to judge whether a
+/// backend is gone and removes what it left, and by a backend creating and locking its
+/// staging directory: such sections never interleave within a process, so a check holding
+/// a lock for an instant never makes another section skip a gone backend, nor remove a
+/// directory a backend is about to lock. (Across processes, [`lock_in_place`] and retries
+/// cover the second.)
+pub(crate) static STAGING_SWEEPS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 /// One object found by [`CheckpointStorage::list`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {

@@ -1,0 +1,149 @@
+//! A job of P tasks in one process, restarted on the same machine again and again (each run
+//! ends without `close`, as a killed process does), every run restoring `RestoreFrom::Latest`
+//! with its tasks restoring at once (one thread each). Every live backend must hold its
+//! staging lock (`<staging root>/<backend-id>/LOCK`, docs/ownership.md §3 rule 9: "Each
+//! backend holds a lock file in its staging directory from its open to its close"): the lock
+//! is what tells every other backend's open (`clean_staging`) and restore
+//! (`retire_dead_attempts`, `retire_backend`) that its snapshots, changelog segments and
+//! local copies are in use. A concurrent restore that takes a new backend's directory for a
+//! dead one's (the lock not yet taken) and removes it leaves that backend running unlocked.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rockstate::coordinator::{
+    latest_job_checkpoint, task_checkpoint, Coordinator, CoordinatorConfig, Outcome, TaskCommand,
+    Triggered,
+};
+use rockstate::{
+    CheckpointOptions, CheckpointStorage, KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom,
+    SystemClock,
+};
+
+const P: u32 = 16;
+const MAXP: u32 = 64;
+
+fn staging_backends(tm: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(tm.join(".rockstate-staging"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| {
+            let sub: Vec<String> = fs::read_dir(e.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|s| s.file_name().to_string_lossy().into_owned())
+                .collect();
+            format!("{}: {sub:?}", e.file_name().to_string_lossy())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_backend_restored_concurrently_holds_its_staging_lock() {
+    let work = tempfile::tempdir().unwrap();
+    let tm = work.path().join("tm");
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(work.path().join("storage")).unwrap());
+    let mut r = rng(5);
+    let mut model = Model::new();
+    for run in 0..30 {
+        let mut config = CoordinatorConfig::new("job", P, MAXP);
+        config.sources = (0..P).collect();
+        config.retained = 2;
+        let mut coord = Coordinator::new(config, storage.clone(), Arc::new(SystemClock)).unwrap();
+        let owner = coord.owner().clone();
+        let eps: Vec<_> = (0..P).map(|t| coord.endpoint(t).unwrap()).collect();
+        let restored = latest_job_checkpoint(storage.as_ref()).unwrap();
+        let handles: Vec<_> = (0..P)
+            .map(|i| {
+                let dir = tm.join(format!("task-{i}"));
+                let _ = fs::remove_dir_all(&dir);
+                let b = KeyedBackend::builder(dir)
+                    .options(small_options())
+                    .max_parallelism(MAXP)
+                    .key_groups(KeyGroupRange::for_operator(MAXP, P, i).unwrap())
+                    .checkpoint_storage(storage.clone())
+                    .checkpoint_options(CheckpointOptions {
+                        retained: 2,
+                        ..CheckpointOptions::default()
+                    })
+                    .job_owner(owner.clone());
+                let restore = restored.is_some();
+                std::thread::spawn(move || {
+                    if restore {
+                        b.restore(RestoreFrom::Latest)
+                    } else {
+                        b.open()
+                    }
+                })
+            })
+            .collect();
+        let backends: Vec<KeyedBackend> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
+        let got: Model = backends.iter().flat_map(read_all).collect();
+        assert_eq!(got, model, "run {run}");
+        for b in &backends {
+            let lock = tm
+                .join(".rockstate-staging")
+                .join(b.backend_id())
+                .join("LOCK");
+            let free = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock)
+                .map(|f| {
+                    use std::os::unix::io::AsRawFd;
+                    // SAFETY: flock on a descriptor this test owns.
+                    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+                })
+                .unwrap_or(true);
+            assert!(
+                !free,
+                "run {run}: live backend {} (restored with {} others at once) does not hold its \
+                 staging lock {}: {:#?}",
+                b.backend_id(),
+                P - 1,
+                lock.display(),
+                staging_backends(&tm)
+            );
+        }
+        // One completed checkpoint per run, then the process "dies" (no close).
+        for b in &backends {
+            random_writes(b, &mut model, &mut r, 300);
+        }
+        let Triggered::Started(id) = coord.trigger().unwrap() else {
+            panic!()
+        };
+        let stats: Vec<_> = backends.iter().map(|b| b.checkpoint(id).unwrap()).collect();
+        for (t, (b, s)) in backends.iter().zip(&stats).enumerate() {
+            eps[t].ack(id, task_checkpoint(t as u32, Some((b, s)), vec![]));
+        }
+        let out = loop {
+            let o = coord.wait(Duration::from_millis(50)).unwrap();
+            if !o.is_empty() {
+                break o;
+            }
+        };
+        assert!(matches!(out.as_slice(), [Outcome::Completed(_)]), "{out:?}");
+        for (e, b) in eps.iter().zip(&backends) {
+            while let Some(TaskCommand::Complete { checkpoint_id }) = e.try_recv() {
+                b.notify_checkpoint_complete(checkpoint_id).unwrap();
+            }
+        }
+        drop(backends);
+        drop(coord);
+    }
+}
