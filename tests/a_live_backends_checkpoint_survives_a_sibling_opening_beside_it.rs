@@ -1,5 +1,5 @@
 //! Consequence of a live backend left without its staging lock (see
-//! `every_backend_restored_concurrently_holds_its_staging_lock.rs`), changelog mode: another
+//! `staging_under_concurrent_restores.rs`), changelog mode: another
 //! backend opened beside it on this machine (a task of another operator, a restarted
 //! sibling) takes it for a dead one and removes its snapshot directory and its changelog
 //! segments (`clean_staging`) between its sync phase and its upload. The checkpoint must

@@ -12,80 +12,17 @@
 #[path = "checkpoint_common/mod.rs"]
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::hooked::Hooked;
 use common::*;
-use parking_lot::Mutex;
 use rockstate::checkpoint::layout;
-use rockstate::{CheckpointStorage, JobOwner, KeyedBackend, ObjectDigest, ObjectInfo, SystemClock};
-
-type Hook = Box<dyn FnOnce() + Send>;
-
-/// Runs a hook right before the put of one object.
-struct Hooked {
-    inner: Arc<dyn CheckpointStorage>,
-    hook: Mutex<Option<(String, Hook)>>,
-}
-
-impl std::fmt::Debug for Hooked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Hooked")
-    }
-}
-
-impl Hooked {
-    fn before(&self, name: &str) {
-        let hook = {
-            let mut h = self.hook.lock();
-            match h.as_ref() {
-                Some((n, _)) if n == name => h.take(),
-                _ => None,
-            }
-        };
-        if let Some((_, f)) = hook {
-            f();
-        }
-    }
-}
-
-impl CheckpointStorage for Hooked {
-    fn put_file(&self, name: &str, local: &Path) -> rockstate::Result<ObjectDigest> {
-        self.before(name);
-        self.inner.put_file(name, local)
-    }
-    fn put_bytes(&self, name: &str, bytes: &[u8]) -> rockstate::Result<()> {
-        self.before(name);
-        self.inner.put_bytes(name, bytes)
-    }
-    fn get_file(&self, name: &str, local: &Path) -> rockstate::Result<ObjectDigest> {
-        self.inner.get_file(name, local)
-    }
-    fn get_bytes(&self, name: &str) -> rockstate::Result<Vec<u8>> {
-        self.inner.get_bytes(name)
-    }
-    fn list(&self, prefix: &str) -> rockstate::Result<Vec<ObjectInfo>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, name: &str) -> rockstate::Result<()> {
-        self.inner.delete(name)
-    }
-    fn exists(&self, name: &str) -> rockstate::Result<bool> {
-        self.inner.exists(name)
-    }
-    fn sweep_incomplete(&self, now_ms: u64, min_age: Duration) -> rockstate::Result<usize> {
-        self.inner.sweep_incomplete(now_ms, min_age)
-    }
-}
+use rockstate::{CheckpointStorage, JobOwner, KeyedBackend, SystemClock};
 
 #[test]
 fn the_end_of_a_closed_backends_upload_leaves_the_reopened_backends_attempts_protected() {
     let fx = Fixture::new();
-    let hooked = Arc::new(Hooked {
-        inner: fx.storage_dyn(),
-        hook: Mutex::new(None),
-    });
+    let hooked = Hooked::new(fx.storage_dyn());
     let storage: Arc<dyn CheckpointStorage> = hooked.clone();
     let owner = Arc::new(JobOwner::open(storage.clone(), 1, Arc::new(SystemClock)).unwrap());
     let open = || {
@@ -127,12 +64,9 @@ fn the_end_of_a_closed_backends_upload_leaves_the_reopened_backends_attempts_pro
     {
         let owner = owner.clone();
         let rec = one_task_record(&b2, &s4);
-        *hooked.hook.lock() = Some((
-            meta3,
-            Box::new(move || {
-                owner.commit(&rec).unwrap();
-            }),
-        ));
+        hooked.before_put(meta3, move || {
+            owner.commit(&rec).unwrap();
+        });
     }
     let up3 = p3.upload();
     let report = rockstate::verify_checkpoints(fx.storage.as_ref()).unwrap();

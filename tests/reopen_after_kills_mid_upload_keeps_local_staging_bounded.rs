@@ -13,57 +13,15 @@
 mod common;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::hooked::Hooked;
 use common::process::{kill_child_once_written, publish_and_wait_to_be_killed};
 use common::*;
 use rockstate::checkpoint::layout;
-use rockstate::{
-    CheckpointOptions, CheckpointStorage, KeyedBackend, LocalStorage, ObjectDigest, ObjectInfo,
-};
+use rockstate::{CheckpointOptions, CheckpointStorage, KeyedBackend, LocalStorage};
 
 const CHILD_ENV: &str = "ROCKSTATE_REOPEN_KILLED_MID_UPLOAD_CHILD";
-
-/// A storage whose `put_file` blocks for ever (until the kill) once `block` is set, after
-/// telling the parent.
-#[derive(Debug)]
-struct Blocking {
-    inner: Arc<dyn CheckpointStorage>,
-    block: AtomicBool,
-    publish: std::path::PathBuf,
-}
-
-impl CheckpointStorage for Blocking {
-    fn put_file(&self, name: &str, local: &Path) -> rockstate::Result<ObjectDigest> {
-        if self.block.load(Ordering::SeqCst) {
-            publish_and_wait_to_be_killed(&self.publish, &format!("uploading {name}"));
-        }
-        self.inner.put_file(name, local)
-    }
-    fn put_bytes(&self, name: &str, bytes: &[u8]) -> rockstate::Result<()> {
-        self.inner.put_bytes(name, bytes)
-    }
-    fn get_file(&self, name: &str, local: &Path) -> rockstate::Result<ObjectDigest> {
-        self.inner.get_file(name, local)
-    }
-    fn get_bytes(&self, name: &str) -> rockstate::Result<Vec<u8>> {
-        self.inner.get_bytes(name)
-    }
-    fn list(&self, prefix: &str) -> rockstate::Result<Vec<ObjectInfo>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, name: &str) -> rockstate::Result<()> {
-        self.inner.delete(name)
-    }
-    fn exists(&self, name: &str) -> rockstate::Result<bool> {
-        self.inner.exists(name)
-    }
-    fn sweep_incomplete(&self, now_ms: u64, min_age: Duration) -> rockstate::Result<usize> {
-        self.inner.sweep_incomplete(now_ms, min_age)
-    }
-}
 
 fn open(work: &Path, storage: Arc<dyn CheckpointStorage>) -> KeyedBackend {
     KeyedBackend::builder(work.join("db"))
@@ -161,11 +119,7 @@ fn reopen_killed_child() {
     };
     let (work, run) = spec.split_once('|').unwrap();
     let (work, run) = (Path::new(work), run.parse::<u64>().unwrap());
-    let storage = Arc::new(Blocking {
-        inner: local_storage(work),
-        block: AtomicBool::new(false),
-        publish: work.join(format!("uploading-{run}")),
-    });
+    let storage = Hooked::new(local_storage(work));
     let b = open(work, storage.clone());
     let mut model = Model::new();
     let mut r = rng(100 + run);
@@ -177,7 +131,15 @@ fn reopen_killed_child() {
     random_writes(&b, &mut model, &mut r, 2000);
     b.compact_state("v").unwrap();
     let pending = b.snapshot(2 * run + 1).unwrap();
-    storage.block.store(true, Ordering::SeqCst);
+    // Every put of the upload stops (its transfer threads too), the first one tells.
+    let publish = work.join(format!("uploading-{run}"));
+    let told = std::sync::Once::new();
+    storage.before_every_put(move |name| {
+        told.call_once(|| publish_and_wait_to_be_killed(&publish, &format!("uploading {name}")));
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
+    });
     let _ = pending.upload();
     unreachable!("the upload blocks until the kill");
 }

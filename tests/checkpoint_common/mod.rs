@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod crash;
+pub mod hooked;
 pub mod process;
 pub mod s3;
 

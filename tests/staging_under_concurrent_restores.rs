@@ -1,11 +1,17 @@
 //! A job of P tasks in one process, restarted on the same machine again and again (each run
 //! ends without `close`, as a killed process does: its staging locks go with it), every run
 //! restoring `RestoreFrom::Latest` with its tasks restoring at once (one thread each, as an
-//! engine starts its tasks), local recovery on. Each restore takes its files from the local
-//! copy of the backend that wrote its checkpoint, and must then retire that backend's staging
-//! directory (`LocalSource::retire_backend`: "nothing else would ever prune the old backend's
-//! copies"). Local disk must stay bounded: after every restart the staging root holds only the
-//! P live backends' directories, not one more per restart.
+//! engine starts its tasks), local recovery on. After every restart:
+//! - every live backend holds its staging lock (`<staging root>/<backend-id>/LOCK`,
+//!   docs/ownership.md §3 rule 9): the lock is what tells every other backend's open
+//!   (`clean_staging`) and restore (`retire_dead_attempts`, `retire_backend`) that its
+//!   snapshots, changelog segments and local copies are in use; a concurrent restore that took
+//!   a new backend's directory for a dead one's (the lock not yet taken) and removed it left
+//!   that backend running unlocked;
+//! - no gone backend's local copies remain: each restore takes its files from the local copy
+//!   of the backend that wrote its checkpoint and retires that backend's staging directory
+//!   (`LocalSource::retire_backend`); a retire skipped while a sibling checked the lock left
+//!   them for good, one more per restart.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -48,7 +54,7 @@ fn staging_backends(tm: &Path) -> Vec<String> {
 }
 
 #[test]
-fn concurrent_restores_retire_every_dead_backends_local_copies() {
+fn concurrent_restores_keep_every_staging_lock_and_no_dead_backends_copies() {
     let work = tempfile::tempdir().unwrap();
     let tm = work.path().join("tm");
     let storage: Arc<dyn CheckpointStorage> =
@@ -93,6 +99,32 @@ fn concurrent_restores_retire_every_dead_backends_local_copies() {
             .collect();
         let got: Model = backends.iter().flat_map(read_all).collect();
         assert_eq!(got, model, "run {run}");
+        for b in &backends {
+            let lock = tm
+                .join(".rockstate-staging")
+                .join(b.backend_id())
+                .join("LOCK");
+            let free = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock)
+                .map(|f| {
+                    use std::os::unix::io::AsRawFd;
+                    // SAFETY: flock on a descriptor this test owns.
+                    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+                })
+                .unwrap_or(true);
+            assert!(
+                !free,
+                "run {run}: live backend {} (restored with {} others at once) does not hold its \
+                 staging lock {}: {:#?}",
+                b.backend_id(),
+                P - 1,
+                lock.display(),
+                staging_backends(&tm)
+            );
+        }
         // Directories of backends that are gone and still hold local copies: nothing will
         // ever restore from them again (every live backend has a new id) nor delete them.
         let live: Vec<&str> = backends.iter().map(|b| b.backend_id()).collect();
