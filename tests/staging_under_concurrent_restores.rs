@@ -12,6 +12,11 @@
 //!   of the backend that wrote its checkpoint and retires that backend's staging directory
 //!   (`LocalSource::retire_backend`); a retire skipped while a sibling checked the lock left
 //!   them for good, one more per restart.
+//!
+//! In changelog mode another backend also opens beside them between their sync phases and
+//! uploads (a task of another operator on this machine): it must take none of them for a
+//! gone one (an unlocked backend lost its snapshot and changelog segments to such an open,
+//! and could never checkpoint again), so every upload succeeds.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -55,13 +60,23 @@ fn staging_backends(tm: &Path) -> Vec<String> {
 
 #[test]
 fn concurrent_restores_keep_every_staging_lock_and_no_dead_backends_copies() {
+    restarts(false, 45);
+}
+
+#[test]
+fn in_changelog_mode_a_siblings_open_between_sync_and_upload_takes_nothing() {
+    restarts(true, 20);
+}
+
+/// `runs` restarts of the job (changelog mode or not), checking after each.
+fn restarts(changelog: bool, runs: u32) {
     let work = tempfile::tempdir().unwrap();
     let tm = work.path().join("tm");
     let storage: Arc<dyn CheckpointStorage> =
         Arc::new(LocalStorage::new(work.path().join("storage")).unwrap());
     let mut r = rng(5);
     let mut model = Model::new();
-    for run in 0..45 {
+    for run in 0..runs {
         let mut config = CoordinatorConfig::new("job", P, MAXP);
         config.sources = (0..P).collect();
         config.retained = 2;
@@ -80,7 +95,10 @@ fn concurrent_restores_keep_every_staging_lock_and_no_dead_backends_copies() {
                     .checkpoint_storage(storage.clone())
                     .checkpoint_options(CheckpointOptions {
                         retained: 2,
-                        ..CheckpointOptions::default()
+                        ..match changelog {
+                            true => changelog_options(100_000),
+                            false => CheckpointOptions::default(),
+                        }
                     })
                     .job_owner(owner.clone());
                 let restore = restored.is_some();
@@ -146,7 +164,25 @@ fn concurrent_restores_keep_every_staging_lock_and_no_dead_backends_copies() {
         let Triggered::Started(id) = coord.trigger().unwrap() else {
             panic!()
         };
-        let stats: Vec<_> = backends.iter().map(|b| b.checkpoint(id).unwrap()).collect();
+        let pending: Vec<_> = backends.iter().map(|b| b.snapshot(id).unwrap()).collect();
+        if changelog {
+            // Another backend opens beside them on this machine.
+            let other = KeyedBackend::builder(tm.join(format!("other-operator-{run}")))
+                .options(small_options())
+                .checkpoint_storage(Arc::new(
+                    LocalStorage::new(work.path().join("other-storage")).unwrap(),
+                ))
+                .open()
+                .unwrap();
+            other.close().unwrap();
+        }
+        let stats: Vec<_> = pending
+            .into_iter()
+            .map(|p| {
+                p.upload()
+                    .unwrap_or_else(|e| panic!("run {run}: upload: {e:?}"))
+            })
+            .collect();
         for (t, (b, s)) in backends.iter().zip(&stats).enumerate() {
             eps[t].ack(id, task_checkpoint(t as u32, Some((b, s)), vec![]));
         }
