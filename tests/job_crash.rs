@@ -34,8 +34,7 @@ use common::*;
 use rand::Rng;
 use rockstate::catalog::Catalog;
 use rockstate::coordinator::{
-    latest_job_checkpoint, task_checkpoint, Coordinator, CoordinatorConfig, Outcome, TaskCommand,
-    Triggered,
+    latest_job_checkpoint, task_checkpoint, Coordinator, CoordinatorConfig, Outcome, Triggered,
 };
 use rockstate::{CheckpointStorage, KeyGroupRange, KeyedBackend, RestoreFrom, SystemClock};
 
@@ -142,30 +141,12 @@ fn child_loop(work: &Path, gen: u64, p: u32, s3: Option<&str>) -> ! {
             }
         }
         phase("commit");
-        let mut outcome = None;
-        while outcome.is_none() {
-            for o in coord.wait(Duration::from_millis(50)).unwrap() {
-                outcome = Some(o);
-            }
-        }
-        if let Some(Outcome::Completed(rec)) = &outcome {
+        if let Outcome::Completed(rec) = common::crash::next_outcome(&mut coord) {
             println!("{COMPLETED}{}", rec.checkpoint_id);
             std::io::stdout().flush().unwrap();
         }
         phase("notify");
-        for (e, b) in endpoints.iter().zip(&backends) {
-            while let Some(cmd) = e.try_recv() {
-                match cmd {
-                    TaskCommand::Complete { checkpoint_id } => {
-                        b.notify_checkpoint_complete(checkpoint_id).unwrap()
-                    }
-                    TaskCommand::Abort { checkpoint_id } => {
-                        b.notify_checkpoint_aborted(checkpoint_id).unwrap()
-                    }
-                    TaskCommand::Trigger { .. } => {}
-                }
-            }
-        }
+        common::crash::deliver_commands(&endpoints, &backends);
     }
 }
 

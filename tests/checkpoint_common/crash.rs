@@ -62,3 +62,40 @@ pub fn trials(name: &str, default: u64) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// The last of the coordinator's next outcomes (waited for in 50 ms slices): with one
+/// checkpoint in flight, its own.
+pub fn next_outcome(
+    coord: &mut rockstate::coordinator::Coordinator,
+) -> rockstate::coordinator::Outcome {
+    loop {
+        if let Some(o) = coord
+            .wait(std::time::Duration::from_millis(50))
+            .unwrap()
+            .pop()
+        {
+            return o;
+        }
+    }
+}
+
+/// Hands each task's waiting commands to its backend: completions and aborts.
+pub fn deliver_commands(
+    endpoints: &[rockstate::coordinator::TaskEndpoint],
+    backends: &[rockstate::KeyedBackend],
+) {
+    use rockstate::coordinator::TaskCommand;
+    for (e, b) in endpoints.iter().zip(backends) {
+        while let Some(cmd) = e.try_recv() {
+            match cmd {
+                TaskCommand::Complete { checkpoint_id } => {
+                    b.notify_checkpoint_complete(checkpoint_id).unwrap()
+                }
+                TaskCommand::Abort { checkpoint_id } => {
+                    b.notify_checkpoint_aborted(checkpoint_id).unwrap()
+                }
+                TaskCommand::Trigger { .. } => {}
+            }
+        }
+    }
+}
