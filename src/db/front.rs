@@ -139,6 +139,8 @@ pub(super) struct Open {
     read: SharedReadOptions,
     /// Whether point reads are bounded per key group (`Front::bounds` is `Some`).
     bounded: bool,
+    /// RocksDB was opened read-only (`FrontSettings::read_only`).
+    read_only: bool,
     /// Whether `Front::log` is `Some`: writes that bypass the write cache then take the front
     /// lock to record themselves.
     logging: AtomicBool,
@@ -171,9 +173,9 @@ pub(super) struct FrontSettings {
     pub(super) bounds_prefix: Option<usize>,
     /// Bytes of writes after which the iterators kept between scans are refreshed.
     pub(super) scan_sweep_bytes: usize,
-    /// Whether iterators are kept between scans (RocksDB refreshes no iterator of a
-    /// read-only database).
-    pub(super) keep_scan_iterators: bool,
+    /// Whether RocksDB was opened read-only: no iterator is kept between scans (RocksDB
+    /// refreshes none of a read-only database), and nothing is flushed when it is dropped.
+    pub(super) read_only: bool,
 }
 
 impl Open {
@@ -221,13 +223,14 @@ impl Open {
             scan_iters: ScanIters::new(
                 MAX_COLUMN_FAMILIES,
                 settings.scan_sweep_bytes,
-                settings.keep_scan_iterators,
+                !settings.read_only,
             ),
             handles,
             names: Mutex::new(names),
             rocks,
             blooms: Mutex::new(blooms),
             bounded: settings.bounds_prefix.is_some(),
+            read_only: settings.read_only,
             logging: AtomicBool::new(false),
             l0: L0Triggers::new(
                 settings.level0_triggers,
@@ -895,7 +898,7 @@ fn no_space(e: &Error) -> bool {
         Error::RocksDb { detail, .. } => {
             detail.contains("No space left on device") || detail.contains("NoSpace")
         }
-        Error::Io { source, .. } => source.raw_os_error() == Some(28),
+        Error::Io { source, .. } => source.raw_os_error() == Some(libc::ENOSPC),
         _ => false,
     }
 }
@@ -904,7 +907,11 @@ impl Drop for Open {
     fn drop(&mut self) {
         // Closing writes out the memtables (WAL off); cached writes go there first. An error
         // here has nowhere to go: `Db::close` flushes first and returns it, so only a
-        // database dropped without a successful `close` can end here with one.
+        // database dropped without a successful `close` can end here with one. A read-only
+        // database has nothing to write out (and refuses a flush).
+        if self.read_only {
+            return;
+        }
         if let Err(e) = self.drain_and_flush() {
             tracing::error!(
                 path = %self.path.display(),

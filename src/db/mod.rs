@@ -253,7 +253,7 @@ impl Db {
                 .filter(|_| options.key_bounds && !read_only)
                 .map(|l| l.group_prefix),
             scan_sweep_bytes: options.write_buffer_size / 8,
-            keep_scan_iterators: !read_only,
+            read_only,
         };
         let open = Open::new(rocks, existing, blooms, budget, settings, path)?;
         Ok(Arc::new(Db {
