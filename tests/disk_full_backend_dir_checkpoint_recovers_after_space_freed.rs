@@ -8,7 +8,7 @@ mod common;
 #[path = "disk_common/mod.rs"]
 mod disk;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use rockstate::{CheckpointOptions, ErrorKind, KeyedBackend, RestoreFrom};
@@ -38,32 +38,12 @@ fn a_checkpoint_on_a_full_backend_filesystem_is_typed_and_a_later_one_restores_e
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     fs.free();
 
-    // RocksDB leaves its stopped state once it sees free space again (it polls): retry
-    // without asserting on how long that takes.
-    let start = Instant::now();
-    let mut id = 3;
-    let mut errors = Vec::new();
-    let stats = loop {
-        match b.checkpoint(id) {
-            Ok(s) => break s,
-            Err(e) => {
-                errors.push(format!("{:?}: {e}", e.kind()));
-                assert!(
-                    start.elapsed() < Duration::from_secs(30),
-                    "no checkpoint 30 s after space was freed: {errors:?}"
-                );
-                std::thread::sleep(Duration::from_millis(200));
-                id += 1;
-            }
-        }
-    };
-    eprintln!(
-        "checkpoint {} after {:?}; errors before: {} (first {:?})",
-        stats.checkpoint_id,
-        start.elapsed(),
-        errors.len(),
-        errors.first()
-    );
+    // Each try is a new checkpoint id (a failed sync phase used its id).
+    let mut id = 2;
+    let (stats, _) = disk::retry_until_recovered("checkpoint", || {
+        id += 1;
+        b.checkpoint(id)
+    });
     b.notify_checkpoint_complete(stats.checkpoint_id).unwrap();
     b.sweep_orphans(Duration::ZERO).unwrap();
     assert_eq!(assert_verified(fx.storage.as_ref()), Vec::<String>::new());

@@ -6,8 +6,6 @@
 #[path = "disk_common/mod.rs"]
 mod disk;
 
-use std::time::{Duration, Instant};
-
 use rockstate::{DbOptions, ErrorKind, KeyedBackend};
 
 fn options() -> DbOptions {
@@ -67,26 +65,8 @@ fn enospc_in_the_backend_directory_is_typed_and_loses_no_acknowledged_write() {
     }
 
     fs.free();
-    // Once space is back the backend goes on: a flush succeeds (RocksDB's own recovery from
-    // a no-space error polls the free space; give it time, do not assert on it).
-    let start = Instant::now();
-    let mut last = None;
-    loop {
-        match b.flush() {
-            Ok(()) => break,
-            Err(e) if start.elapsed() < Duration::from_secs(30) => {
-                last = Some(e);
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => {
-                panic!("flush still failing 30 s after space was freed: {e}; before: {last:?}")
-            }
-        }
-    }
-    eprintln!(
-        "flush ok after free, {:?}; last error {last:?}",
-        start.elapsed()
-    );
+    // Once space is back the backend goes on: a flush succeeds.
+    disk::retry_until_recovered("flush", || b.flush());
     for k in 0..5000 {
         let want = value(k, if k < acked { 2 } else { 1 });
         assert_eq!(s.get(&k, &()).unwrap(), Some(want), "key {k} after free");

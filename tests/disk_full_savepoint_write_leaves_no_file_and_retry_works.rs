@@ -68,24 +68,7 @@ fn a_savepoint_to_a_full_disk_is_typed_leaves_nothing_and_a_retry_works() {
     eprintln!("restore_savepoint: kind {:?}: {e}", e.kind());
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     fs.free();
-    // RocksDB leaves its stopped state once it sees free space again (it polls): retry
-    // without asserting on how long that takes.
-    let start = std::time::Instant::now();
-    let mut errors = Vec::new();
-    while let Err(e) = restored.restore_savepoint(&sp) {
-        errors.push(format!("{:?}: {e}", e.kind()));
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(30) && errors.len() < 100,
-            "no restore 30 s after space was freed: {errors:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    eprintln!(
-        "restored after {:?}, errors before {}: {:?}",
-        start.elapsed(),
-        errors.len(),
-        errors.last()
-    );
+    disk::retry_until_recovered("savepoint restore", || restored.restore_savepoint(&sp));
     let v2 = restored.value_state::<u32, (), Vec<u8>>("v").unwrap();
     let l2 = restored.list_state::<u32, (), u32>("l").unwrap();
     let mut lists = BTreeMap::new();

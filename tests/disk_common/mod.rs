@@ -97,6 +97,37 @@ impl SmallFs {
     }
 }
 
+/// Runs `op` until it succeeds, as a caller does once space is back: after a failed flush
+/// RocksDB takes writes again only when it next looks at free space (every 5 s). Fails the
+/// test if `op` still fails 30 s after the first try (a bound on RocksDB's recovery, not a
+/// speed check). Returns the result and the errors of the tries before it.
+pub fn retry_until_recovered<T>(
+    what: &str,
+    mut op: impl FnMut() -> rockstate::Result<T>,
+) -> (T, Vec<String>) {
+    let start = std::time::Instant::now();
+    let mut errors = Vec::new();
+    loop {
+        match op() {
+            Ok(t) => {
+                eprintln!(
+                    "{what} after {:?}; errors before: {errors:?}",
+                    start.elapsed()
+                );
+                return (t, errors);
+            }
+            Err(e) => {
+                errors.push(format!("{:?}: {e}", e.kind()));
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(30),
+                    "{what}: still failing 30 s after space was freed: {errors:?}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+    }
+}
+
 fn libc_enospc() -> i32 {
     28
 }
