@@ -1045,9 +1045,10 @@ impl KeyedBackend {
     /// it removes the partial one. On RocksDB the states are
     /// read live while the call runs: call it where the task is not writing, as at a barrier
     /// (writes other threads make meanwhile may or may not be in it). The heap backend's is a
-    /// point-in-time view ([`KeyedBackend::full_snapshot`]). The format holds at most 1 GiB
-    /// (uncompressed) of one key group's entries (docs/savepoint-format.md); a key group
-    /// holding more is refused with [`Error::ValueTooLarge`] and no file is left.
+    /// point-in-time view ([`KeyedBackend::full_snapshot`]). Memory stays bounded by a few
+    /// blocks of about 4 MiB per encoder thread, whatever the state's size or a key group's
+    /// (docs/savepoint-format.md); only a single entry above the format's 1 GiB block is
+    /// refused, with [`Error::ValueTooLarge`], and then no file is left.
     pub fn write_savepoint(&self, path: &Path) -> Result<SavepointStats> {
         self.write_savepoint_with(path, &OperatorState::new())
     }

@@ -16,7 +16,7 @@
 //! writing (docs/heap-backend.md). State therefore moves between the heap and RocksDB backends,
 //! both ways and at any parallelism, through a savepoint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
@@ -463,8 +463,14 @@ fn runs_of_equal_bytes(
     let (mut start, mut acc) = (0, 0u64);
     for (i, b) in blocks.iter().enumerate() {
         acc += u64::from(b.len);
-        // Cut where the bytes so far reach the next share of the total.
-        if acc * parts >= total * (runs.len() as u64 + 1) && (runs.len() as u64) < parts - 1 {
+        // Cut where the bytes so far reach the next share of the total, between key groups:
+        // a key group continuing over several blocks stays in one run, whose thread gives its
+        // list elements their sequence numbers in savepoint order.
+        let group_ends = blocks.get(i + 1).is_none_or(|n| n.key_group != b.key_group);
+        if group_ends
+            && acc * parts >= total * (runs.len() as u64 + 1)
+            && (runs.len() as u64) < parts - 1
+        {
             runs.push(&blocks[start..=i]);
             start = i + 1;
         }
@@ -670,6 +676,69 @@ struct SnapshotState {
     expiry: Option<(u64, u64)>,
 }
 
+/// How one state's entries go into a savepoint, carried from entry to entry of a pass.
+struct StateScan {
+    /// Lists: the heads seen (blind updates). A head goes out as a run under its own sequence
+    /// number, the entries it made dead not at all, so the savepoint holds each list as a read
+    /// returns it (`crate::list_entry`). Entries are classified by the heads before their
+    /// expiry is judged: an expired head left out still leaves out the entries it replaced.
+    lists: Option<ListCursor>,
+    /// The TTL timestamp's length before a value's payload (0 without TTL).
+    stamp_len: usize,
+    /// The suffix and value a head goes out with.
+    head_suffix: [u8; list_entry::SEQ_BYTES + 1],
+    head_value: Vec<u8>,
+}
+
+impl StateScan {
+    fn new(s: &SnapshotState) -> Self {
+        StateScan {
+            lists: (s.meta.kind == StateKind::List).then(ListCursor::new),
+            stamp_len: if s.meta.ttl { ttl::TS_LEN } else { 0 },
+            head_suffix: [0u8; list_entry::SEQ_BYTES + 1],
+            head_value: Vec::new(),
+        }
+    }
+
+    /// The suffix and value entry `e` of state `s` goes into the savepoint with, or `None`
+    /// when it stays out (an entry a list head made dead, an expired entry).
+    fn keep<'a>(
+        &'a mut self,
+        s: &SnapshotState,
+        e: state::RawEntry<'a>,
+    ) -> Result<Option<(&'a [u8], &'a [u8])>> {
+        let (suffix, value) = match &mut self.lists {
+            None => (e.suffix, e.value),
+            Some(c) => {
+                // Under TTL a list entry's payload follows its timestamp, and a head goes out
+                // as the timestamp and its run.
+                let payload = match self.stamp_len {
+                    0 => e.value,
+                    _ => ttl::split_stored(e.value)?.1,
+                };
+                match c.next((e.key, e.namespace), e.suffix, payload)? {
+                    Entry::Dead => return Ok(None),
+                    Entry::Live { seq, payload, .. } if e.suffix.is_empty() => {
+                        self.head_suffix = list_entry::run_suffix(seq);
+                        self.head_value.clear();
+                        self.head_value
+                            .extend_from_slice(&e.value[..self.stamp_len]);
+                        self.head_value.extend_from_slice(payload);
+                        (&self.head_suffix[..], self.head_value.as_slice())
+                    }
+                    Entry::Live { .. } => (e.suffix, e.value),
+                }
+            }
+        };
+        if let Some((ttl_ms, now)) = s.expiry {
+            if ttl::stored_is_expired(value, ttl_ms, now) {
+                return Ok(None);
+            }
+        }
+        Ok(Some((suffix, value)))
+    }
+}
+
 /// The keyed state of a heap backend frozen at [`crate::KeyedBackend::full_snapshot`]: later writes to
 /// the backend do not show in it. `Send`; serialize it on any thread.
 pub struct FullSnapshot {
@@ -699,104 +768,98 @@ impl FullSnapshot {
         self.taken_in
     }
 
-    /// The blocks of the consecutive key groups `groups` (empty ones left out), in key-group
-    /// order: one sequential scan per state over the whole run of groups, entries spread into
-    /// one builder per group (`builders` is reused from run to run, so buffers are allocated
-    /// once per thread). Blocks are encoded into buffers from `spare` when it has any.
-    fn encode_key_groups(
+    /// Encodes the consecutive key groups `groups` into blocks and hands each to `emit` in
+    /// file order: one sequential pass per state over the whole run of groups (a cursor per
+    /// state, all moving together), taking each group's entries of every state before the next
+    /// group's, so blocks leave as they fill: a key group's block ends once it holds
+    /// [`sst_format::BLOCK_TARGET_BYTES`] and the group continues in the next one, and no more
+    /// than one block is in memory here however large a key group is. Empty groups have no
+    /// block. Blocks are encoded into buffers from `spare` when it has any.
+    fn encode_run(
         &self,
         groups: &[u16],
-        states: u32,
         compressor: &mut BlockCompressor,
-        builders: &mut Vec<BlockBuilder>,
+        builder: &mut BlockBuilder,
         spare: &Mutex<Vec<Vec<u8>>>,
-    ) -> Result<Vec<EncodedBlock>> {
+        mut emit: impl FnMut(EncodedBlock) -> Result<()>,
+    ) -> Result<()> {
         let (Some(&first), Some(&last)) = (groups.first(), groups.last()) else {
-            return Ok(Vec::new());
+            return Ok(());
         };
-        if builders.len() < groups.len() {
-            builders.resize_with(groups.len(), || BlockBuilder::new(first, states));
-        }
-        let builders = &mut builders[..groups.len()];
-        for (b, &g) in builders.iter_mut().zip(groups) {
-            b.reset(g);
-        }
-        for (index, s) in self.states.iter().enumerate() {
-            // A list may hold heads (blind updates): a head goes out as a run under its own
-            // sequence number, the entries it made dead not at all, so the savepoint holds
-            // each list as a read returns it (`crate::list_entry`). Entries are classified
-            // by the heads before their expiry is judged: an expired head left out still
-            // leaves out the entries it replaced. Under TTL a list entry's payload follows
-            // its timestamp, and a head goes out as the timestamp and its run.
-            let mut lists = (s.meta.kind == StateKind::List).then(ListCursor::new);
-            let stamp_len = if s.meta.ttl { ttl::TS_LEN } else { 0 };
-            let mut head_suffix = [0u8; list_entry::SEQ_BYTES + 1];
-            let mut head_value: Vec<u8> = Vec::new();
-            state::scan_key_groups(&s.table, self.max_parallelism, first, last, |e| {
-                let (suffix, value) = match &mut lists {
-                    None => (e.suffix, e.value),
-                    Some(c) => {
-                        let payload = match stamp_len {
-                            0 => e.value,
-                            _ => ttl::split_stored(e.value)?.1,
-                        };
-                        match c.next((e.key, e.namespace), e.suffix, payload)? {
-                            Entry::Dead => return Ok(true),
-                            Entry::Live { seq, payload, .. } if e.suffix.is_empty() => {
-                                head_suffix = list_entry::run_suffix(seq);
-                                head_value.clear();
-                                head_value.extend_from_slice(&e.value[..stamp_len]);
-                                head_value.extend_from_slice(payload);
-                                (&head_suffix[..], head_value.as_slice())
+        let (lower, upper) = state::key_group_bounds(self.max_parallelism, first, last);
+        let tables: Vec<&Table> = self.states.iter().map(|s| &s.table).collect();
+        let mut scans: Vec<StateScan> = self.states.iter().map(StateScan::new).collect();
+        let mut encode = |builder: &BlockBuilder, compressor: &mut BlockCompressor| {
+            let buffer = spare.lock().pop().unwrap_or_default();
+            match builder
+                .encode_into(compressor, buffer)
+                .map_err(Error::format)?
+            {
+                Some(block) => emit(block),
+                None => Ok(()),
+            }
+        };
+        Table::bulk_cursors(&tables, &lower, upper.as_deref(), |cursors| {
+            for &g in groups {
+                builder.reset(g);
+                for (index, ((s, scan), cursor)) in self
+                    .states
+                    .iter()
+                    .zip(&mut scans)
+                    .zip(cursors.iter_mut())
+                    .enumerate()
+                {
+                    while let Some((k, v)) = cursor.current()? {
+                        let e = state::raw_entry(k, v, self.max_parallelism)?;
+                        if e.key_group != g {
+                            // The pass's bounds and the groups before this one consumed every
+                            // entry below it: a stored key whose prefix says otherwise is
+                            // corrupt data, reported rather than misfiled.
+                            if e.key_group < g || e.key_group > last {
+                                return Err(Error::Decode {
+                                    what: "savepoint",
+                                    detail: format!(
+                                        "entry of key group {} met at key group {g} of a scan \
+                                         of key groups {first}..={last}",
+                                        e.key_group
+                                    ),
+                                });
                             }
-                            Entry::Live { .. } => (e.suffix, e.value),
+                            break;
                         }
-                    }
-                };
-                if let Some((ttl_ms, now)) = s.expiry {
-                    if ttl::stored_is_expired(value, ttl_ms, now) {
-                        return Ok(true);
+                        if let Some((suffix, value)) = scan.keep(s, e)? {
+                            if builder.raw_len() >= sst_format::BLOCK_TARGET_BYTES as usize {
+                                encode(builder, compressor)?;
+                                builder.reset(g);
+                            }
+                            builder
+                                .add(SavepointEntry {
+                                    state: index as u32,
+                                    key: e.key,
+                                    namespace: e.namespace,
+                                    suffix,
+                                    value,
+                                })
+                                .map_err(|err| match err {
+                                    // The format's limit on one block (a single entry above
+                                    // 1 GiB), not damaged bytes.
+                                    sst_format::Error::TooLarge { what, size, limit } => {
+                                        Error::ValueTooLarge {
+                                            what,
+                                            size: usize::try_from(size).unwrap_or(usize::MAX),
+                                            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+                                        }
+                                    }
+                                    err => Error::format(err),
+                                })?;
+                        }
+                        cursor.advance();
                     }
                 }
-                // The scan's bounds keep every entry in `first..=last`; a stored key whose
-                // prefix says otherwise is corrupt data, reported rather than misfiled.
-                let block = e
-                    .key_group
-                    .checked_sub(first)
-                    .and_then(|i| builders.get_mut(usize::from(i)))
-                    .ok_or_else(|| Error::Decode {
-                        what: "savepoint",
-                        detail: format!(
-                            "entry of key group {} in a scan of key groups {first}..={last}",
-                            e.key_group
-                        ),
-                    })?;
-                block
-                    .add(SavepointEntry {
-                        state: index as u32,
-                        key: e.key,
-                        namespace: e.namespace,
-                        suffix,
-                        value,
-                    })
-                    .map_err(|err| match err {
-                        // The format's limit on one key group, not damaged bytes.
-                        sst_format::Error::TooLarge { what, size, limit } => Error::ValueTooLarge {
-                            what,
-                            size: usize::try_from(size).unwrap_or(usize::MAX),
-                            limit: usize::try_from(limit).unwrap_or(usize::MAX),
-                        },
-                        err => Error::format(err),
-                    })?;
-                Ok(true)
-            })?;
-        }
-        let mut blocks = Vec::with_capacity(groups.len());
-        for b in builders.iter().filter(|b| !b.is_empty()) {
-            let buffer = spare.lock().pop().unwrap_or_default();
-            blocks.extend(b.encode_into(compressor, buffer).map_err(Error::format)?);
-        }
-        Ok(blocks)
+                encode(builder, compressor)?;
+            }
+            Ok(())
+        })
     }
 
     /// Writes the view into a canonical savepoint at `path` (created; an existing file is an
@@ -806,8 +869,11 @@ impl FullSnapshot {
     /// Runs of consecutive key groups are scanned, encoded and compressed on up to 4 worker
     /// threads, each taking the next run as it finishes one; this thread writes the blocks in
     /// key-group order as they come and syncs the file every [`SYNC_EVERY_BYTES`], so the
-    /// disk writes back while the workers compress instead of all at the end. Workers run at
-    /// most 2 runs per thread ahead of the writer, which bounds memory.
+    /// disk writes back while the workers compress instead of all at the end. Memory stays
+    /// bounded whatever the state's size or skew: a worker holds one block (about
+    /// [`sst_format::BLOCK_TARGET_BYTES`] uncompressed, a key group continuing over as many
+    /// blocks as it needs), the channel to the writer a few, and a worker ahead of the writer
+    /// waits once it handed over [`AHEAD_BYTES`] the writer cannot write yet.
     pub fn write_savepoint(
         &self,
         path: &Path,
@@ -900,8 +966,9 @@ impl FullSnapshot {
             .unwrap_or(1)
             .clamp(1, 4);
         let groups: Vec<u16> = self.key_groups.iter().collect();
-        // Runs small enough that every thread gets many (load balance) and few key groups
-        // are in memory at once, large enough that a run's scans are long ones.
+        // Runs small enough that every thread gets many (load balance), large enough that a
+        // run's scans are long ones. Memory does not grow with them: blocks leave a run as
+        // they fill (`encode_run`, `AHEAD_BYTES`).
         let run_len = (groups.len() / (threads * RUNS_PER_THREAD)).max(1);
         let runs: Vec<&[u16]> = groups.chunks(run_len).collect();
         let states = writer.states();
@@ -909,7 +976,9 @@ impl FullSnapshot {
         let next = AtomicUsize::new(0);
         // Buffers of written blocks, handed back to the encoders.
         let spare = Mutex::new(Vec::new());
-        let (sender, receiver) = mpsc::channel::<(usize, Result<Vec<EncodedBlock>>)>();
+        // Per run, its blocks in file order, then `None` when the run is done.
+        type Message = (usize, Result<Option<EncodedBlock>>);
+        let (sender, receiver) = mpsc::sync_channel::<Message>(threads * 4);
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads.min(runs.len()))
                 .map(|_| {
@@ -927,21 +996,32 @@ impl FullSnapshot {
                                 return;
                             }
                         };
-                        let mut builders = Vec::new();
+                        let mut builder = BlockBuilder::new(0, states);
                         loop {
                             let run = next.fetch_add(1, Ordering::SeqCst);
                             if run >= runs.len() || !gate.wait_turn(run) {
                                 return;
                             }
-                            let blocks = self.encode_key_groups(
+                            // The writer keeps the blocks of a run it has not reached in
+                            // memory: past `AHEAD_BYTES` of them, wait until it is there.
+                            let mut ahead = 0usize;
+                            let encoded = self.encode_run(
                                 runs[run],
-                                states,
                                 &mut compressor,
-                                &mut builders,
+                                &mut builder,
                                 spare,
+                                |block| {
+                                    ahead = ahead.saturating_add(block.stored_len());
+                                    if ahead > AHEAD_BYTES && !gate.wait_current(run) {
+                                        return Err(write_aborted());
+                                    }
+                                    sender
+                                        .send((run, Ok(Some(block))))
+                                        .map_err(|_| write_aborted())
+                                },
                             );
-                            let failed = blocks.is_err();
-                            if sender.send((run, blocks)).is_err() || failed {
+                            let failed = encoded.is_err();
+                            if sender.send((run, encoded.map(|()| None))).is_err() || failed {
                                 return;
                             }
                         }
@@ -950,20 +1030,30 @@ impl FullSnapshot {
                 .collect();
             drop(sender);
             let mut written = (|| -> Result<()> {
-                let mut early: BTreeMap<usize, Vec<EncodedBlock>> = BTreeMap::new();
+                // Blocks of runs after the one being written, as they came.
+                let mut early: BTreeMap<usize, VecDeque<Option<EncodedBlock>>> = BTreeMap::new();
                 for run in 0..runs.len() {
-                    let blocks = loop {
-                        if let Some(blocks) = early.remove(&run) {
-                            break blocks;
-                        }
-                        let (i, blocks) = receiver.recv().map_err(|_| encoder_died())?;
-                        // An error ends the write whichever run it belongs to.
-                        early.insert(i, blocks?);
-                    };
-                    for block in blocks {
+                    loop {
+                        let queued = early.get_mut(&run).and_then(VecDeque::pop_front);
+                        let message = match queued {
+                            Some(m) => m,
+                            None => loop {
+                                let (i, m) = receiver.recv().map_err(|_| encoder_died())?;
+                                // An error ends the write whichever run it belongs to.
+                                let m = m?;
+                                if i == run {
+                                    break m;
+                                }
+                                early.entry(i).or_default().push_back(m);
+                            },
+                        };
+                        let Some(block) = message else {
+                            break; // the run is done
+                        };
                         writer.write_encoded(&block).map_err(written)?;
                         spare.lock().push(block.into_buffer());
                     }
+                    early.remove(&run);
                     gate.advance(run + 1);
                 }
                 Ok(())
@@ -1007,10 +1097,18 @@ fn remove_dead_partials(dir: &Path, name: &str) {
 
 /// Key-group runs per encoder thread (see [`FullSnapshot::write_savepoint`]).
 const RUNS_PER_THREAD: usize = 16;
-/// How many runs per thread the encoders may finish before the writer has written them.
+/// How many runs per thread the encoders may start before the writer has written them.
 const RUNS_AHEAD_PER_THREAD: usize = 2;
+/// Compressed bytes of a run an encoder hands over before the writer has reached the run; past
+/// them it waits, so the blocks kept for later runs stay within this per encoder however large
+/// a run is.
+const AHEAD_BYTES: usize = 32 << 20;
 /// A savepoint file is synced (`fdatasync`) each time this many more bytes were written.
 pub const SYNC_EVERY_BYTES: u64 = 8 << 20;
+
+fn write_aborted() -> Error {
+    Error::Internal("the savepoint write was aborted".into())
+}
 
 fn encoder_died() -> Error {
     Error::Decode {
@@ -1070,6 +1168,16 @@ impl Gate {
     fn wait_turn(&self, run: usize) -> bool {
         let mut s = self.state.lock();
         while !s.1 && run >= s.0 + self.ahead {
+            self.changed.wait(&mut s);
+        }
+        !s.1
+    }
+
+    /// Waits until the writer is at run `run` (has written every run before it); `false`
+    /// when the write was aborted.
+    fn wait_current(&self, run: usize) -> bool {
+        let mut s = self.state.lock();
+        while !s.1 && s.0 < run {
             self.changed.wait(&mut s);
         }
         !s.1

@@ -3,10 +3,12 @@
 //! (point reads and writes, bounded scans, batches) rather than through `db` directly, so every
 //! state kind, TTL and savepoints work unchanged on both.
 
+use std::iter::Peekable;
+use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::db::{self, Cf};
-use crate::error::Result;
+use crate::db::{self, BulkCursor, Cf};
+use crate::error::{Error, Result};
 use crate::heap::{HeapOp, HeapTable};
 
 /// The storage of one state (or of the backend's metadata).
@@ -156,6 +158,58 @@ impl Table {
         }
     }
 
+    /// Reads `tables` (the states of one backend: all RocksDB column families of one database,
+    /// or all heap tables) between `lower` and `upper` together: `f` gets one cursor per table,
+    /// in `tables`' order, each at its first entry (see [`Cf::bulk_cursors`]).
+    pub(crate) fn bulk_cursors<R>(
+        tables: &[&Table],
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        f: impl FnOnce(&mut [TableCursor<'_>]) -> Result<R>,
+    ) -> Result<R> {
+        let cfs: Vec<&Cf> = tables
+            .iter()
+            .filter_map(|t| match t {
+                Table::Rocks(cf) => Some(cf),
+                Table::Heap(_) => None,
+            })
+            .collect();
+        if cfs.len() == tables.len() {
+            return Cf::bulk_cursors(&cfs, lower, upper, |cursors| {
+                let mut cursors: Vec<TableCursor<'_>> =
+                    cursors.into_iter().map(TableCursor::Rocks).collect();
+                f(&mut cursors)
+            });
+        }
+        if !cfs.is_empty() {
+            return Err(Error::Internal(
+                "bulk cursors over RocksDB and heap tables together".into(),
+            ));
+        }
+        let maps = tables
+            .iter()
+            .map(|t| match t {
+                Table::Heap(h) => h.frozen(),
+                Table::Rocks(_) => Err(Error::Internal("a RocksDB table among heap tables".into())),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let upper = match upper {
+            Some(u) => Bound::Excluded(u),
+            None => Bound::Unbounded,
+        };
+        let mut cursors: Vec<TableCursor<'_>> = maps
+            .iter()
+            .map(|m| {
+                let range: HeapRange<'_> = Box::new(
+                    m.range::<_, [u8]>((Bound::Included(lower), upper))
+                        .map(|(k, v)| (&k[..], &v[..])),
+                );
+                TableCursor::Heap(range.peekable())
+            })
+            .collect();
+        f(&mut cursors)
+    }
+
     /// This table as of now: for the heap an O(1) copy-on-write clone that later writes do not
     /// change; for RocksDB the live column family (no isolation).
     pub(crate) fn frozen(&self) -> Result<Table> {
@@ -200,6 +254,37 @@ impl Table {
             } else {
                 None
             }),
+        }
+    }
+}
+
+/// A heap table's entries in a bounded range, in key order.
+type HeapRange<'a> = Box<dyn Iterator<Item = (&'a [u8], &'a [u8])> + 'a>;
+
+/// One table's cursor in a [`Table::bulk_cursors`] pass.
+pub(crate) enum TableCursor<'a> {
+    /// A RocksDB column family's iterator.
+    Rocks(BulkCursor<'a>),
+    /// A heap table's range.
+    Heap(Peekable<HeapRange<'a>>),
+}
+
+impl TableCursor<'_> {
+    /// The entry at the cursor; `None` past the pass's upper bound.
+    pub(crate) fn current(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        match self {
+            TableCursor::Rocks(c) => c.current(),
+            TableCursor::Heap(r) => Ok(r.peek().copied()),
+        }
+    }
+
+    /// Moves to the next entry.
+    pub(crate) fn advance(&mut self) {
+        match self {
+            TableCursor::Rocks(c) => c.advance(),
+            TableCursor::Heap(r) => {
+                r.next();
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rocksdb::ReadOptions;
 
-use super::front::Drained;
+use super::front::{Drained, Rocks};
 use super::rocks_error;
 use super::{Cf, Db};
 use crate::error::{Error, ErrorKind, Result};
@@ -304,6 +304,51 @@ impl Cf {
         self.scan_with(read, lower, upper, f)
     }
 
+    /// Reads the column families `cfs` (of one database) between `lower` and `upper` together:
+    /// `f` gets one cursor per column family, in `cfs`' order, each at its first key, and moves
+    /// them as it likes (a savepoint takes one key group of every state before the next). Bulk
+    /// reads as [`Cf::scan_bulk`]: no block-cache fill, 2 MiB readahead.
+    pub(crate) fn bulk_cursors<R>(
+        cfs: &[&Cf],
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        f: impl FnOnce(Vec<BulkCursor<'_>>) -> Result<R>,
+    ) -> Result<R> {
+        let Some(first) = cfs.first() else {
+            return f(Vec::new());
+        };
+        if cfs
+            .iter()
+            .any(|cf| !std::sync::Arc::ptr_eq(&cf.db, &first.db))
+        {
+            return Err(Error::Internal(
+                "bulk cursors over column families of different databases".into(),
+            ));
+        }
+        let open = first.db.opened()?;
+        let drained = open.drained()?;
+        let at_rest = drained.at_rest();
+        let mut cursors = Vec::with_capacity(cfs.len());
+        for cf in cfs {
+            let mut read = ReadOptions::default();
+            read.fill_cache(false);
+            read.set_readahead_size(2 << 20);
+            read.set_iterate_lower_bound(lower.to_vec());
+            if let Some(upper) = upper {
+                read.set_iterate_upper_bound(upper.to_vec());
+            }
+            let it = drained
+                .rocks()
+                .raw_iterator_cf_opt(drained.handle(cf.slot)?, read);
+            cursors.push(BulkCursor { it });
+        }
+        drop(at_rest);
+        for c in &mut cursors {
+            c.it.seek(lower);
+        }
+        f(cursors)
+    }
+
     /// Flushes this column family's memtable to an SST file (WAL off: what must survive a
     /// crash without a checkpoint).
     pub(crate) fn flush(&self) -> Result<()> {
@@ -406,5 +451,29 @@ impl Given {
 
     fn digest(&self) -> u64 {
         self.hash.finish()
+    }
+}
+
+/// One column family's iterator in a [`Cf::bulk_cursors`] pass.
+pub(crate) struct BulkCursor<'a> {
+    it: rocksdb::DBRawIteratorWithThreadMode<'a, Rocks>,
+}
+
+impl BulkCursor<'_> {
+    /// The entry at the cursor, `None` past the pass's upper bound; an error the iterator met
+    /// (an unreadable file) instead of its end.
+    pub(crate) fn current(&self) -> Result<Option<(&[u8], &[u8])>> {
+        match self.it.item() {
+            Some(entry) => Ok(Some(entry)),
+            None => {
+                self.it.status().map_err(rocks_error)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Moves to the next entry.
+    pub(crate) fn advance(&mut self) {
+        self.it.next();
     }
 }

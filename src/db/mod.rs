@@ -43,6 +43,7 @@ pub use budget::MemoryBudget;
 pub(crate) const DEFAULT_CF_NAME: &str = rocksdb::DEFAULT_COLUMN_FAMILY_NAME;
 pub(crate) use compaction_filter::{CfFilter, TtlFilter};
 pub(crate) use files::{FileSurgery, ForeignFiles, LiveSst};
+pub(crate) use maintenance::BulkCursor;
 pub use options::lower_compaction_priority;
 pub(crate) use sst_writer::write_ssts;
 

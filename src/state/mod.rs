@@ -522,25 +522,44 @@ pub(crate) fn scan_key_groups(
     last: u16,
     mut f: impl FnMut(RawEntry<'_>) -> Result<bool>,
 ) -> Result<()> {
+    let (lower, upper) = key_group_bounds(max_parallelism, first, last);
+    table.scan_bulk(&lower, upper.as_deref(), |k, v| {
+        f(raw_entry(k, v, max_parallelism)?)
+    })
+}
+
+/// The stored-key bounds of key groups `first..=last`: the first group's prefix (inclusive)
+/// and the end of the last one's (exclusive; `None` past the last possible key).
+pub(crate) fn key_group_bounds(
+    max_parallelism: u32,
+    first: u16,
+    last: u16,
+) -> (Vec<u8>, Option<Vec<u8>>) {
     let mut lower = Vec::new();
     keygroup::write_prefix(&mut lower, first, max_parallelism);
     let mut last_prefix = Vec::new();
     keygroup::write_prefix(&mut last_prefix, last, max_parallelism);
-    let upper = codec::prefix_end(&last_prefix);
-    table.scan_bulk(&lower, upper.as_deref(), |k, v| {
-        let StoredKey {
-            key_group,
-            key,
-            namespace,
-            suffix,
-        } = codec::split_key(k, max_parallelism)?;
-        f(RawEntry {
-            key_group,
-            key,
-            namespace,
-            suffix,
-            value: v,
-        })
+    (lower, codec::prefix_end(&last_prefix))
+}
+
+/// A stored entry (`key`, `value`) split into its parts.
+pub(crate) fn raw_entry<'a>(
+    key: &'a [u8],
+    value: &'a [u8],
+    max_parallelism: u32,
+) -> Result<RawEntry<'a>> {
+    let StoredKey {
+        key_group,
+        key,
+        namespace,
+        suffix,
+    } = codec::split_key(key, max_parallelism)?;
+    Ok(RawEntry {
+        key_group,
+        key,
+        namespace,
+        suffix,
+        value,
     })
 }
 

@@ -85,8 +85,8 @@ pub use meta::{
 pub use properties::TableProperties;
 pub use savepoint::{
     verify_savepoint, BlockBuilder, BlockCompressor, EncodedBlock, IndexEntry, SavepointEntry,
-    SavepointHeader, SavepointReader, SavepointStats, SavepointWriter, SAVEPOINT_MAGIC,
-    SAVEPOINT_MIN_VERSION, SAVEPOINT_VERSION,
+    SavepointHeader, SavepointReader, SavepointStats, SavepointWriter, BLOCK_TARGET_BYTES,
+    SAVEPOINT_MAGIC, SAVEPOINT_MIN_VERSION, SAVEPOINT_VERSION,
 };
 pub use sst::{
     parse_sst_meta, read_sst_meta, read_sst_meta_with_stats, SstMeta, SstUniqueId, TailReadStats,

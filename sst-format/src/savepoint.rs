@@ -5,7 +5,8 @@
 //! ```text
 //! preamble   "RSSP" | u16 version (LE) | u16 flags = 0
 //! header     u32 len (LE) | postcard(SavepointHeader) | u32 crc32(postcard bytes)
-//! blocks     per key group that has entries, in ascending key-group order:
+//! blocks     per key group that has entries, in ascending key-group order, one or more
+//!            consecutive blocks each (several since version 4):
 //!            u16 key group (LE) | u32 entry count | u32 raw len | u32 compressed len
 //!            | zstd(raw entries) | u32 crc32(everything from the key group to the last zstd byte)
 //! index      u32 count | count × (u16 key group | u64 block offset | u32 block len | u32 entries)
@@ -33,8 +34,11 @@ pub const SAVEPOINT_MAGIC: [u8; 4] = *b"RSSP";
 /// 8-byte position followed by `0x01`, holding several framed elements); a build that reads
 /// only version 1 would take a run for one element, so it must refuse version 2. Version 3
 /// added the event-time watermark at the header's end
-/// ([`SavepointHeader::event_time_watermark_ms`]).
-pub const SAVEPOINT_VERSION: u16 = 3;
+/// ([`SavepointHeader::event_time_watermark_ms`]). Version 4 lets a key group continue over
+/// several consecutive blocks (its index entries repeat the key group), so a writer holds one
+/// block of at most about [`BLOCK_TARGET_BYTES`] at a time whatever a key group holds; a build
+/// that reads only version 3 would call such an index corrupt, so it must refuse version 4.
+pub const SAVEPOINT_VERSION: u16 = 4;
 /// The oldest version this build reads (version 1 is version 2 without list runs).
 pub const SAVEPOINT_MIN_VERSION: u16 = 1;
 /// Length of the fixed footer.
@@ -46,6 +50,14 @@ const INDEX_ENTRY_LEN: usize = 18;
 pub const MAX_HEADER_BYTES: u32 = 64 << 20;
 /// Largest accepted uncompressed key-group block.
 pub const MAX_BLOCK_BYTES: u32 = 1 << 30;
+/// Uncompressed bytes at which [`SavepointWriter::add`] ends a key group's block and continues
+/// the key group in a new one (callers building blocks themselves cut them the same way,
+/// [`BlockBuilder::raw_len`]). Small enough that writer and reader hold a few such blocks per
+/// thread, not a key group; large enough that zstd at level 1 (a 512 KiB window) compresses
+/// as well as in one block and the index stays small (18 bytes per block).
+pub const BLOCK_TARGET_BYTES: u32 = 4 << 20;
+/// The first version whose key groups may continue over several blocks.
+const CONTINUED_BLOCKS_VERSION: u16 = 4;
 
 /// Everything in a savepoint besides the keyed entries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,7 +134,7 @@ pub struct SavepointEntry<'a> {
     pub value: &'a [u8],
 }
 
-/// Where one key group's block lies.
+/// Where one block of a key group lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
     /// The key group.
@@ -191,6 +203,12 @@ impl BlockBuilder {
     /// Whether no entry was added.
     pub fn is_empty(&self) -> bool {
         self.entries == 0
+    }
+
+    /// The uncompressed bytes of the entries added: once at least [`BLOCK_TARGET_BYTES`],
+    /// encode the block and continue the key group in a new one.
+    pub fn raw_len(&self) -> usize {
+        self.raw.len()
     }
 
     /// Appends an entry; its state must exist in the header.
@@ -270,6 +288,11 @@ impl BlockBuilder {
 }
 
 impl EncodedBlock {
+    /// The block's length in the file (header, compressed entries and crc).
+    pub fn stored_len(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// The block's buffer, for [`BlockBuilder::encode_into`] once the block is written.
     pub fn into_buffer(self) -> Vec<u8> {
         self.bytes
@@ -385,29 +408,38 @@ impl<W: Write> SavepointWriter<W> {
         self.states
     }
 
-    /// Checks that a block of `key_group` may come next.
+    /// Checks that a block of `key_group` may come next: the key group of the last block
+    /// written (a continuation) or a later one, inside the header's range.
     fn check_next(&self, key_group: u16) -> Result<()> {
         if key_group < self.key_group_start || key_group > self.key_group_end {
             return Err(corrupt(format!(
                 "entry of key group {key_group} outside the savepoint's range"
             )));
         }
-        if self.index.last().is_some_and(|e| e.key_group >= key_group) {
+        if self.index.last().is_some_and(|e| e.key_group > key_group) {
             return Err(corrupt("savepoint entries out of key-group order"));
         }
         Ok(())
     }
 
     /// Adds an entry of `key_group`. Key groups must not decrease and must lie in the header's
-    /// range; the state must exist in the header.
+    /// range; the state must exist in the header. A key group's block is ended once it holds
+    /// [`BLOCK_TARGET_BYTES`] and the key group continues in the next one.
     pub fn add(&mut self, key_group: u16, entry: SavepointEntry<'_>) -> Result<()> {
-        let current = self.current.as_ref().map(|b| b.key_group);
-        if current != Some(key_group) {
-            if current.is_some_and(|g| g > key_group) {
+        let current = self.current.as_ref().map(|b| (b.key_group, b.raw.len()));
+        match current {
+            Some((g, raw)) if g == key_group => {
+                if raw >= BLOCK_TARGET_BYTES as usize {
+                    self.flush_block()?;
+                }
+            }
+            Some((g, _)) if g > key_group => {
                 return Err(corrupt("savepoint entries out of key-group order"));
             }
-            self.flush_block()?;
-            self.check_next(key_group)?;
+            _ => {
+                self.flush_block()?;
+                self.check_next(key_group)?;
+            }
         }
         let states = self.states;
         self.current
@@ -424,7 +456,8 @@ impl<W: Write> SavepointWriter<W> {
         Ok(())
     }
 
-    /// Writes a block built with [`BlockBuilder`]: key groups strictly ascending, inside the
+    /// Writes a block built with [`BlockBuilder`]: key groups ascending (a block of the key
+    /// group of the block before continues it: its entries follow that block's), inside the
     /// header's range. Do not mix with [`SavepointWriter::add`] for the same key group.
     pub fn write_block(&mut self, block: EncodedBlock) -> Result<()> {
         self.write_encoded(&block)
@@ -649,9 +682,11 @@ impl<R: Read + Seek> SavepointReader<R> {
             };
             let in_range =
                 e.key_group >= header.key_group_start && e.key_group <= header.key_group_end;
-            let ordered = index
-                .last()
-                .is_none_or(|p: &IndexEntry| p.key_group < e.key_group);
+            // Version 4 continues a key group over consecutive blocks; before, one block each.
+            let ordered = index.last().is_none_or(|p: &IndexEntry| {
+                p.key_group < e.key_group
+                    || (version >= CONTINUED_BLOCKS_VERSION && p.key_group == e.key_group)
+            });
             let placed = e.offset == next_free && (e.len as usize) >= BLOCK_HEADER_LEN + 4;
             if !in_range || !ordered || !placed {
                 return Err(corrupt(format!(
@@ -681,7 +716,7 @@ impl<R: Read + Seek> SavepointReader<R> {
         &self.header
     }
 
-    /// The blocks, in key-group order.
+    /// The blocks, in key-group order (a key group's blocks consecutive, in entry order).
     pub fn index(&self) -> &[IndexEntry] {
         &self.index
     }
@@ -881,11 +916,13 @@ mod tests {
     fn a_file_relabelled_to_another_version_is_refused() {
         let mut bytes = sample();
         assert_eq!(le_u16(&bytes, 4), SAVEPOINT_VERSION);
-        for version in [0u16, 1, 2, 3, 4, u16::MAX] {
+        for version in [0u16, 1, 2, 3, 4, 5, u16::MAX] {
             bytes[4..6].copy_from_slice(&version.to_le_bytes());
             let opened = SavepointReader::open(Cursor::new(&bytes));
             match version {
-                SAVEPOINT_VERSION => assert!(opened.is_ok()),
+                // Version 4 changed the index only: a file without continued key groups
+                // reads the same as version 3.
+                3 | 4 => assert!(opened.is_ok()),
                 // The header of versions 1 and 2 ends before the watermark.
                 1 | 2 => assert!(
                     matches!(opened, Err(Error::Corrupt { .. })),
@@ -1004,6 +1041,76 @@ mod tests {
             .unwrap();
             assert_eq!(i, want.len());
         }
+    }
+
+    /// A savepoint whose key group 5 holds 10 MiB in 1 MiB values (three blocks through
+    /// [`SavepointWriter::add`]), then key group 6 holds one small entry.
+    fn continued() -> Vec<u8> {
+        let mut w = SavepointWriter::new(Vec::new(), &header(), 1).unwrap();
+        let mut seed = 3u64;
+        for i in 0..10u32 {
+            let value = noise(1 << 20, &mut seed);
+            let e = SavepointEntry {
+                state: 0,
+                key: &i.to_be_bytes(),
+                namespace: b"",
+                suffix: b"",
+                value: &value,
+            };
+            w.add(5, e).unwrap();
+        }
+        let e = SavepointEntry {
+            state: 0,
+            key: b"k",
+            namespace: b"",
+            suffix: b"",
+            value: b"v",
+        };
+        w.add(6, e).unwrap();
+        // A continued key group is still a key group: going back is refused.
+        assert!(w.add(5, e).is_err());
+        w.finish().unwrap().0
+    }
+
+    #[test]
+    fn a_key_group_continues_over_blocks_of_the_target_size() {
+        let bytes = continued();
+        let mut r = SavepointReader::open(Cursor::new(&bytes)).unwrap();
+        let index = r.index().to_vec();
+        // Blocks end at the first entry that takes them to 4 MiB: 4 + 4 + 2 values.
+        assert_eq!(
+            index
+                .iter()
+                .map(|e| (e.key_group, e.entries))
+                .collect::<Vec<_>>(),
+            vec![(5, 4), (5, 4), (5, 2), (6, 1)]
+        );
+        let mut keys = Vec::new();
+        for e in &index {
+            r.for_each_entry(e, |en| {
+                keys.push(en.key.to_vec());
+                Ok(())
+            })
+            .unwrap();
+        }
+        let mut want: Vec<Vec<u8>> = (0..10u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        want.push(b"k".to_vec());
+        assert_eq!(keys, want, "entries in the order written");
+        assert_eq!(verify_savepoint(Cursor::new(&bytes)).unwrap().blocks, 4);
+    }
+
+    #[test]
+    fn continued_key_groups_are_corrupt_below_version_4() {
+        let mut bytes = continued();
+        assert_eq!(le_u16(&bytes, 4), 4);
+        bytes[4..6].copy_from_slice(&3u16.to_le_bytes());
+        assert!(
+            matches!(
+                SavepointReader::open(Cursor::new(&bytes)),
+                Err(Error::Corrupt { .. })
+            ),
+            "a version 3 index names each key group once"
+        );
     }
 
     #[test]

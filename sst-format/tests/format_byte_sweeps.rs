@@ -147,6 +147,8 @@ fn savepoint_every_byte_and_cut() {
         "one_block_v3.rssp",
         "three_states_v3.rssp",
         "empty_v3.rssp",
+        "one_block_v4.rssp",
+        "continued_v4.rssp",
     ] {
         bad.extend(sweep(f, &corpus("savepoint_decode", f), savepoint));
     }

@@ -1,8 +1,10 @@
 //! Savepoints of earlier versions stay readable: the version 1 files of the fuzz corpus
 //! (`fuzz/corpus/savepoint_decode/<name>.rssp`, written before version 2 added list runs and
 //! version 3 the event-time watermark) decode to the entries the current version's files of
-//! the same seed hold, with watermark 0; a file labelled with a version whose header it does
-//! not have is refused.
+//! the same seed hold, with watermark 0; version 3 files (before version 4 let a key group
+//! continue over several blocks) decode as the current version's; a file labelled with a
+//! version whose header it does not have, or an index holding continued key groups under a
+//! version before 4, is refused.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -34,6 +36,30 @@ fn decode(bytes: &[u8]) -> sst_format::Result<Decoded> {
 }
 
 const SEEDS: [&str; 4] = ["empty", "one_block", "three_states", "many_blocks"];
+
+#[test]
+fn version_three_files_read_as_the_current_versions() {
+    for seed in SEEDS {
+        let old = corpus(&format!("{seed}_v3.rssp"));
+        assert_eq!(u16::from_le_bytes([old[4], old[5]]), 3, "{seed}");
+        let new = corpus(&format!("{seed}_v{SAVEPOINT_VERSION}.rssp"));
+        assert_eq!(decode(&old).unwrap(), decode(&new).unwrap(), "{seed}");
+    }
+}
+
+#[test]
+fn continued_key_groups_are_refused_below_version_four() {
+    let mut bytes = corpus(&format!("continued_v{SAVEPOINT_VERSION}.rssp"));
+    let (_, entries) = decode(&bytes).unwrap();
+    assert_eq!(entries.len(), 10);
+    for version in [1u16, 2, 3] {
+        bytes[4..6].copy_from_slice(&version.to_le_bytes());
+        assert!(
+            matches!(decode(&bytes), Err(Error::Corrupt { .. })),
+            "version {version}"
+        );
+    }
+}
 
 #[test]
 fn version_one_files_read_as_the_current_versions_with_watermark_zero() {
@@ -78,7 +104,7 @@ fn a_file_labelled_with_another_versions_header_is_refused() {
             new[4..6].copy_from_slice(&version.to_le_bytes());
             assert!(
                 matches!(decode(&new), Err(Error::Corrupt { .. })),
-                "{seed}: a version 3 file labelled {version} was read"
+                "{seed}: a version {SAVEPOINT_VERSION} file labelled {version} was read"
             );
         }
     }

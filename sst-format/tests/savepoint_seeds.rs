@@ -6,8 +6,8 @@
 use std::io::Cursor;
 
 use sst_format::{
-    verify_savepoint, OperatorListState, RedistributionMode, SavepointEntry, SavepointHeader,
-    SavepointWriter, StateKind, StateMeta,
+    verify_savepoint, BlockBuilder, BlockCompressor, OperatorListState, RedistributionMode,
+    SavepointEntry, SavepointHeader, SavepointWriter, StateKind, StateMeta,
 };
 
 fn savepoint(states: usize, groups: &[u16], per_group: usize, ops: bool) -> Vec<u8> {
@@ -56,9 +56,68 @@ fn savepoint(states: usize, groups: &[u16], per_group: usize, ops: bool) -> Vec<
     w.finish().unwrap().0
 }
 
+/// Two states; key group 5 continues over three blocks of three entries each (version 4),
+/// cut small by hand as a writer cuts at `BLOCK_TARGET_BYTES`, then key group 9 in one block.
+fn continued() -> Vec<u8> {
+    let header = SavepointHeader {
+        max_parallelism: 128,
+        key_group_start: 0,
+        key_group_end: 127,
+        states: (0..2)
+            .map(|i| StateMeta {
+                name: format!("s{i}"),
+                kind: [StateKind::Value, StateKind::List][i],
+                codec: "bytes".into(),
+                codec_version: 1,
+                ttl: false,
+            })
+            .collect(),
+        operator_state: vec![],
+        created_at_ms: 1,
+        event_time_watermark_ms: 0,
+    };
+    let mut w = SavepointWriter::new(Vec::new(), &header, 1).unwrap();
+    let mut b = BlockBuilder::new(5, 2);
+    let mut compressor = BlockCompressor::new(1).unwrap();
+    // Entries of key group 5 in order (state, then key), split into blocks of three.
+    for (n, i) in (0..9u8).enumerate() {
+        let state = u32::from(i >= 5);
+        b.add(SavepointEntry {
+            state,
+            key: &[5, i],
+            namespace: b"ns",
+            suffix: if state == 1 {
+                &[0, 0, 0, 0, 0, 0, 0, 1]
+            } else {
+                b""
+            },
+            value: b"value-bytes",
+        })
+        .unwrap();
+        if n % 3 == 2 {
+            w.write_block(b.encode(&mut compressor).unwrap().unwrap())
+                .unwrap();
+            b.reset(5);
+        }
+    }
+    b.reset(9);
+    b.add(SavepointEntry {
+        state: 0,
+        key: &[9],
+        namespace: b"ns",
+        suffix: b"",
+        value: b"v",
+    })
+    .unwrap();
+    w.write_block(b.encode(&mut compressor).unwrap().unwrap())
+        .unwrap();
+    w.finish().unwrap().0
+}
+
 fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![
         ("empty", savepoint(1, &[], 0, false)),
+        ("continued", continued()),
         ("one_block", savepoint(1, &[5], 3, false)),
         ("three_states", savepoint(3, &[0, 7, 127], 4, true)),
         (
@@ -76,6 +135,8 @@ fn generated_savepoints_verify() {
     }
     let s = verify_savepoint(Cursor::new(savepoint(3, &[0, 7, 127], 4, true))).unwrap();
     assert_eq!((s.entries, s.blocks), (12, 3));
+    let s = verify_savepoint(Cursor::new(continued())).unwrap();
+    assert_eq!((s.entries, s.blocks), (10, 4));
 }
 
 #[test]
