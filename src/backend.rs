@@ -300,6 +300,18 @@ struct Inner {
     checkpoint_metrics: Arc<Mutex<crate::metrics::CheckpointMetrics>>,
 }
 
+impl Drop for Inner {
+    /// The backend's last handle went: as [`KeyedBackend::close`] does, its checkpoint
+    /// bookkeeping answers `Closed` and its staging lock goes, so the directory opens again at
+    /// once while an upload it began (a `PendingSnapshot` on another thread) runs on; the
+    /// database closes once the state handles holding it are gone.
+    fn drop(&mut self) {
+        if let Some(cp) = &self.checkpointer {
+            cp.close();
+        }
+    }
+}
+
 /// Keyed state of one operator instance: the key groups it owns, on one RocksDB instance (or
 /// in memory, [`BackendKind::Heap`]). Cheap to clone; handles stay valid as long as any clone or handle lives.
 #[derive(Clone)]
