@@ -1061,6 +1061,9 @@ impl FullSnapshot {
             if written.is_err() {
                 gate.abort();
             }
+            // Nothing is received any more: an encoder blocked handing over a block (the
+            // channel full after the writer failed) gets an error and ends.
+            drop(receiver);
             for w in workers {
                 if w.join().is_err() && written.is_ok() {
                     written = Err(encoder_died());
