@@ -37,9 +37,7 @@ fn the_end_of_a_closed_backends_upload_leaves_the_reopened_backends_attempts_pro
     let mut model = Model::new();
     let mut r = rng(11);
     random_writes(&b, &mut model, &mut r, 3000);
-    let s1 = b.checkpoint(1).unwrap();
-    owner.commit(&one_task_record(&b, &s1)).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
+    checkpoint_completed_by(&owner, &b, 1);
 
     // Checkpoint 2's sync phase ran; its upload thread still holds it when the task fails over.
     random_writes(&b, &mut model, &mut r, 3000);

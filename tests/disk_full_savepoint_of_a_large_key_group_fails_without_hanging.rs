@@ -56,10 +56,7 @@ fn a_failed_write_of_a_many_block_key_group_ends_typed() {
         .expect_err("a savepoint to a full disk succeeded");
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert!(!sp.exists());
-    let left: Vec<String> = disk::files_under(&fs.root)
-        .into_iter()
-        .filter(|f| f != "filler")
-        .collect();
+    let left = fs.files_besides_filler(&fs.root);
     assert_eq!(left, Vec::<String>::new(), "files left by the failed write");
 
     fs.free();

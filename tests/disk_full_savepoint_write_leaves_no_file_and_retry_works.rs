@@ -49,10 +49,7 @@ fn a_savepoint_to_a_full_disk_is_typed_leaves_nothing_and_a_retry_works() {
         !sp.exists(),
         "a file under the final name after a failed write"
     );
-    let left: Vec<String> = disk::files_under(&fs.root)
-        .into_iter()
-        .filter(|f| f != "filler")
-        .collect();
+    let left = fs.files_besides_filler(&fs.root);
     assert_eq!(left, Vec::<String>::new(), "files left by the failed write");
 
     fs.free();

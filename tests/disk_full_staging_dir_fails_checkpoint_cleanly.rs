@@ -44,10 +44,7 @@ fn a_full_staging_directory_fails_the_sync_phase_typed_and_the_next_checkpoint_r
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     let after: Vec<String> = fx.objects().into_keys().collect();
     assert_eq!(after, before, "objects left by the failed attempt");
-    let staging_after: Vec<String> = disk::files_under(&fs.path("staging"))
-        .into_iter()
-        .filter(|f| f != "filler")
-        .collect();
+    let staging_after = fs.files_besides_filler(&fs.path("staging"));
     assert_eq!(
         staging_after, staging_before,
         "staging left by the failed attempt"

@@ -30,9 +30,7 @@ fn a_dropped_backends_directory_opens_again_while_its_upload_runs() {
     let mut model = Model::new();
     let mut r = rng(5);
     random_writes(&b, &mut model, &mut r, 3000);
-    let s1 = b.checkpoint(1).unwrap();
-    owner.commit(&one_task_record(&b, &s1)).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
+    checkpoint_completed_by(&owner, &b, 1);
 
     // Checkpoint 2's sync phase ran; its upload has not ended when the task fails over.
     random_writes(&b, &mut model, &mut r, 3000);
@@ -42,9 +40,7 @@ fn a_dropped_backends_directory_opens_again_while_its_upload_runs() {
     let b2 = open().expect("the dropped backend's directory opens again");
     assert_eq!(read_all(&b2), model, "the drop wrote every write out");
     random_writes(&b2, &mut model, &mut r, 3000);
-    let s3 = b2.checkpoint(3).unwrap();
-    owner.commit(&one_task_record(&b2, &s3)).unwrap();
-    b2.notify_checkpoint_complete(3).unwrap();
+    checkpoint_completed_by(&owner, &b2, 3);
 
     // The old upload ends after all. The reopened backend took the staging directory over and
     // removed the dropped one's snapshot, so the upload fails with a typed error (or, had it
@@ -63,9 +59,7 @@ fn a_dropped_backends_directory_opens_again_while_its_upload_runs() {
         .open()
         .unwrap();
     random_writes(&b2, &mut model, &mut r, 3000);
-    let s4 = b2.checkpoint(4).unwrap();
-    owner.commit(&one_task_record(&b2, &s4)).unwrap();
-    b2.notify_checkpoint_complete(4).unwrap();
+    checkpoint_completed_by(&owner, &b2, 4);
     drop(sibling);
     drop(b2);
     let restored = fx.restore("c", RestoreFrom::Latest).unwrap();

@@ -32,9 +32,7 @@ fn a_commit_during_an_older_upload_leaves_no_manifest_naming_deleted_files() {
     let mut model = Model::new();
     let mut r = rng(7);
     random_writes(&b, &mut model, &mut r, 3000);
-    let s1 = b.checkpoint(1).unwrap();
-    owner.commit(&one_task_record(&b, &s1)).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
+    checkpoint_completed_by(&owner, &b, 1);
 
     random_writes(&b, &mut model, &mut r, 3000);
     b.compact_state("v").unwrap();

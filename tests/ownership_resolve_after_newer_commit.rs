@@ -26,9 +26,7 @@ fn a_commit_in_doubt_resolves_as_committed_after_a_newer_commit_deleted_its_reco
     let mut model = Model::new();
     let mut r = rng(5);
     random_writes(&b, &mut model, &mut r, 1000);
-    let s1 = b.checkpoint(1).unwrap();
-    owner.commit(&one_task_record(&b, &s1)).unwrap();
-    b.notify_checkpoint_complete(1).unwrap();
+    checkpoint_completed_by(&owner, &b, 1);
 
     random_writes(&b, &mut model, &mut r, 1000);
     let s2 = b.checkpoint(2).unwrap();

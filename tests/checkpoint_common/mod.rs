@@ -350,6 +350,19 @@ pub fn materialize_then_log(
     (model, r)
 }
 
+/// Checkpoint `id` of `b`, the one task of `owner`'s job, completed as a coordinator does:
+/// the owner commits its record, then the backend is told.
+pub fn checkpoint_completed_by(
+    owner: &rockstate::JobOwner,
+    b: &KeyedBackend,
+    id: u64,
+) -> rockstate::CheckpointStats {
+    let stats = b.checkpoint(id).unwrap();
+    owner.commit(&one_task_record(b, &stats)).unwrap();
+    b.notify_checkpoint_complete(id).unwrap();
+    stats
+}
+
 /// The job record of checkpoint `stats` of a job of one task, `b` (what a coordinator would
 /// commit for it).
 pub fn one_task_record(b: &KeyedBackend, stats: &rockstate::CheckpointStats) -> JobCheckpoint {

@@ -41,6 +41,15 @@ impl SmallFs {
         self.root.join(name)
     }
 
+    /// Every file and directory under `dir` (inside this filesystem) except the filler, as
+    /// [`files_under`] lists them: what a failed operation left.
+    pub fn files_besides_filler(&self, dir: &Path) -> Vec<String> {
+        files_under(dir)
+            .into_iter()
+            .filter(|f| f != "filler")
+            .collect()
+    }
+
     /// Writes the filler until the filesystem refuses with ENOSPC (every byte taken).
     pub fn fill(&self) {
         let mut f = std::fs::OpenOptions::new()
