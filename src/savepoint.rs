@@ -873,7 +873,7 @@ impl FullSnapshot {
     /// bounded whatever the state's size or skew: a worker holds one block (about
     /// [`sst_format::BLOCK_TARGET_BYTES`] uncompressed, a key group continuing over as many
     /// blocks as it needs), the channel to the writer a few, and a worker ahead of the writer
-    /// waits once it handed over [`AHEAD_BYTES`] the writer cannot write yet.
+    /// waits once it handed over 32 MiB the writer cannot write yet.
     pub fn write_savepoint(
         &self,
         path: &Path,

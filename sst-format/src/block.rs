@@ -108,8 +108,8 @@ pub(crate) fn decode_entries(contents: &[u8], block: &'static str) -> Result<Vec
     Ok(entries)
 }
 
-/// Walks the entries of a block like [`decode_entries`], calling `f(full_key, value_range)`
-/// for each, without allocating per entry.
+/// Walks the entries of a block, checking its structure as the tests' `decode_entries` does,
+/// calling `f(full_key, value_range)` for each, without allocating per entry.
 pub(crate) fn walk_entries(
     contents: &[u8],
     block: &'static str,
