@@ -922,11 +922,14 @@ impl FullSnapshot {
             .create_new(true)
             .open(&partial)
             .map_err(|e| Error::io(&partial, e))?;
-        let written = crate::storage::try_lock(&partial)
+        let written = crate::storage::lock_created(&file, &partial)
             .ok_or_else(|| {
                 Error::io(
                     &partial,
-                    std::io::Error::from(std::io::ErrorKind::WouldBlock),
+                    std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        "another write of the same savepoint removed this partial file",
+                    ),
                 )
             })
             .and_then(|_lock| {

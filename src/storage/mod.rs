@@ -55,17 +55,40 @@ pub(crate) fn try_lock(path: &Path) -> Option<std::fs::File> {
         .write(true)
         .open(path)
         .ok()?;
+    lock_file(&file)?;
+    Some(file)
+}
+
+/// An exclusive, non-blocking `flock` on the open file `file`; `None` if another holds it.
+fn lock_file(file: &std::fs::File) -> Option<()> {
     #[cfg(unix)]
     {
         use std::os::unix::io::AsRawFd;
-        // SAFETY: flock on a descriptor this function owns; no memory is shared with the
-        // kernel.
+        // SAFETY: flock on a descriptor `file` owns; no memory is shared with the kernel.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
             return None;
         }
     }
-    Some(file)
+    Some(())
+}
+
+/// Whether the open file `file` is the one now at `path` (a sweep may have unlinked it, and
+/// another file may sit under the name).
+fn is_at(file: &std::fs::File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let (Ok(held), Ok(now)) = (file.metadata(), std::fs::metadata(path)) else {
+            return false;
+        };
+        (held.dev(), held.ino()) == (now.dev(), now.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path);
+        true
+    }
 }
 
 /// [`try_lock`], kept only if the lock is on the file now at `path`. A sweep removing a gone
@@ -73,16 +96,17 @@ pub(crate) fn try_lock(path: &Path) -> Option<std::fs::File> {
 /// afterwards on the file it unlinked (opened before) holds nothing, and is given up.
 pub(crate) fn lock_in_place(path: &Path) -> Option<std::fs::File> {
     let file = try_lock(path)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let held = file.metadata().ok()?;
-        let now = std::fs::metadata(path).ok()?;
-        if (held.dev(), held.ino()) != (now.dev(), now.ino()) {
-            return None;
-        }
-    }
-    Some(file)
+    is_at(&file, path).then_some(file)
+}
+
+/// Locks `file`, just created at `path`, through a duplicate of its descriptor (the returned
+/// guard), kept only if it is still the file at `path`. Locking by name instead would, if a
+/// sweep of unlocked files removed it in between, create and lock a new empty file under the
+/// name while the caller writes into the removed one.
+pub(crate) fn lock_created(file: &std::fs::File, path: &Path) -> Option<std::fs::File> {
+    let guard = file.try_clone().ok()?;
+    lock_file(&guard)?;
+    is_at(&guard, path).then_some(guard)
 }
 
 /// Held by every section of this process that takes staging locks to judge whether a
