@@ -254,6 +254,7 @@ impl BackendBuilder {
                 backend_id,
                 checkpointer,
                 checkpoint_metrics: Default::default(),
+                restoring_savepoint: Mutex::new(()),
             }),
         })
     }
@@ -298,6 +299,9 @@ struct Inner {
     checkpointer: Option<Arc<Checkpointer>>,
     /// Figures of the last checkpoint, shared with pending snapshots that record them.
     checkpoint_metrics: Arc<Mutex<crate::metrics::CheckpointMetrics>>,
+    /// Held through a savepoint restore, from its check that the backend holds no state to
+    /// the end: a second restore waits, then finds the first one's states and is refused.
+    restoring_savepoint: Mutex<()>,
 }
 
 impl Drop for Inner {
@@ -1127,8 +1131,12 @@ impl KeyedBackend {
     /// ([`Error::InvalidKeyGroups`] names the missing ones), their max parallelism must be
     /// this backend's, and their state metadata must agree. Every file's header and index,
     /// and every block of this backend's key groups, are verified before anything is
-    /// written.
+    /// written. Calls on one backend run one after another: a second one then finds the
+    /// first one's state and is refused.
     pub fn restore_savepoints(&self, paths: &[&Path]) -> Result<SavepointStats> {
+        // Restores one at a time: two started together (a retried call on another thread)
+        // both passed the emptiness check and both ingested, every list twice.
+        let _one_at_a_time = self.inner.restoring_savepoint.lock();
         let core_for = |m: &StateMeta| self.core_for(m);
         let raise = |name: &str, stamp: u64| self.raise_ttl_floor(name, stamp);
         let stats = crate::savepoint::restore_savepoints(
