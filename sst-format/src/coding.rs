@@ -126,9 +126,32 @@ pub(crate) fn put_varint64(dst: &mut Vec<u8>, mut v: u64) {
     dst.push(v as u8);
 }
 
+/// The bytes [`put_varint64`] writes for `v`.
+pub(crate) fn varint64_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn varint64_len_is_what_put_writes() {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
+            let mut b = Vec::new();
+            put_varint64(&mut b, v);
+            assert_eq!(varint64_len(v), b.len(), "{v}");
+        }
+    }
 
     #[test]
     fn varint_roundtrip_and_strictness() {

@@ -23,7 +23,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::coding::{put_varint64, Cursor};
+use crate::coding::{put_varint64, varint64_len, Cursor};
 use crate::decompress::{decompress_bounded, Output};
 use crate::error::{Error, Result};
 use crate::meta::{OperatorListState, StateMeta};
@@ -116,6 +116,16 @@ fn decode_header(version: u16, body: &[u8]) -> Result<SavepointHeader> {
     if !rest.is_empty() || header.key_group_start > header.key_group_end {
         return Err(corrupt("savepoint header"));
     }
+    // Entries name their state by position; two positions of one name would restore into
+    // one state, the later entries silently winning.
+    let mut names: Vec<&str> = header.states.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(corrupt(format!(
+            "savepoint header names state {:?} twice",
+            w[0]
+        )));
+    }
     Ok(header)
 }
 
@@ -164,6 +174,16 @@ fn corrupt(what: impl Into<String>) -> Error {
     Error::Corrupt { what: what.into() }
 }
 
+/// The raw bytes `entry` takes in a block.
+fn entry_len(entry: &SavepointEntry<'_>) -> u64 {
+    let parts = [entry.key, entry.namespace, entry.suffix, entry.value];
+    varint64_len(u64::from(entry.state)) as u64
+        + parts
+            .iter()
+            .map(|p| (varint64_len(p.len() as u64) + p.len()) as u64)
+            .sum::<u64>()
+}
+
 /// The entries of one key group, encoded and compressed into a savepoint block. Independent
 /// of any writer, so blocks of different key groups can be built on several threads; hand the
 /// results to [`SavepointWriter::write_block`] in ascending key-group order.
@@ -209,6 +229,20 @@ impl BlockBuilder {
     /// encode the block and continue the key group in a new one.
     pub fn raw_len(&self) -> usize {
         self.raw.len()
+    }
+
+    /// Whether `entry` should go into a new block of the key group instead of this one: this
+    /// one reached [`BLOCK_TARGET_BYTES`], or holds entries and would pass the format's
+    /// [`MAX_BLOCK_BYTES`] with it (an entry just under the limit after a few MiB of others).
+    pub fn is_full_for(&self, entry: &SavepointEntry<'_>) -> bool {
+        self.is_full_for_len(entry_len(entry))
+    }
+
+    /// [`BlockBuilder::is_full_for`] an entry of `len` raw bytes.
+    fn is_full_for_len(&self, len: u64) -> bool {
+        self.raw.len() >= BLOCK_TARGET_BYTES as usize
+            || (!self.raw.is_empty()
+                && (self.raw.len() as u64).saturating_add(len) > u64::from(MAX_BLOCK_BYTES))
     }
 
     /// Appends an entry; its state must exist in the header.
@@ -424,12 +458,16 @@ impl<W: Write> SavepointWriter<W> {
 
     /// Adds an entry of `key_group`. Key groups must not decrease and must lie in the header's
     /// range; the state must exist in the header. A key group's block is ended once it holds
-    /// [`BLOCK_TARGET_BYTES`] and the key group continues in the next one.
+    /// [`BLOCK_TARGET_BYTES`] (or the entry would take it past [`MAX_BLOCK_BYTES`]) and the
+    /// key group continues in the next one.
     pub fn add(&mut self, key_group: u16, entry: SavepointEntry<'_>) -> Result<()> {
-        let current = self.current.as_ref().map(|b| (b.key_group, b.raw.len()));
+        let current = self
+            .current
+            .as_ref()
+            .map(|b| (b.key_group, b.is_full_for(&entry)));
         match current {
-            Some((g, raw)) if g == key_group => {
-                if raw >= BLOCK_TARGET_BYTES as usize {
+            Some((g, full)) if g == key_group => {
+                if full {
                     self.flush_block()?;
                 }
             }
@@ -1097,6 +1135,30 @@ mod tests {
         want.push(b"k".to_vec());
         assert_eq!(keys, want, "entries in the order written");
         assert_eq!(verify_savepoint(Cursor::new(&bytes)).unwrap().blocks, 4);
+    }
+
+    #[test]
+    fn an_entry_that_would_pass_the_block_limit_starts_a_new_block() {
+        let mut b = BlockBuilder::new(0, 1);
+        let small = SavepointEntry {
+            state: 0,
+            key: b"k",
+            namespace: b"",
+            suffix: b"",
+            value: b"v",
+        };
+        assert!(
+            !b.is_full_for_len(u64::from(MAX_BLOCK_BYTES) + 1),
+            "an empty block takes anything (the entry alone is checked by add)"
+        );
+        b.add(small).unwrap();
+        assert_eq!(entry_len(&small), b.raw_len() as u64);
+        // Well below the target size, an entry that fits exactly stays, one byte more moves
+        // on (lengths only: no 1 GiB buffer).
+        let room = u64::from(MAX_BLOCK_BYTES) - b.raw_len() as u64;
+        assert!(!b.is_full_for_len(room));
+        assert!(b.is_full_for_len(room + 1));
+        assert!(!b.is_full_for(&small));
     }
 
     #[test]
