@@ -43,13 +43,16 @@ fn two_keys() -> (u16, Vec<u8>, Vec<u8>) {
     (g, a, b)
 }
 
+/// One entry: key, suffix, value.
+type Entry = (Vec<u8>, Vec<u8>, Vec<u8>);
+
 /// A savepoint of one state of `kind` whose key group `g` holds `blocks`, one block each
 /// (entries: key, suffix, value).
 fn file(
     path: &std::path::Path,
     kind: StateKind,
     g: u16,
-    blocks: &[Vec<(Vec<u8>, Vec<u8>, Vec<u8>)>],
+    blocks: &[Vec<Entry>],
 ) {
     let mut w = SavepointWriter::new(Vec::new(), &header(kind), 1).unwrap();
     for entries in blocks {
