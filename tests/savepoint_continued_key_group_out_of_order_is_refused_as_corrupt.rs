@@ -48,12 +48,7 @@ type Entry = (Vec<u8>, Vec<u8>, Vec<u8>);
 
 /// A savepoint of one state of `kind` whose key group `g` holds `blocks`, one block each
 /// (entries: key, suffix, value).
-fn file(
-    path: &std::path::Path,
-    kind: StateKind,
-    g: u16,
-    blocks: &[Vec<Entry>],
-) {
+fn file(path: &std::path::Path, kind: StateKind, g: u16, blocks: &[Vec<Entry>]) {
     let mut w = SavepointWriter::new(Vec::new(), &header(kind), 1).unwrap();
     for entries in blocks {
         let mut b = BlockBuilder::new(g, 1);

@@ -209,7 +209,8 @@ pub fn validate_object_name(name: &str) -> Result<()> {
 }
 
 /// Opens the checkpoint storage a URL names:
-/// * `file:///abs/path` or a plain path: [`LocalStorage`];
+/// * `file:///abs/path` or a plain path: [`LocalStorage`] (a path starting `s3:`, `memory:`
+///   or `file:` without `//` is refused as a mistyped URL);
 /// * `s3://bucket/prefix`: [`ObjectStorage`] on S3 or an S3-compatible server; endpoint,
 ///   region and credentials come from the environment (`AWS_ENDPOINT_URL`, `AWS_REGION`,
 ///   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, ...) and are overridden by
@@ -236,6 +237,19 @@ pub fn open_storage(
             url: String::new(),
             detail: "empty".into(),
         });
+    }
+    // `s3:/bucket` or `s3:bucket` is a mistyped URL, not a directory to create here: the
+    // checkpoints (or a benchmark's figures) would land on local disk unnoticed.
+    if let Some((scheme, _)) = url.split_once(':') {
+        if ["s3", "memory", "file"]
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(scheme))
+        {
+            return Err(Error::InvalidStorageUrl {
+                url: url.to_string(),
+                detail: format!("did you mean {}://...?", scheme.to_ascii_lowercase()),
+            });
+        }
     }
     Ok(Arc::new(LocalStorage::new(Path::new(url))?))
 }

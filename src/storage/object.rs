@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use object_store::aws::{
     AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut, S3CopyIfNotExists,
 };
@@ -222,9 +222,20 @@ fn s3_store(
             .map_err(|e| url_error(url, format!("option `{key}`: {e}")))?;
         builder = builder.with_config(key, value);
     }
-    let plain_http = builder
-        .get_config_value(&AmazonS3ConfigKey::Endpoint)
-        .is_some_and(|e| e.starts_with("http://"));
+    let endpoint = builder.get_config_value(&AmazonS3ConfigKey::Endpoint);
+    if let Some(e) = &endpoint {
+        // A URL without its scheme made every signed request panic inside the client.
+        let host = e
+            .strip_prefix("http://")
+            .or_else(|| e.strip_prefix("https://"));
+        if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
+            return Err(url_error(
+                url,
+                format!("endpoint {e:?} is not an http:// or https:// URL with a host"),
+            ));
+        }
+    }
+    let plain_http = endpoint.is_some_and(|e| e.starts_with("http://"));
     if plain_http {
         builder = builder.with_allow_http(true);
     }
@@ -257,6 +268,21 @@ fn url_error(url: &str, detail: impl std::fmt::Display) -> Error {
     }
 }
 
+/// Whether `name` can be a bucket: S3's rules (3 to 63 lowercase letters, digits, '.' and
+/// '-', starting and ending with a letter or digit), widened to what older buckets and other
+/// servers allow (upper case, '_', up to 255). Anything else would change the request it goes
+/// into: a '#' or '?' cut the name, so another bucket was listed (and a delete became one of
+/// the bucket), a space made the client panic.
+fn valid_bucket_name(name: &str) -> bool {
+    let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    (3..=255).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        && ends_ok(name.chars().next())
+        && ends_ok(name.chars().last())
+}
+
 /// Splits `scheme://authority/rest` into (authority, rest without slashes at either end).
 fn split_url<'a>(url: &'a str, scheme: &str) -> Option<(&'a str, &'a str)> {
     let rest = url.strip_prefix(scheme)?.strip_prefix("://")?;
@@ -280,6 +306,15 @@ impl ObjectStorage {
         };
         if bucket.is_empty() {
             return Err(url_error(url, "no bucket"));
+        }
+        if !valid_bucket_name(bucket) {
+            return Err(url_error(
+                url,
+                format!(
+                    "invalid bucket name {bucket:?} (3 to 255 letters, digits, '.', '-' or '_', \
+                     starting and ending with a letter or digit)"
+                ),
+            ));
         }
         let store = s3_store(url, bucket, options, None)?;
         // The same client configuration, sending `If-None-Match: *` on every request: used
@@ -358,10 +393,12 @@ impl ObjectStorage {
         F: Future<Output = T> + Send + 'static,
     {
         let rx = self.spawn(fut)?;
-        rx.recv().map_err(|_| stopped())
+        answer(&rx)
     }
 
-    fn spawn<T, F>(&self, fut: F) -> Result<mpsc::Receiver<T>>
+    /// Starts `fut` on the storage's runtime; [`answer`] waits for its output. A panic in it
+    /// (a client library's `expect`) comes back as an error naming it, not as a runtime gone.
+    fn spawn<T, F>(&self, fut: F) -> Result<mpsc::Receiver<std::thread::Result<T>>>
     where
         T: Send + 'static,
         F: Future<Output = T> + Send + 'static,
@@ -369,7 +406,7 @@ impl ObjectStorage {
         let rt = self.runtime.as_ref().ok_or_else(stopped)?;
         let (tx, rx) = mpsc::sync_channel(1);
         rt.spawn(async move {
-            let _ = tx.send(fut.await);
+            let _ = tx.send(std::panic::AssertUnwindSafe(fut).catch_unwind().await);
         });
         Ok(rx)
     }
@@ -544,12 +581,9 @@ impl ObjectStorage {
         let mut file = File::open(local).map_err(|e| Error::io(local, e))?;
         let mut hasher = crc32fast::Hasher::new();
         let mut size = 0u64;
-        let mut in_flight: VecDeque<mpsc::Receiver<object_store::Result<()>>> = VecDeque::new();
-        let wait = |rx: mpsc::Receiver<object_store::Result<()>>| -> Result<()> {
-            rx.recv()
-                .map_err(|_| stopped())?
-                .map_err(|e| map_error("put", name, e))
-        };
+        type Part = mpsc::Receiver<std::thread::Result<object_store::Result<()>>>;
+        let mut in_flight: VecDeque<Part> = VecDeque::new();
+        let wait = |rx: Part| answer(&rx)?.map_err(|e| map_error("put", name, e));
         loop {
             let mut buf = vec![0u8; self.options.part_size];
             let n = read_full(&mut file, &mut buf).map_err(|e| Error::io(local, e))?;
@@ -713,6 +747,23 @@ fn read_full(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// The output of a task [`ObjectStorage::spawn`] started.
+fn answer<T>(rx: &mpsc::Receiver<std::thread::Result<T>>) -> Result<T> {
+    rx.recv().map_err(|_| stopped())?.map_err(|panic| {
+        let detail = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        Error::Storage {
+            operation: "run",
+            name: String::new(),
+            detail: format!("a storage request panicked: {detail}"),
+            transient: false,
+        }
+    })
 }
 
 fn stopped() -> Error {
