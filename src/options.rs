@@ -45,7 +45,7 @@ pub enum ValueCacheWrites {
 /// RocksDB settings applied to every column family of a backend. Defaults are tuned for
 /// point-access keyed state on a small machine; each field says its default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DbOptions {
     /// Data block size in bytes. Default 16 KiB (4 KiB blocks make the index larger than it is worth
     /// for state that is mostly point-read).
@@ -297,7 +297,7 @@ pub enum CacheKind {
 
 /// Size of the process-wide memory budget shared by every backend that uses it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct MemoryBudgetConfig {
     /// Total bytes for the block cache and memtables together. Default 512 MiB.
     pub total_bytes: usize,

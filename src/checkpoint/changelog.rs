@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 
 /// Changelog-mode settings (part of [`super::CheckpointOptions`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ChangelogOptions {
     /// Changelog mode on. Default false. A compaction's drops are not logged, so in this mode
     /// lists keep the entries their heads made dead until a read removes them; a TTL state's

@@ -61,7 +61,7 @@ const META_BACKEND_ID: &[u8] = b"backend-id";
 
 /// Checkpoint settings of one backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CheckpointOptions {
     /// Completed checkpoints kept in storage (the newest ones). Default 1. At least 1.
     pub retained: usize,
