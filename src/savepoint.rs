@@ -618,10 +618,8 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                     })
                 }
             };
-            order.check(block.key_group, max_parallelism, &e)?;
-            let Some(seq) = list_seq else {
-                return Ok(()); // verifying only
-            };
+            // The stored key as the file holds it: the order check's, and the key written
+            // for every state but a list (whose position is numbered afresh).
             key.clear();
             codec::write_key_prefix(
                 &mut key,
@@ -630,18 +628,22 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                 e.key,
                 e.namespace,
             );
+            let prefix_len = key.len();
+            key.extend_from_slice(e.suffix);
+            order.check(block.key_group, e.state, &key)?;
+            let Some(seq) = list_seq else {
+                return Ok(()); // verifying only
+            };
             let done = match kind {
                 // Restore numbers list entries afresh in file order and keeps the run mark.
                 StateKind::List => seq.next().map(|n| {
+                    key.truncate(prefix_len);
                     key.extend_from_slice(&n.to_be_bytes());
                     if run {
                         key.push(crate::list_entry::RUN_MARK);
                     }
                 }),
-                _ => {
-                    key.extend_from_slice(e.suffix);
-                    Ok(())
-                }
+                _ => Ok(()),
             }
             .and_then(|()| put(e.state as usize, &key, e.value));
             if let Err(err) = done {
@@ -670,44 +672,31 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
 /// heap would take the last duplicate.
 #[derive(Default)]
 struct EntryOrder {
-    /// The key group, state and stored key of the last entry.
+    /// The key group and state of the last entry, and its stored key.
     last: Option<(u16, u32)>,
     last_key: Vec<u8>,
-    key: Vec<u8>,
 }
 
 impl EntryOrder {
-    fn check(
-        &mut self,
-        key_group: u16,
-        max_parallelism: u32,
-        e: &SavepointEntry<'_>,
-    ) -> sst_format::Result<()> {
-        self.key.clear();
-        codec::write_key_prefix(
-            &mut self.key,
-            key_group,
-            max_parallelism,
-            e.key,
-            e.namespace,
-        );
-        self.key.extend_from_slice(e.suffix);
+    /// Checks an entry of `state` in `key_group` whose stored key, as the file holds it, is
+    /// `key`.
+    fn check(&mut self, key_group: u16, state: u32, key: &[u8]) -> sst_format::Result<()> {
         let ordered = match self.last {
-            Some((g, state)) if g == key_group => {
-                state < e.state || (state == e.state && self.key > self.last_key)
+            Some((g, last_state)) if g == key_group => {
+                last_state < state || (last_state == state && key > self.last_key.as_slice())
             }
             _ => true,
         };
         if !ordered {
             return Err(sst_format::Error::Corrupt {
                 what: format!(
-                    "savepoint entries of key group {key_group} out of order (state {})",
-                    e.state
+                    "savepoint entries of key group {key_group} out of order (state {state})"
                 ),
             });
         }
-        self.last = Some((key_group, e.state));
-        std::mem::swap(&mut self.key, &mut self.last_key);
+        self.last = Some((key_group, state));
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
         Ok(())
     }
 }
