@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use sst_format::{CheckpointManifest, JobCheckpoint, LogSegmentFile, SstUniqueId};
 
 use crate::clock::millis_since_epoch;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::layout;
 use crate::storage::{CheckpointStorage, ObjectDigest, ObjectInfo};
 
@@ -130,6 +130,8 @@ impl Catalog {
                 let bytes = match storage.get_bytes(&o.name) {
                     // Listed, then deleted by the job's owner: collected, not damaged.
                     Err(Error::ObjectNotFound { .. }) => continue,
+                    // Storage that cannot be read now says nothing of the record.
+                    Err(e) if unreadable(&e) => return Err(e),
                     other => other,
                 };
                 let record = bytes
@@ -213,6 +215,7 @@ impl Catalog {
                     manifest_bytes: m.size,
                     manifest,
                 }),
+                Err(e) if unreadable(&e) => return Err(e),
                 Err(e) => cat.bad_manifests.push((meta, e.to_string())),
             }
         }
@@ -394,6 +397,12 @@ pub struct Verification {
     pub problems: Vec<Problem>,
 }
 
+/// Whether `e`, met reading an object, is a failure to read (storage or local I/O, a timeout)
+/// rather than an answer about the object (missing, damaged).
+fn unreadable(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::Io | ErrorKind::Transient)
+}
+
 /// Reads every file a committed manifest references and checks its size and CRC-32 against
 /// the manifest, and for shared SSTs the footer, block checksums, properties and unique id;
 /// reports undecodable manifests and job records, and job records naming a manifest that is
@@ -469,6 +478,9 @@ pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Veri
                     v.files_checked -= 1;
                     seen.remove(remote.as_str());
                 }
+                // A storage or local failure (a full scratch directory, a timeout, denied
+                // access) says nothing of the stored file: the check itself failed.
+                Err(e) if unreadable(&e) => return Err(e),
                 Err(e) => v.problems.push(problem(remote, e.to_string())),
                 Ok(d) => {
                     v.bytes_checked += d.size;
@@ -815,21 +827,40 @@ pub fn gc_plan(catalog: &Catalog, min_age: Duration, now_ms: u64) -> Result<GcPl
     )
 }
 
+/// What [`gc_apply`] did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct GcApplied {
+    /// The objects deleted, in the order they were.
+    pub deleted: Vec<ObjectInfo>,
+    /// The failed delete that stopped the pass, if one did (the objects after it are left
+    /// for the next pass; those before it are in `deleted`).
+    pub stopped_by: Option<Error>,
+}
+
 /// Deletes what `plan` lists, after loading the catalog again and classifying it with the
 /// plan's policy: only objects that are garbage in both are deleted (anything a checkpoint
-/// completed or a restore pinned meanwhile is kept), in the order of the new plan. Returns the
-/// objects deleted.
-pub fn gc_apply(storage: &dyn CheckpointStorage, plan: &GcPlan) -> Result<Vec<ObjectInfo>> {
+/// completed or a restore pinned meanwhile is kept), in the order of the new plan. A failed
+/// delete stops the pass (the order is what makes each step safe) and is returned with the
+/// objects deleted before it; `Err` only when nothing was deleted because the catalog could
+/// not be loaded or classified again.
+pub fn gc_apply(storage: &dyn CheckpointStorage, plan: &GcPlan) -> Result<GcApplied> {
     let again = classify(&Catalog::load(storage)?, &plan.policy)?;
     let planned: HashSet<&str> = plan.delete.iter().map(|(o, _)| o.name.as_str()).collect();
-    let mut deleted = Vec::new();
+    let mut applied = GcApplied {
+        deleted: Vec::new(),
+        stopped_by: None,
+    };
     for (o, _) in again.delete {
         if planned.contains(o.name.as_str()) {
-            storage.delete(&o.name)?;
-            deleted.push(o);
+            if let Err(e) = storage.delete(&o.name) {
+                applied.stopped_by = Some(e);
+                break;
+            }
+            applied.deleted.push(o);
         }
     }
-    Ok(deleted)
+    Ok(applied)
 }
 
 /// Every shared object `m` references: its SSTs, then its changelog segments, then the

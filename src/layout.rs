@@ -112,9 +112,12 @@ pub fn parse_shared_name(name: &str) -> Option<SharedName> {
     }
 }
 
-/// A plain decimal number (no sign, no leading `+`), `None` otherwise.
+/// A decimal number as this layout writes it (digits only, no leading zero but in `0`),
+/// `None` otherwise: `0001` is no name rockstate makes, so an object named with it is
+/// another system's and never garbage.
 fn decimal(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0'))
+    {
         return None;
     }
     s.parse().ok()
@@ -165,13 +168,10 @@ pub fn job_record_name(id: u64) -> String {
 
 /// The checkpoint id of job record object `name`; `None` for any other name.
 pub fn parse_job_record_name(name: &str) -> Option<u64> {
-    let digits = name
-        .strip_prefix(JOB_PREFIX)?
-        .strip_prefix(CHECKPOINT_PREFIX)?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    decimal(
+        name.strip_prefix(JOB_PREFIX)?
+            .strip_prefix(CHECKPOINT_PREFIX)?,
+    )
 }
 
 /// An object inside a checkpoint directory, split into its parts.
@@ -192,18 +192,16 @@ impl CheckpointObject<'_> {
     }
 }
 
-/// Parses `chk-<id>/<backend>/<file>`; `None` for any other name.
+/// Parses `chk-<id>/<backend>/<file>` as this layout writes it (a canonical decimal id, a
+/// backend id and a file name of plain characters, [`valid_local_name`]); `None` for any other
+/// name, which is then another system's object: listed, never deleted.
 pub fn parse_checkpoint_object(name: &str) -> Option<CheckpointObject<'_>> {
     let rest = name.strip_prefix(CHECKPOINT_PREFIX)?;
     let mut parts = rest.splitn(3, '/');
-    let id_str = parts.next()?;
-    if id_str.is_empty() || !id_str.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let id = id_str.parse().ok()?;
+    let id = decimal(parts.next()?)?;
     let backend_id = parts.next()?;
     let file = parts.next()?;
-    if backend_id.is_empty() || file.is_empty() || file.contains('/') {
+    if !valid_local_name(backend_id) || !valid_local_name(file) {
         return None;
     }
     Some(CheckpointObject {
@@ -282,6 +280,31 @@ pub fn parse_local_copy_dir(name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_names_this_layout_writes_parse() {
+        let b = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse_job_record_name("job/chk-10"), Some(10));
+        assert_eq!(parse_job_record_name("job/chk-0"), Some(0));
+        for name in ["job/chk-010", "job/chk-", "job/chk-+1", "job/chk-1a"] {
+            assert_eq!(parse_job_record_name(name), None, "{name}");
+        }
+        let meta = metadata_name(7, b);
+        let p = parse_checkpoint_object(&meta).unwrap();
+        assert_eq!((p.id, p.backend_id, p.is_metadata()), (7, b, true));
+        assert!(parse_checkpoint_object(&private_name(7, b, "MANIFEST-000005")).is_some());
+        for name in [
+            format!("chk-0007/{b}/_metadata"),
+            format!("chk-7/{b}/notes\\1.txt"),
+            format!("chk-7/{b}/.hidden"),
+            format!("chk-7/{b}/a/b"),
+            "chk-7/bad backend/CURRENT".to_string(),
+        ] {
+            assert!(parse_checkpoint_object(&name).is_none(), "{name}");
+        }
+        assert!(parse_pin("pins/01/5-0123456789abcdef").is_none());
+        assert!(parse_shared_name("shared/01-5-0123456789abcdef.sst").is_none());
+    }
 
     #[test]
     fn names_round_trip() {

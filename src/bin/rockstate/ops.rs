@@ -390,10 +390,22 @@ pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
         code: EXIT_PROBLEMS,
         message: e.to_string(),
     })?;
-    let deleted = if args.apply {
-        Some(catalog::gc_apply(storage.as_ref(), &plan)?)
+    let (deleted, stopped_by, incomplete) = if args.apply {
+        let applied = catalog::gc_apply(storage.as_ref(), &plan)?;
+        // Temporaries of puts that never finished (a process killed mid-upload), as the
+        // job owner's sweep removes them; not after a failed delete.
+        let incomplete = match applied.stopped_by {
+            None => Some(storage.sweep_incomplete(now_ms, args.min_age)?),
+            Some(_) => None,
+        };
+        (Some(applied.deleted), applied.stopped_by, incomplete)
     } else {
-        None
+        (None, None, None)
+    };
+    let code = if stopped_by.is_some() {
+        EXIT_STORAGE
+    } else {
+        EXIT_OK
     };
     let why = |r: GcReason| match r {
         GcReason::SubsumedRecord => "subsumed job record",
@@ -410,9 +422,11 @@ pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
             "candidates": plan.delete.iter().map(|(o, r)| json!({"name": o.name, "bytes": o.size, "reason": why(*r)})).collect::<Vec<_>>(),
             "deleted": deleted.as_ref().map(|d| d.iter().map(|o| &o.name).collect::<Vec<_>>()),
             "kept_too_young": plan.too_young.iter().map(|o| &o.name).collect::<Vec<_>>(),
+            "incomplete_removed": incomplete,
+            "error": stopped_by.as_ref().map(|e| e.to_string()),
             "now_ms": now_ms,
         }));
-        return Ok(EXIT_OK);
+        return Ok(code);
     }
     let verb = if args.apply {
         "deleted"
@@ -452,7 +466,13 @@ pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
             " (dry run: pass --apply to delete)"
         }
     );
-    Ok(EXIT_OK)
+    if let Some(n) = incomplete {
+        println!("removed {n} temporary object(s) of unfinished puts");
+    }
+    if let Some(e) = stopped_by {
+        eprintln!("error: stopped at a failed delete: {e}");
+    }
+    Ok(code)
 }
 
 #[cfg(test)]
