@@ -6,7 +6,9 @@
 
 mod cli_fixture;
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, UNIX_EPOCH};
+
+use rockstate::{Clock, SystemClock};
 
 use cli_fixture::{code, rockstate, stderr, stdout, Fixture};
 
@@ -18,7 +20,9 @@ fn gc_apply_removes_a_two_day_old_temporary_of_a_put_that_died() {
     // What `LocalStorage::put_with` leaves when the process dies before its link.
     let stale = tmp_dir.join(format!("{:032x}", 0x5eed_u128));
     std::fs::write(&stale, vec![7u8; 64 << 10]).unwrap();
-    let two_days_ago = SystemTime::now() - Duration::from_secs(2 * 86_400);
+    // The tool ages temporaries by the wall clock.
+    let two_days_ago =
+        UNIX_EPOCH + Duration::from_millis(SystemClock.now_ms()) - Duration::from_secs(2 * 86_400);
     std::fs::File::options()
         .write(true)
         .open(&stale)
