@@ -600,7 +600,14 @@ impl KeyedBackend {
                         refresh_every: t.config.cleanup.refresh_every,
                         counters: Arc::clone(&t.counters),
                     });
-                    periodic_secs = Some(t.config.cleanup.periodic_compaction.as_secs());
+                    // RocksDB counts whole seconds and reads 0 as off: a period under a
+                    // second (not zero) is one second, not off.
+                    let period = t.config.cleanup.periodic_compaction;
+                    periodic_secs = Some(
+                        period
+                            .as_secs()
+                            .saturating_add(u64::from(period.subsec_nanos() > 0)),
+                    );
                     if t.config.visibility == crate::ttl::Visibility::ReturnExpiredIfNotCleanedUp {
                         cf.keep_out_of_value_cache()?;
                     }

@@ -45,9 +45,9 @@ use crate::storage::CheckpointStorage;
 /// Coordinator settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CoordinatorConfig {
-    /// Name written into every job record.
+    /// Name written into every job record. At most 64 KiB.
     pub job_name: String,
-    /// Number of tasks; task indexes are `0..tasks`.
+    /// Number of tasks; task indexes are `0..tasks`. At most 2^20.
     pub tasks: u32,
     /// Task indexes that receive [`TaskCommand::Trigger`] (the sources). Others learn of a
     /// checkpoint from barriers in their input.
@@ -81,9 +81,29 @@ impl CoordinatorConfig {
     }
 
     fn validate(&self) -> Result<()> {
+        const MAX_TASKS: u32 = 1 << 20;
+        const MAX_JOB_NAME_BYTES: usize = 64 << 10;
         let bad = |what: String| Err(Error::Coordinator(what));
         if self.tasks == 0 {
             return bad("a job needs at least one task".into());
+        }
+        // One command slot per task is allocated up front.
+        if self.tasks > MAX_TASKS {
+            return bad(format!("{} tasks are more than {MAX_TASKS}", self.tasks));
+        }
+        // Written into every job record, which no restore could then read.
+        if self.max_parallelism != 0 {
+            if let Err(e) = crate::keygroup::validate_max_parallelism(self.max_parallelism) {
+                return bad(e.to_string());
+            }
+        }
+        // Every job record carries it: one that cannot fit a record could never complete
+        // a checkpoint.
+        if self.job_name.len() > MAX_JOB_NAME_BYTES {
+            return bad(format!(
+                "a job name of {} bytes is longer than {MAX_JOB_NAME_BYTES}",
+                self.job_name.len()
+            ));
         }
         if self.retained == 0 || self.max_concurrent == 0 {
             return bad("retained and max_concurrent must be at least 1".into());

@@ -67,7 +67,7 @@ pub struct DbOptions {
     pub sst_format_version: u32,
     /// Write-ahead log. Default off: durability comes from checkpoints, as in Flink.
     pub wal: bool,
-    /// Background flush + compaction threads. Default 2.
+    /// Background flush + compaction threads. Default 2. At most 256.
     pub max_background_jobs: i32,
     /// Target SST size at level 1 in bytes. Default 64 MiB.
     pub target_file_size_base: u64,
@@ -260,6 +260,17 @@ impl DbOptions {
                 "must be ≥ 2 / ≥ 1".into(),
             );
         }
+        // RocksDB grows its process-wide thread pools to about this many threads; past
+        // what a process can start, its C++ exception aborts the process.
+        if self.max_background_jobs > MAX_BACKGROUND_JOBS {
+            return bad(
+                "max_background_jobs",
+                format!(
+                    "{} is above {MAX_BACKGROUND_JOBS}",
+                    self.max_background_jobs
+                ),
+            );
+        }
         if !(0.0..=0.25).contains(&self.memtable_bloom_ratio) {
             return bad(
                 "memtable_bloom_ratio",
@@ -299,9 +310,11 @@ pub enum CacheKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryBudgetConfig {
-    /// Total bytes for the block cache and memtables together. Default 512 MiB.
+    /// Total bytes for the block cache and memtables together. Default 512 MiB. 8 MiB to
+    /// 4 TiB.
     pub total_bytes: usize,
-    /// Share of the total that memtables may use before RocksDB flushes. Default 0.5.
+    /// Share of the total that memtables may use before RocksDB flushes. Default 0.5. In
+    /// (0, 1), and at least 64 KiB of the total.
     pub write_buffer_ratio: f64,
     /// Block cache implementation. Default [`CacheKind::HyperClock`].
     pub cache: CacheKind,
@@ -317,6 +330,12 @@ impl Default for MemoryBudgetConfig {
     }
 }
 
+/// The largest `MemoryBudgetConfig::total_bytes`: 4 TiB.
+const MAX_BUDGET_BYTES: usize = 1 << 42;
+
+/// The largest `DbOptions::max_background_jobs`.
+const MAX_BACKGROUND_JOBS: i32 = 256;
+
 impl MemoryBudgetConfig {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<()> {
@@ -326,10 +345,29 @@ impl MemoryBudgetConfig {
                 detail: format!("{} is below 8 MiB", self.total_bytes),
             });
         }
+        // RocksDB reserves address space for a clock cache in proportion to its capacity: a
+        // capacity near the address space aborts the process.
+        if self.total_bytes > MAX_BUDGET_BYTES {
+            return Err(Error::InvalidOption {
+                name: "total_bytes",
+                detail: format!("{} is above 4 TiB", self.total_bytes),
+            });
+        }
         if !(self.write_buffer_ratio > 0.0 && self.write_buffer_ratio < 1.0) {
             return Err(Error::InvalidOption {
                 name: "write_buffer_ratio",
                 detail: format!("{} is not in (0, 1)", self.write_buffer_ratio),
+            });
+        }
+        // A memtable share that rounds to nothing (0 bytes is "no limit" to RocksDB's write
+        // buffer manager) would leave memtables unbounded: at least 64 KiB.
+        if ((self.total_bytes as f64) * self.write_buffer_ratio) < f64::from(64u32 << 10) {
+            return Err(Error::InvalidOption {
+                name: "write_buffer_ratio",
+                detail: format!(
+                    "{} of {} bytes leaves memtables less than 64 KiB",
+                    self.write_buffer_ratio, self.total_bytes
+                ),
             });
         }
         Ok(())

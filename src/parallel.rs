@@ -49,7 +49,7 @@ where
         // on fewer of them instead of failing: a thread that cannot be started is skipped.
         for _ in 1..threads {
             if std::thread::Builder::new()
-                .spawn_scoped(scope, &work)
+                .spawn_scoped(scope, work)
                 .is_err()
             {
                 break;

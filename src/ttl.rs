@@ -63,7 +63,7 @@ pub struct Cleanup {
     /// The compaction filter re-reads the clock every this many entries (default 1000).
     pub refresh_every: u64,
     /// Every SST is compacted (and so filtered) at least this often; zero turns it off
-    /// (default 30 days).
+    /// (default 30 days). RocksDB counts whole seconds: a fraction rounds up.
     pub periodic_compaction: Duration,
     /// Drop expired entries while writing a full snapshot / savepoint (default on).
     pub full_snapshot: bool,

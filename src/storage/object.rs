@@ -73,7 +73,7 @@ pub struct ObjectStorageOptions {
     /// AWS recommends parts above 100 MB).
     pub multipart_threshold: u64,
     /// Part size of multipart uploads. Default 16 MiB; S3 requires at least 5 MiB (except for
-    /// the last part).
+    /// the last part) and at most 5 GiB, the most accepted here.
     pub part_size: usize,
     /// Parts of one file in flight at once. Default 4.
     pub part_concurrency: usize,
@@ -117,8 +117,11 @@ impl ObjectStorageOptions {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<()> {
         let bad = |name, detail: String| Err(Error::InvalidOption { name, detail });
-        if self.part_size == 0 {
-            return bad("part_size", "must be positive".into());
+        if self.part_size == 0 || self.part_size > MAX_PART_BYTES {
+            return bad(
+                "part_size",
+                format!("{} is not in 1..=5 GiB", self.part_size),
+            );
         }
         if self.part_concurrency == 0 || self.part_concurrency > 64 {
             return bad(
@@ -260,6 +263,9 @@ fn s3_store(
         .build()
         .map_err(|e| url_error(url, e))
 }
+
+/// The largest multipart part S3 accepts.
+const MAX_PART_BYTES: usize = 5 << 30;
 
 fn url_error(url: &str, detail: impl std::fmt::Display) -> Error {
     Error::InvalidStorageUrl {
@@ -579,13 +585,17 @@ impl ObjectStorage {
         local: &Path,
     ) -> Result<ObjectDigest> {
         let mut file = File::open(local).map_err(|e| Error::io(local, e))?;
+        let len = file.metadata().map_err(|e| Error::io(local, e))?.len();
         let mut hasher = crc32fast::Hasher::new();
         let mut size = 0u64;
         type Part = mpsc::Receiver<std::thread::Result<object_store::Result<()>>>;
         let mut in_flight: VecDeque<Part> = VecDeque::new();
         let wait = |rx: Part| answer(&rx)?.map_err(|e| map_error("put", name, e));
         loop {
-            let mut buf = vec![0u8; self.options.part_size];
+            // A part's buffer holds what is left of the file, not a whole part: a file
+            // smaller than `part_size` allocates its own size.
+            let left = usize::try_from(len.saturating_sub(size)).unwrap_or(usize::MAX);
+            let mut buf = vec![0u8; self.options.part_size.min(left)];
             let n = read_full(&mut file, &mut buf).map_err(|e| Error::io(local, e))?;
             if n == 0 && size > 0 {
                 break;
