@@ -219,6 +219,74 @@ impl Catalog {
                 Err(e) => cat.bad_manifests.push((meta, e.to_string())),
             }
         }
+        // A record naming a manifest the listing lacked: either the record was listed before
+        // the job's owner deleted it (records go before their manifests), and is gone now,
+        // or the listing passed the manifest's directory before a checkpoint completed and
+        // reached the record after (manifests go before their records), and the manifest is
+        // there now: it is read, before the shared files' references are counted.
+        let mut vanished = HashSet::new();
+        let mut late: Vec<String> = Vec::new();
+        for j in &cat.job_records {
+            let Ok(r) = &j.record else { continue };
+            let missing: Vec<&str> = r
+                .tasks
+                .iter()
+                .filter_map(|t| t.manifest.as_deref())
+                .filter(|m| {
+                    !cat.checkpoints.iter().any(|c| c.name == *m)
+                        && !cat.bad_manifests.iter().any(|(n, _)| n == m)
+                        && !late.iter().any(|l| l == m)
+                })
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            if !storage.exists(&j.name)? {
+                vanished.insert(j.name.clone());
+                continue;
+            }
+            for m in missing {
+                if storage.exists(m)? {
+                    late.push(m.to_string());
+                }
+            }
+        }
+        cat.job_records.retain(|j| !vanished.contains(&j.name));
+        for meta in late {
+            let Some(p) = layout::parse_checkpoint_object(&meta) else {
+                continue;
+            };
+            let loaded = storage.get_bytes(&meta).and_then(|b| {
+                let m = decode_manifest_named(&meta, &b)?;
+                if m.checkpoint_id == p.id && m.backend_id == p.backend_id {
+                    Ok((b.len() as u64, m))
+                } else {
+                    Err(Error::CheckpointCorrupt {
+                        file: meta.clone(),
+                        detail: format!(
+                            "manifest describes checkpoint {} of backend {}",
+                            m.checkpoint_id, m.backend_id
+                        ),
+                    })
+                }
+            });
+            match loaded {
+                Ok((bytes, m)) => cat.checkpoints.push(CommittedCheckpoint {
+                    name: meta,
+                    manifest_bytes: bytes,
+                    manifest: Arc::new(m),
+                }),
+                // Deleted again meanwhile: the record's check in classify refuses.
+                Err(Error::ObjectNotFound { .. }) => {}
+                Err(e) if unreadable(&e) => return Err(e),
+                Err(e) => cat.bad_manifests.push((meta, e.to_string())),
+            }
+        }
+        // In the listing's order (checkpoint id, then backend id), late ones among them.
+        cat.checkpoints.sort_by(|a, b| {
+            (a.manifest.checkpoint_id, &a.manifest.backend_id)
+                .cmp(&(b.manifest.checkpoint_id, &b.manifest.backend_id))
+        });
         let mut refs: HashMap<&str, usize> = HashMap::new();
         for c in &cat.checkpoints {
             for name in shared_objects(&c.manifest) {
@@ -232,28 +300,6 @@ impl Catalog {
                 info,
             })
             .collect();
-        // A record naming a manifest the listing lacked was listed before the job's owner
-        // deleted it (records go before their manifests): if it is gone now, drop it.
-        let present: HashSet<&str> = cat
-            .checkpoints
-            .iter()
-            .map(|c| c.name.as_str())
-            .chain(cat.bad_manifests.iter().map(|(n, _)| n.as_str()))
-            .collect();
-        let mut vanished = HashSet::new();
-        for j in &cat.job_records {
-            if let Ok(r) = &j.record {
-                if r.tasks
-                    .iter()
-                    .filter_map(|t| t.manifest.as_deref())
-                    .any(|m| !present.contains(m))
-                    && !storage.exists(&j.name)?
-                {
-                    vanished.insert(j.name.clone());
-                }
-            }
-        }
-        cat.job_records.retain(|j| !vanished.contains(&j.name));
         cat.job_records.sort_by_key(|j| j.id);
         Ok(cat)
     }

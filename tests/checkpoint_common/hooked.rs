@@ -1,5 +1,6 @@
 //! A storage that runs a hook right before the put of one object: how a test acts at an
-//! exact point of an upload (a commit, an abort, a kill).
+//! exact point of an upload (a commit, an abort, a kill); and that can leave objects out of
+//! its listings, as a listing does that passed their place before they were put.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ pub struct Hooked {
     inner: Arc<dyn CheckpointStorage>,
     hook: Mutex<Option<(String, Hook)>>,
     every: Mutex<Option<EveryHook>>,
+    /// Prefixes whose objects listings leave out.
+    unlisted: Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for Hooked {
@@ -32,7 +35,14 @@ impl Hooked {
             inner,
             hook: Mutex::new(None),
             every: Mutex::new(None),
+            unlisted: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Leaves objects under `prefix` out of every listing from now on (reads, `exists` and
+    /// deletes still reach them): a listing that passed their place before they were put.
+    pub fn unlist(&self, prefix: impl Into<String>) {
+        self.unlisted.lock().push(prefix.into());
     }
 
     /// Runs `f` with the object's name before every put from now on (on the putting thread;
@@ -81,7 +91,10 @@ impl CheckpointStorage for Hooked {
         self.inner.get_bytes(name)
     }
     fn list(&self, prefix: &str) -> rockstate::Result<Vec<ObjectInfo>> {
-        self.inner.list(prefix)
+        let unlisted = self.unlisted.lock().clone();
+        let mut listed = self.inner.list(prefix)?;
+        listed.retain(|o| !unlisted.iter().any(|u| o.name.starts_with(u.as_str())));
+        Ok(listed)
     }
     fn delete(&self, name: &str) -> rockstate::Result<()> {
         self.inner.delete(name)
