@@ -215,24 +215,14 @@ fn run(root: &Path, case: Case) -> Result<(), String> {
 
 #[test]
 fn builder_edges_child() {
-    let Some(i) = child_case() else { return };
-    let (_, case) = cases().swap_remove(i);
+    let Some(case) = child_case_of(cases()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     finish(run(dir.path(), case));
 }
 
 #[test]
 fn builder_settings_at_their_edges_work_or_are_refused() {
-    if child_case().is_some() {
-        return;
-    }
-    let names: Vec<String> = cases().into_iter().map(|(n, _)| n).collect();
-    let bad = run_cases("builder_edges_child", &names, Duration::from_secs(120));
-    assert!(
-        bad.is_empty(),
-        "{} of {} cases went wrong:\n{}",
-        bad.len(),
-        names.len(),
-        bad.join("\n")
-    );
+    assert_every_case("builder_edges_child", &cases(), Duration::from_secs(120));
 }

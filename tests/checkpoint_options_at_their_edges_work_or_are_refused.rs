@@ -80,28 +80,18 @@ fn cases() -> Vec<(String, CheckpointOptions)> {
 
 #[test]
 fn checkpoint_options_edges_child() {
-    let Some(i) = child_case() else { return };
-    let (_, cp) = cases().swap_remove(i);
+    let Some(cp) = child_case_of(cases()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     finish(exercise(dir.path(), DbOptions::default(), budget(), cp));
 }
 
 #[test]
 fn checkpoint_options_at_their_edges_work_or_are_refused() {
-    if child_case().is_some() {
-        return;
-    }
-    let names: Vec<String> = cases().into_iter().map(|(n, _)| n).collect();
-    let bad = run_cases(
+    assert_every_case(
         "checkpoint_options_edges_child",
-        &names,
+        &cases(),
         Duration::from_secs(120),
-    );
-    assert!(
-        bad.is_empty(),
-        "{} of {} cases went wrong:\n{}",
-        bad.len(),
-        names.len(),
-        bad.join("\n")
     );
 }

@@ -118,24 +118,14 @@ fn run(root: &Path, config: CoordinatorConfig) -> Result<(), String> {
 
 #[test]
 fn coordinator_edges_child() {
-    let Some(i) = child_case() else { return };
-    let (_, config) = cases().swap_remove(i);
+    let Some(config) = child_case_of(cases()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     finish(run(dir.path(), config));
 }
 
 #[test]
 fn coordinator_config_at_its_edges_works_or_is_refused() {
-    if child_case().is_some() {
-        return;
-    }
-    let names: Vec<String> = cases().into_iter().map(|(n, _)| n).collect();
-    let bad = run_cases("coordinator_edges_child", &names, Duration::from_secs(60));
-    assert!(
-        bad.is_empty(),
-        "{} of {} cases went wrong:\n{}",
-        bad.len(),
-        names.len(),
-        bad.join("\n")
-    );
+    assert_every_case("coordinator_edges_child", &cases(), Duration::from_secs(60));
 }

@@ -134,8 +134,9 @@ fn cases() -> Vec<(String, DbOptions)> {
 
 #[test]
 fn db_options_edges_child() {
-    let Some(i) = child_case() else { return };
-    let (_, options) = cases().swap_remove(i);
+    let Some(options) = child_case_of(cases()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     finish(exercise(
         dir.path(),
@@ -147,16 +148,5 @@ fn db_options_edges_child() {
 
 #[test]
 fn db_options_at_their_edges_work_or_are_refused() {
-    if child_case().is_some() {
-        return;
-    }
-    let names: Vec<String> = cases().into_iter().map(|(n, _)| n).collect();
-    let bad = run_cases("db_options_edges_child", &names, Duration::from_secs(120));
-    assert!(
-        bad.is_empty(),
-        "{} of {} cases went wrong:\n{}",
-        bad.len(),
-        names.len(),
-        bad.join("\n")
-    );
+    assert_every_case("db_options_edges_child", &cases(), Duration::from_secs(120));
 }

@@ -61,8 +61,9 @@ fn cases() -> Vec<(String, MemoryBudgetConfig)> {
 
 #[test]
 fn memory_budget_edges_child() {
-    let Some(i) = child_case() else { return };
-    let (_, config) = cases().swap_remove(i);
+    let Some(config) = child_case_of(cases()) else {
+        return;
+    };
     let budget = match MemoryBudget::new(config) {
         Ok(b) => b,
         Err(e) if is_option_error(&e) => return finish(Ok(())),
@@ -79,20 +80,9 @@ fn memory_budget_edges_child() {
 
 #[test]
 fn memory_budget_config_at_its_edges_works_or_is_refused() {
-    if child_case().is_some() {
-        return;
-    }
-    let names: Vec<String> = cases().into_iter().map(|(n, _)| n).collect();
-    let bad = run_cases(
+    assert_every_case(
         "memory_budget_edges_child",
-        &names,
+        &cases(),
         Duration::from_secs(120),
-    );
-    assert!(
-        bad.is_empty(),
-        "{} of {} cases went wrong:\n{}",
-        bad.len(),
-        names.len(),
-        bad.join("\n")
     );
 }

@@ -234,24 +234,14 @@ fn run(root: &Path, config: TtlConfig) -> Result<(), String> {
 
 #[test]
 fn ttl_edges_child() {
-    let Some(i) = child_case() else { return };
-    let (_, config) = cases().swap_remove(i);
+    let Some(config) = child_case_of(cases()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     finish(run(dir.path(), config));
 }
 
 #[test]
 fn ttl_configs_at_their_edges_work_or_are_refused() {
-    if child_case().is_some() {
-        return;
-    }
-    let names: Vec<String> = cases().into_iter().map(|(n, _)| n).collect();
-    let bad = run_cases("ttl_edges_child", &names, Duration::from_secs(120));
-    assert!(
-        bad.is_empty(),
-        "{} of {} cases went wrong:\n{}",
-        bad.len(),
-        names.len(),
-        bad.join("\n")
-    );
+    assert_every_case("ttl_edges_child", &cases(), Duration::from_secs(120));
 }

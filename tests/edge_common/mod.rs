@@ -240,3 +240,25 @@ pub fn exercise_on(
     step("close savepoint", s.close())?;
     Ok(())
 }
+
+/// In a child process, the case of `cases` the parent named; `None` in the parent.
+pub fn child_case_of<C>(mut cases: Vec<(String, C)>) -> Option<C> {
+    child_case().map(|i| cases.swap_remove(i).1)
+}
+
+/// In the parent process, runs every case of `cases` in a child process running test
+/// `child_test`, and fails naming every case that went wrong; in a child, does nothing.
+pub fn assert_every_case<C>(child_test: &str, cases: &[(String, C)], timeout: Duration) {
+    if child_case().is_some() {
+        return;
+    }
+    let names: Vec<String> = cases.iter().map(|(n, _)| n.clone()).collect();
+    let bad = run_cases(child_test, &names, timeout);
+    assert!(
+        bad.is_empty(),
+        "{} of {} cases went wrong:\n{}",
+        bad.len(),
+        names.len(),
+        bad.join("\n")
+    );
+}
