@@ -189,20 +189,7 @@ impl Catalog {
                         m
                     }),
             };
-            let decoded = decoded.and_then(|m| {
-                // A manifest must describe the checkpoint its name says.
-                if m.checkpoint_id == id && m.backend_id == backend_id {
-                    Ok(m)
-                } else {
-                    Err(Error::CheckpointCorrupt {
-                        file: meta.clone(),
-                        detail: format!(
-                            "manifest describes checkpoint {} of backend {}",
-                            m.checkpoint_id, m.backend_id
-                        ),
-                    })
-                }
-            });
+            let decoded = decoded.and_then(|m| describes(&meta, id, &backend_id, &m).map(|()| m));
             match decoded {
                 // Listed, then deleted by the job's owner: its directory is garbage in flight.
                 Err(Error::ObjectNotFound { .. }) => cat.uncommitted.push(UncommittedDir {
@@ -258,17 +245,8 @@ impl Catalog {
             };
             let loaded = storage.get_bytes(&meta).and_then(|b| {
                 let m = decode_manifest_named(&meta, &b)?;
-                if m.checkpoint_id == p.id && m.backend_id == p.backend_id {
-                    Ok((b.len() as u64, m))
-                } else {
-                    Err(Error::CheckpointCorrupt {
-                        file: meta.clone(),
-                        detail: format!(
-                            "manifest describes checkpoint {} of backend {}",
-                            m.checkpoint_id, m.backend_id
-                        ),
-                    })
-                }
+                describes(&meta, p.id, p.backend_id, &m)?;
+                Ok((b.len() as u64, m))
             });
             match loaded {
                 Ok((bytes, m)) => cat.checkpoints.push(CommittedCheckpoint {
@@ -441,6 +419,21 @@ pub struct Verification {
     pub bytes_checked: u64,
     /// Everything wrong, one entry per file and fault.
     pub problems: Vec<Problem>,
+}
+
+/// Checks that manifest `m`, stored as `meta`, describes the checkpoint its name says
+/// (checkpoint `id` of `backend_id`).
+fn describes(meta: &str, id: u64, backend_id: &str, m: &CheckpointManifest) -> Result<()> {
+    if m.checkpoint_id == id && m.backend_id == backend_id {
+        return Ok(());
+    }
+    Err(Error::CheckpointCorrupt {
+        file: meta.to_string(),
+        detail: format!(
+            "manifest describes checkpoint {} of backend {}",
+            m.checkpoint_id, m.backend_id
+        ),
+    })
 }
 
 /// Whether `e`, met reading an object, is a failure to read (storage or local I/O, a timeout)
