@@ -193,7 +193,7 @@ impl CheckpointObject<'_> {
 }
 
 /// Parses `chk-<id>/<backend>/<file>` as this layout writes it (a canonical decimal id, a
-/// backend id and a file name of plain characters, [`valid_local_name`]); `None` for any other
+/// backend id and a file name of ASCII letters, digits, `.`, `_` and `-`); `None` for any other
 /// name, which is then another system's object: listed, never deleted.
 pub fn parse_checkpoint_object(name: &str) -> Option<CheckpointObject<'_>> {
     let rest = name.strip_prefix(CHECKPOINT_PREFIX)?;
