@@ -211,6 +211,12 @@ impl Catalog {
         // or the listing passed the manifest's directory before a checkpoint completed and
         // reached the record after (manifests go before their records), and the manifest is
         // there now: it is read, before the shared files' references are counted.
+        let mut seen: HashSet<String> = cat
+            .checkpoints
+            .iter()
+            .map(|c| c.name.clone())
+            .chain(cat.bad_manifests.iter().map(|(n, _)| n.clone()))
+            .collect();
         let mut vanished = HashSet::new();
         let mut late: Vec<String> = Vec::new();
         for j in &cat.job_records {
@@ -219,11 +225,7 @@ impl Catalog {
                 .tasks
                 .iter()
                 .filter_map(|t| t.manifest.as_deref())
-                .filter(|m| {
-                    !cat.checkpoints.iter().any(|c| c.name == *m)
-                        && !cat.bad_manifests.iter().any(|(n, _)| n == m)
-                        && !late.iter().any(|l| l == m)
-                })
+                .filter(|m| !seen.contains(*m))
                 .collect();
             if missing.is_empty() {
                 continue;
@@ -234,11 +236,13 @@ impl Catalog {
             }
             for m in missing {
                 if storage.exists(m)? {
+                    seen.insert(m.to_string());
                     late.push(m.to_string());
                 }
             }
         }
         cat.job_records.retain(|j| !vanished.contains(&j.name));
+        let any_late = !late.is_empty();
         for meta in late {
             let Some(p) = layout::parse_checkpoint_object(&meta) else {
                 continue;
@@ -261,10 +265,12 @@ impl Catalog {
             }
         }
         // In the listing's order (checkpoint id, then backend id), late ones among them.
-        cat.checkpoints.sort_by(|a, b| {
-            (a.manifest.checkpoint_id, &a.manifest.backend_id)
-                .cmp(&(b.manifest.checkpoint_id, &b.manifest.backend_id))
-        });
+        if any_late {
+            cat.checkpoints.sort_by(|a, b| {
+                (a.manifest.checkpoint_id, &a.manifest.backend_id)
+                    .cmp(&(b.manifest.checkpoint_id, &b.manifest.backend_id))
+            });
+        }
         let mut refs: HashMap<&str, usize> = HashMap::new();
         for c in &cat.checkpoints {
             for name in shared_objects(&c.manifest) {

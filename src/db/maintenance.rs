@@ -298,10 +298,7 @@ impl Cf {
         upper: Option<&[u8]>,
         f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        let mut read = ReadOptions::default();
-        read.fill_cache(false);
-        read.set_readahead_size(2 << 20);
-        self.scan_with(read, lower, upper, f)
+        self.scan_with(bulk_read_options(), lower, upper, f)
     }
 
     /// Reads the column families `cfs` (of one database) between `lower` and `upper` together:
@@ -330,9 +327,7 @@ impl Cf {
         let at_rest = drained.at_rest();
         let mut cursors = Vec::with_capacity(cfs.len());
         for cf in cfs {
-            let mut read = ReadOptions::default();
-            read.fill_cache(false);
-            read.set_readahead_size(2 << 20);
+            let mut read = bulk_read_options();
             read.set_iterate_lower_bound(lower.to_vec());
             if let Some(upper) = upper {
                 read.set_iterate_upper_bound(upper.to_vec());
@@ -452,6 +447,16 @@ impl Given {
     fn digest(&self) -> u64 {
         self.hash.finish()
     }
+}
+
+/// Reads of one long sequential pass: the blocks read are not added to the block cache (a
+/// bulk scan would evict the hot working set and pay for the inserts) and files are read
+/// ahead in 2 MiB steps.
+fn bulk_read_options() -> ReadOptions {
+    let mut read = ReadOptions::default();
+    read.fill_cache(false);
+    read.set_readahead_size(2 << 20);
+    read
 }
 
 /// One column family's iterator in a [`Cf::bulk_cursors`] pass.
