@@ -185,7 +185,8 @@ pub(crate) fn apply(
     options: &DbOptions,
     budget: &MemoryBudget,
 ) -> Result<ReplayCounts> {
-    let db = Db::open(
+    // Compactions stay off: the database is closed right after (`db::quiet`).
+    let db = Db::open_for_restore(
         dir,
         options,
         budget,

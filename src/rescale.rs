@@ -206,11 +206,11 @@ pub(crate) fn rescale(
             ))
         }
         None if base.skipped.is_empty() => {
-            Db::open(base.dir, target.options, target.budget, layout)?
+            Db::open_for_restore(base.dir, target.options, target.budget, layout)?
         }
         None => {
             stats.fetched_late = drop_skipped_files(base, target, layout, &clips)?;
-            Db::open(base.dir, target.options, target.budget, layout)?
+            Db::open_for_restore(base.dir, target.options, target.budget, layout)?
         }
     };
     let base_states = check_source(&db, base, m)?;
@@ -393,7 +393,7 @@ pub(crate) fn rescale(
             }
         }
         drop(surgery);
-        Db::open(base.dir, target.options, target.budget, layout)?
+        Db::open_for_restore(base.dir, target.options, target.budget, layout)?
     } else {
         db
     };

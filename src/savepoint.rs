@@ -372,9 +372,12 @@ fn restore_into_rocksdb(
     for (name, &stamp) in &stamps {
         (t.raise_ttl_floor)(name, stamp)?;
     }
+    // One ingestion of every state: flushes and compactions are held off once for all of
+    // them (`db::quiet`), and the states' files go in side by side.
+    let mut cfs = Vec::with_capacity(ingest.len());
     for (meta, paths) in ingest.values() {
         match &(t.core_for)(meta)?.table {
-            Table::Rocks(cf) => cf.ingest(paths)?,
+            Table::Rocks(cf) => cfs.push((cf.clone(), paths)),
             Table::Heap(_) => {
                 return Err(Error::Unsupported(
                     "a RocksDB backend holding a heap state".into(),
@@ -382,6 +385,9 @@ fn restore_into_rocksdb(
             }
         }
     }
+    let batches: Vec<(&crate::db::Cf, &[std::path::PathBuf])> =
+        cfs.iter().map(|(cf, paths)| (cf, &paths[..])).collect();
+    crate::db::Cf::ingest_each(&batches)?;
     let watermark = watermark.max(t.watermark.now_ms());
     if watermark > 0 {
         db.default_cf()?

@@ -95,7 +95,11 @@ impl Cf {
         };
         let slots: Vec<usize> = batches.iter().map(|(cf, _)| cf.slot).collect();
         let open = first.db.opened()?;
+        // No flush or compaction may finish during the ingestion (`super::quiet`): held
+        // before the front's lock, settled under it (the drain below fills memtables).
+        let held = open.hold_jobs()?;
         let mut changing = open.changing()?;
+        open.settle_jobs(&held, &slots)?;
         if let Some(b) = changing.bounds() {
             for &slot in &slots {
                 b.begin_ingest(slot);
@@ -115,6 +119,8 @@ impl Cf {
                 .iter()
                 .map(|(cf, files)| Ok((cf.slot, open.level0_files(cf.slot)? + files.len() as u64)))
                 .collect::<Result<Vec<_>>>()?;
+            #[cfg(test)]
+            open.note_jobs_at_ingestion();
             std::thread::scope(|scope| {
                 let raise = scope.spawn(|| {
                     for &(slot, l0) in &predicted {
@@ -152,7 +158,9 @@ impl Cf {
                 b.end_ingest(slot);
             }
         }
-        ingested
+        drop(changing);
+        let released = held.release();
+        ingested.and(released)
     }
 
     /// The live SST files of this column family, in the order [`FileSurgery::ingest`] must
@@ -237,10 +245,12 @@ impl super::Db {
     /// Raises the level-0 stall triggers of every column family whose level 0 a restore
     /// filled past the slowdown count, until compaction has taken it back below
     /// (`super::l0_triggers`): what the restore placed there is not compaction falling
-    /// behind this database's writes.
+    /// behind this database's writes. Turns automatic compactions on where the restore
+    /// opened the database with them off (`Db::open_for_restore`, `super::quiet`).
     pub(crate) fn after_restore(&self) -> Result<()> {
-        self.opened()?.after_restore();
-        Ok(())
+        let open = self.opened()?;
+        open.after_restore();
+        open.resume_compactions()
     }
 }
 

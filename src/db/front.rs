@@ -30,6 +30,7 @@ use rocksdb::{
 
 use super::budget::{BloomGrant, MemoryBudget, Reservation, ValueShare};
 use super::l0_triggers::{Base, L0Triggers};
+use super::quiet::{Held, Quiet};
 use super::rocks_error;
 use super::scan_iters::{RawIter, ScanIters, Taken};
 use super::BatchOp;
@@ -146,10 +147,15 @@ pub(super) struct Open {
     logging: AtomicBool,
     /// Column families whose level-0 stall triggers an ingestion raised.
     l0: L0Triggers,
+    /// Flushes and compactions held off while files are ingested.
+    quiet: Quiet,
     path: std::path::PathBuf,
     /// RocksDB writes left before the next one fails (tests of partial drains).
     #[cfg(test)]
     writes_before_failing: std::sync::atomic::AtomicUsize,
+    /// Flushes and compactions found running as ingestions began, summed (tests).
+    #[cfg(test)]
+    jobs_at_ingestion: std::sync::atomic::AtomicU64,
 }
 
 /// Settings of an [`Open`] database's front.
@@ -176,6 +182,9 @@ pub(super) struct FrontSettings {
     /// Whether RocksDB was opened read-only: no iterator is kept between scans (RocksDB
     /// refreshes none of a read-only database), and nothing is flushed when it is dropped.
     pub(super) read_only: bool,
+    /// Whether every column family was opened with automatic compactions off, until the
+    /// restore that opened it is done ([`super::quiet`]).
+    pub(super) compactions_off: bool,
 }
 
 impl Open {
@@ -237,8 +246,11 @@ impl Open {
                 settings.level0_opened_with,
                 names_len,
             ),
+            quiet: Quiet::new(settings.compactions_off),
             #[cfg(test)]
             writes_before_failing: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            #[cfg(test)]
+            jobs_at_ingestion: std::sync::atomic::AtomicU64::new(0),
             front,
             reservation,
             value_share,
@@ -265,6 +277,8 @@ impl Open {
         name: &str,
         options: impl FnOnce() -> Result<Options>,
     ) -> Result<usize> {
+        // Held across the creation: a restore's compactions are not turned on meanwhile.
+        let compactions_off = self.quiet.creating();
         // Held across the creation, so no one sees a slot without its handle.
         let mut names = self.names.lock();
         if let Some(slot) = names.iter().position(|n| n == name) {
@@ -274,13 +288,63 @@ impl Open {
         if slot >= MAX_COLUMN_FAMILIES {
             return Err(too_many_column_families());
         }
-        self.rocks
-            .create_cf(name, &options()?)
-            .map_err(rocks_error)?;
+        let mut options = options()?;
+        if *compactions_off {
+            options.set_disable_auto_compactions(true);
+        }
+        self.rocks.create_cf(name, &options).map_err(rocks_error)?;
         // A fresh cell (slots fill in order under `names`): setting cannot fail.
         let _ = self.handles[slot].set(handle(&self.rocks, name)?);
         names.push(name.to_string());
         Ok(slot)
+    }
+
+    /// Holds every flush and compaction off for an ingestion ([`super::quiet`]); take it
+    /// before the front's lock, then [`Open::settle_jobs`] under it.
+    pub(super) fn hold_jobs(&self) -> Result<Held<'_>> {
+        self.quiet.hold(&self.rocks, self.all_handles().collect())
+    }
+
+    /// [`Held::settle`] for an ingestion into the column families `targets`.
+    pub(super) fn settle_jobs(&self, held: &Held<'_>, targets: &[usize]) -> Result<()> {
+        let targets = targets
+            .iter()
+            .map(|&slot| self.handle(slot))
+            .collect::<Result<Vec<_>>>()?;
+        held.settle(&targets)
+    }
+
+    /// Flushes and compactions running now (tests).
+    #[cfg(test)]
+    pub(super) fn running_jobs(&self) -> u64 {
+        let count = |p: &str| self.rocks.property_int_value(p).ok().flatten().unwrap_or(0);
+        count("rocksdb.num-running-compactions") + count("rocksdb.num-running-flushes")
+    }
+
+    /// Adds the flushes and compactions running as an ingestion begins to
+    /// [`Open::jobs_at_ingestion`] (tests).
+    #[cfg(test)]
+    pub(super) fn note_jobs_at_ingestion(&self) {
+        self.jobs_at_ingestion
+            .fetch_add(self.running_jobs(), Ordering::Relaxed);
+    }
+
+    /// The flushes and compactions found running as ingestions began, summed (tests).
+    #[cfg(test)]
+    pub(super) fn jobs_at_ingestion(&self) -> u64 {
+        self.jobs_at_ingestion.load(Ordering::Relaxed)
+    }
+
+    /// Held by a manual flush or compaction for its whole length ([`Quiet::job`]); take it
+    /// before the front's lock.
+    pub(super) fn manual_job(&self) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.quiet.job()
+    }
+
+    /// Turns automatic compactions on if a restore opened the database with them off.
+    pub(super) fn resume_compactions(&self) -> Result<()> {
+        let handles: Vec<&Handle> = self.all_handles().collect();
+        self.quiet.resume(&self.rocks, &handles)
     }
 
     /// Keeps a column family's memtable bloom grant until the database closes.

@@ -16,12 +16,15 @@ use crate::metrics::{LevelMetrics, RocksDbMetrics};
 impl Db {
     /// Flushes every column family's memtable to SST files.
     pub(crate) fn flush_all(&self) -> Result<()> {
-        self.opened()?.drained()?.flush_all()
+        let open = self.opened()?;
+        let _job = open.manual_job();
+        open.drained()?.flush_all()
     }
 
     /// Flushes memtables and waits until no compaction is pending or running.
     pub(crate) fn wait_for_compactions(&self) -> Result<()> {
         let open = self.opened()?;
+        let _job = open.manual_job();
         let drained = open.drained()?;
         drained.release_kept_iterators();
         let mut opts = rocksdb::WaitForCompactOptions::default();
@@ -98,6 +101,8 @@ impl Db {
     /// files hard-linked, MANIFEST/CURRENT/OPTIONS copied.
     pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {
         let open = self.opened()?;
+        // The checkpoint flushes: not during an ingestion.
+        let _job = open.manual_job();
         let drained = open.drained()?;
         // The checkpoint flushes every memtable.
         drained.release_kept_iterators();
@@ -348,6 +353,7 @@ impl Cf {
     /// crash without a checkpoint).
     pub(crate) fn flush(&self) -> Result<()> {
         let open = self.db.opened()?;
+        let _job = open.manual_job();
         let drained = open.drained()?;
         drained
             .rocks()
@@ -375,6 +381,7 @@ impl Cf {
     /// Compacts the keys between `from` and `to` (`None`: unbounded) to the bottom level.
     fn compact(&self, from: Option<&[u8]>, to: Option<&[u8]>) -> Result<()> {
         let open = self.db.opened()?;
+        let _job = open.manual_job();
         let drained = open.drained()?;
         drained.release_kept_iterators();
         let mut opts = rocksdb::CompactOptions::default();

@@ -23,6 +23,7 @@ mod front;
 mod l0_triggers;
 mod maintenance;
 mod options;
+mod quiet;
 mod scan_iters;
 mod sst_writer;
 
@@ -144,6 +145,40 @@ pub(crate) struct BatchOp {
     value: Option<Box<[u8]>>,
 }
 
+/// How [`Db::open_with`] opens a database.
+struct Opening {
+    /// RocksDB read-only.
+    read_only: bool,
+    /// RocksDB's `paranoid_checks` (off: table files may be missing).
+    paranoid_checks: bool,
+    /// A restore's bound on a column family's level-0 files ([`Db::open_restored`]).
+    level0: Option<u64>,
+    /// Automatic compactions off until [`Db::after_restore`].
+    compactions_off: bool,
+}
+
+impl Default for Opening {
+    fn default() -> Self {
+        Opening {
+            read_only: false,
+            paranoid_checks: true,
+            level0: None,
+            compactions_off: false,
+        }
+    }
+}
+
+impl Opening {
+    /// A database a restore ingests into, with `level0` as in [`Db::open_restored`].
+    fn for_restore(level0: Option<u64>) -> Self {
+        Opening {
+            level0,
+            compactions_off: true,
+            ..Opening::default()
+        }
+    }
+}
+
 impl Db {
     /// Opens (or creates) the database at `path` with every column family it already has.
     /// With the keys' `layout`, compaction cuts state files at key-group boundaries
@@ -155,7 +190,19 @@ impl Db {
         budget: &MemoryBudget,
         layout: Option<KeyLayout>,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, layout, false, true, None)
+        Self::open_with(path, options, budget, layout, Opening::default())
+    }
+
+    /// [`Db::open`] of a database a restore ingests files into: automatic compactions are
+    /// off on every column family until [`Db::after_restore`] turns them on, so no
+    /// ingestion of the restore has to turn them off and on ([`quiet`]).
+    pub(crate) fn open_for_restore(
+        path: &Path,
+        options: &DbOptions,
+        budget: &MemoryBudget,
+        layout: Option<KeyLayout>,
+    ) -> Result<Arc<Db>> {
+        Self::open_with(path, options, budget, layout, Opening::for_restore(None))
     }
 
     /// [`Db::open`] of a restored database that will hold up to `level0` files in a column
@@ -163,6 +210,8 @@ impl Db {
     /// with its stall triggers raised above them (`l0_triggers`), so the restore's files do
     /// not slow its first writes down, and they are set back once compaction has taken
     /// level 0 below the slowdown count, without an options change during the restore.
+    /// Automatic compactions are off until [`Db::after_restore`], as with
+    /// [`Db::open_for_restore`].
     pub(crate) fn open_restored(
         path: &Path,
         options: &DbOptions,
@@ -170,20 +219,36 @@ impl Db {
         layout: Option<KeyLayout>,
         level0: u64,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, layout, false, true, Some(level0))
+        Self::open_with(
+            path,
+            options,
+            budget,
+            layout,
+            Opening::for_restore(Some(level0)),
+        )
     }
 
     /// [`Db::open`] of a restored checkpoint some of whose SST files were deliberately not
     /// downloaded (`crate::rescale`): RocksDB's `paranoid_checks` off, so opening tolerates
     /// table files that are missing. The caller must drop those files from the database
-    /// (`Cf::drop_files_in_range`) before anything reads them, and reopen with [`Db::open`].
+    /// (`Cf::drop_files_in_range`) before anything reads them, and reopen with [`Db::open`]
+    /// or [`Db::open_for_restore`]. Automatic compactions stay off while it is open.
     pub(crate) fn open_missing_files(
         path: &Path,
         options: &DbOptions,
         budget: &MemoryBudget,
         layout: Option<KeyLayout>,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, layout, false, false, None)
+        Self::open_with(
+            path,
+            options,
+            budget,
+            layout,
+            Opening {
+                paranoid_checks: false,
+                ..Opening::for_restore(None)
+            },
+        )
     }
 
     /// Opens the existing database at `path` read-only: nothing is written, no compaction
@@ -196,7 +261,17 @@ impl Db {
         budget: &MemoryBudget,
         missing_files: bool,
     ) -> Result<Arc<Db>> {
-        Self::open_with(path, options, budget, None, true, !missing_files, None)
+        Self::open_with(
+            path,
+            options,
+            budget,
+            None,
+            Opening {
+                read_only: true,
+                paranoid_checks: !missing_files,
+                ..Opening::default()
+            },
+        )
     }
 
     fn open_with(
@@ -204,10 +279,14 @@ impl Db {
         options: &DbOptions,
         budget: &MemoryBudget,
         layout: Option<KeyLayout>,
-        read_only: bool,
-        paranoid_checks: bool,
-        level0: Option<u64>,
+        opening: Opening,
     ) -> Result<Arc<Db>> {
+        let Opening {
+            read_only,
+            paranoid_checks,
+            level0,
+            compactions_off,
+        } = opening;
         options.validate()?;
         let base = l0_triggers::Base::new(options.level0_file_num_compaction_trigger);
         let opened_with = level0.map_or(base, |n| base.for_level0(n));
@@ -226,6 +305,7 @@ impl Db {
             partition_prefix,
             opened_with,
             !read_only,
+            compactions_off,
         )?;
         let rocks = if read_only {
             Rocks::open_cf_descriptors_read_only(&opts, path, descriptors, false)
@@ -255,6 +335,7 @@ impl Db {
                 .map(|l| l.group_prefix),
             scan_sweep_bytes: options.write_buffer_size / 8,
             read_only,
+            compactions_off,
         };
         let open = Open::new(rocks, existing, blooms, budget, settings, path)?;
         Ok(Arc::new(Db {

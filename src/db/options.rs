@@ -206,7 +206,8 @@ pub(super) type Descriptors = (
 
 /// [`cf_names`] and their descriptors with rockstate's options, their level-0 stall triggers
 /// `level0`. With `blooms`, each state column family asks the budget for a memtable bloom
-/// (the metadata's `default` has none: it is read at open and by checkpoints only).
+/// (the metadata's `default` has none: it is read at open and by checkpoints only). With
+/// `compactions_off`, automatic compactions are off (a restore's database, `super::quiet`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn descriptors(
     path: &Path,
@@ -217,6 +218,7 @@ pub(super) fn descriptors(
     partition_prefix: usize,
     level0: Base,
     blooms: bool,
+    compactions_off: bool,
 ) -> Result<Descriptors> {
     let existing = cf_names(path, opts)?;
     let mut grants = Vec::new();
@@ -230,6 +232,9 @@ pub(super) fn descriptors(
             grants.extend(grant);
             let mut cf = state_cf_options(options, budget, name, filters, partition_prefix, bloom)?;
             set_level0_triggers(&mut cf, level0);
+            if compactions_off {
+                cf.set_disable_auto_compactions(true);
+            }
             Ok(rocksdb::ColumnFamilyDescriptor::new(name, cf))
         })
         .collect::<Result<Vec<_>>>()?;

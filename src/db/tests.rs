@@ -723,3 +723,120 @@ fn rocksdb_opens_table_files_with_one_thread_per_core() {
         "the OPTIONS file does not say max_file_opening_threads={cores}"
     );
 }
+
+/// RocksDB's ingestion picks the levels it checks from a column family's current version
+/// and reads them through its super version; a flush or compaction finishing beside it can
+/// leave the two apart, and the ingestion then read past the super version's levels
+/// (SIGSEGV, `super::quiet`). Column families whose level-0 files a compaction is taking
+/// get files while those compactions run: no flush or compaction is running when an
+/// ingestion begins, and every file is in.
+#[test]
+fn ingestions_begin_with_no_flush_or_compaction_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = DbOptions {
+        write_cache_bytes: 0,
+        level0_file_num_compaction_trigger: 2,
+        max_background_jobs: 4,
+        ..DbOptions::default()
+    };
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    let key = |group: u8, i: u32| [&[group][..], &i.to_be_bytes()].concat();
+    let mut busy_before = 0;
+    for round in 0..10u32 {
+        let db = Db::open(
+            &dir.path().join(format!("db{round}")),
+            &options,
+            &budget,
+            layout(),
+        )
+        .unwrap();
+        let cfs: Vec<Cf> = (0..8)
+            .map(|c| db.create_cf(&format!("s{c}")).unwrap())
+            .collect();
+        let files: Vec<Vec<PathBuf>> = (0..cfs.len())
+            .map(|c| {
+                let path = dir.path().join(format!("r{round}-{c}.sst"));
+                db.write_sst(&path, |sink| sink.put(&key(5, c as u32), b"i"))
+                    .unwrap();
+                vec![path]
+            })
+            .collect();
+        // Two overlapping level-0 files per column family: compactions that rewrite them.
+        for flush in 0..2u8 {
+            for cf in &cfs {
+                for i in 0..2000 {
+                    cf.put(&key(1, i), &[flush; 100]).unwrap();
+                }
+            }
+            db.flush_all().unwrap();
+        }
+        busy_before += open_of(&db).running_jobs();
+        let batches: Vec<(&Cf, &[PathBuf])> =
+            cfs.iter().zip(&files).map(|(cf, f)| (cf, &f[..])).collect();
+        Cf::ingest_each(&batches).unwrap();
+        assert_eq!(open_of(&db).jobs_at_ingestion(), 0, "round {round}");
+        for (c, cf) in cfs.iter().enumerate() {
+            assert_eq!(read(cf, &key(5, c as u32)), Some(b"i".to_vec()));
+            assert_eq!(read(cf, &key(1, 7)), Some(vec![1; 100]));
+        }
+        // Compactions run again after the ingestion.
+        db.wait_for_compactions().unwrap();
+        for cf in &cfs {
+            assert_eq!(open_of(&db).level0_files(cf.slot).unwrap(), 0);
+        }
+        db.close().unwrap();
+    }
+    assert!(
+        busy_before > 0,
+        "no compaction ran as an ingestion was asked for"
+    );
+}
+
+/// A database a restore ingests into opens with automatic compactions off on every column
+/// family, those it creates included, and `after_restore` turns them on; its ingestions
+/// leave them off.
+#[test]
+fn a_restores_database_compacts_only_once_the_restore_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let options = DbOptions {
+        write_cache_bytes: 0,
+        level0_file_num_compaction_trigger: 2,
+        ..DbOptions::default()
+    };
+    let budget = MemoryBudget::new(MemoryBudgetConfig::default()).unwrap();
+    Db::open(&path, &options, &budget, layout())
+        .unwrap()
+        .create_cf("old")
+        .unwrap();
+    let db = Db::open_for_restore(&path, &options, &budget, layout()).unwrap();
+    let old = db.cf("old").unwrap().unwrap();
+    let new = db.create_cf("new").unwrap();
+    let level0 = |cf: &Cf| open_of(&db).level0_files(cf.slot).unwrap();
+    let fill = |cf: &Cf, files: u8| {
+        for f in 0..files {
+            cf.put(b"\x01k", &[f]).unwrap();
+            db.flush_all().unwrap();
+        }
+    };
+    fill(&old, 3);
+    fill(&new, 3);
+    let sst = dir.path().join("t.sst");
+    db.write_sst(&sst, |sink| sink.put(b"\x01k", b"in"))
+        .unwrap();
+    new.ingest(&[sst]).unwrap();
+    db.wait_for_compactions().unwrap();
+    assert_eq!((level0(&old), level0(&new)), (3, 4), "compactions are off");
+    db.after_restore().unwrap();
+    db.wait_for_compactions().unwrap();
+    assert_eq!((level0(&old), level0(&new)), (0, 0), "compactions are on");
+    assert_eq!(read(&new, b"\x01k"), Some(b"in".to_vec()));
+    // A database opened otherwise keeps compacting across an ingestion.
+    let sst = dir.path().join("u.sst");
+    db.write_sst(&sst, |sink| sink.put(b"\x01k", b"again"))
+        .unwrap();
+    new.ingest(&[sst]).unwrap();
+    fill(&old, 2);
+    db.wait_for_compactions().unwrap();
+    assert_eq!(level0(&old), 0);
+}
