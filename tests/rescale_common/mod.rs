@@ -475,8 +475,11 @@ pub fn restored_base(
 }
 
 /// Every file of the restored base that is still live at the first checkpoint after the
-/// rescale is referenced under the base's object name, not uploaded again. (RocksDB may have
-/// compacted some base files away meanwhile; those are legitimately gone.)
+/// rescale is referenced under an object name the restored checkpoint already had, not
+/// uploaded again. (RocksDB may have compacted some base files away meanwhile; those are
+/// legitimately gone.) Several sources may hold one file (same unique id) under different
+/// names: a source replayed once for the restores of a split job, each of which uploaded it
+/// at its first checkpoint. Reusing any of those copies is reuse.
 pub fn assert_base_reused(
     storage: &Arc<dyn CheckpointStorage>,
     b: &KeyedBackend,
@@ -484,17 +487,38 @@ pub fn assert_base_reused(
     base: &CheckpointManifest,
 ) {
     let m = manifest(storage, id, b.backend_id());
+    let mut copies: Option<Vec<sst_format::SharedFile>> = None;
     for f in &m.shared_files {
-        if let Some(old) = base
+        let Some(old) = base
             .shared_files
             .iter()
             .find(|o| o.local_name == f.local_name && o.sst_id == f.sst_id)
-        {
-            assert_eq!(
-                f.remote_name, old.remote_name,
-                "{} uploaded again",
-                f.local_name
-            );
+        else {
+            continue;
+        };
+        if f.remote_name == old.remote_name {
+            continue;
         }
+        let copies = copies.get_or_insert_with(|| {
+            rockstate::coordinator::read_job_checkpoint(storage.as_ref(), base.checkpoint_id)
+                .unwrap()
+                .tasks
+                .iter()
+                .filter_map(|t| t.manifest.as_deref())
+                .flat_map(|name| {
+                    let p = layout::parse_checkpoint_object(name).unwrap();
+                    manifest(storage, base.checkpoint_id, p.backend_id).shared_files
+                })
+                .collect()
+        });
+        assert!(
+            copies
+                .iter()
+                .any(|c| c.sst_id == f.sst_id && c.remote_name == f.remote_name),
+            "{} uploaded again as {} (the base has it as {})",
+            f.local_name,
+            f.remote_name,
+            old.remote_name
+        );
     }
 }
