@@ -779,10 +779,19 @@ fn ingestions_begin_with_no_flush_or_compaction_running() {
             assert_eq!(read(cf, &key(5, c as u32)), Some(b"i".to_vec()));
             assert_eq!(read(cf, &key(1, 7)), Some(vec![1; 100]));
         }
-        // Compactions run again after the ingestion.
+        // Compactions run again after the ingestion: two more level-0 files each are taken.
+        for flush in 2..4u8 {
+            for cf in &cfs {
+                cf.put(&key(1, 0), &[flush; 100]).unwrap();
+            }
+            db.flush_all().unwrap();
+        }
         db.wait_for_compactions().unwrap();
         for cf in &cfs {
-            assert_eq!(open_of(&db).level0_files(cf.slot).unwrap(), 0);
+            assert!(
+                open_of(&db).level0_files(cf.slot).unwrap() < 2,
+                "round {round}"
+            );
         }
         db.close().unwrap();
     }
