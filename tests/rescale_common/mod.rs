@@ -446,14 +446,8 @@ pub fn manifest(
     sst_format::decode_manifest(&bytes).unwrap()
 }
 
-/// The manifest a backend restored from checkpoint `id` took as its reuse base: the one the
-/// job record of `id` names with the most key groups in common.
-pub fn restored_base(
-    storage: &Arc<dyn CheckpointStorage>,
-    b: &KeyedBackend,
-    id: u64,
-) -> CheckpointManifest {
-    let r = b.key_groups();
+/// Every manifest the job record of checkpoint `id` names.
+pub fn job_manifests(storage: &Arc<dyn CheckpointStorage>, id: u64) -> Vec<CheckpointManifest> {
     rockstate::coordinator::read_job_checkpoint(storage.as_ref(), id)
         .unwrap()
         .tasks
@@ -463,6 +457,19 @@ pub fn restored_base(
             let p = layout::parse_checkpoint_object(name).unwrap();
             manifest(storage, id, p.backend_id)
         })
+        .collect()
+}
+
+/// The manifest a backend restored from checkpoint `id` took as its reuse base: the one the
+/// job record of `id` names with the most key groups in common.
+pub fn restored_base(
+    storage: &Arc<dyn CheckpointStorage>,
+    b: &KeyedBackend,
+    id: u64,
+) -> CheckpointManifest {
+    let r = b.key_groups();
+    job_manifests(storage, id)
+        .into_iter()
         .max_by_key(|m| {
             let start = m.key_group_start.max(r.start);
             let end = m.key_group_end.min(r.end);
@@ -500,15 +507,9 @@ pub fn assert_base_reused(
             continue;
         }
         let copies = copies.get_or_insert_with(|| {
-            rockstate::coordinator::read_job_checkpoint(storage.as_ref(), base.checkpoint_id)
-                .unwrap()
-                .tasks
-                .iter()
-                .filter_map(|t| t.manifest.as_deref())
-                .flat_map(|name| {
-                    let p = layout::parse_checkpoint_object(name).unwrap();
-                    manifest(storage, base.checkpoint_id, p.backend_id).shared_files
-                })
+            job_manifests(storage, base.checkpoint_id)
+                .into_iter()
+                .flat_map(|m| m.shared_files)
                 .collect()
         });
         assert!(
