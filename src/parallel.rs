@@ -1,8 +1,9 @@
 //! Parallel jobs over a list: a fixed number of scoped threads pull jobs from a shared index
 //! (callers sort largest files first, so one big file does not start last); the calling thread
 //! is one of them, and threads the process cannot start are done without. Used for uploads
-//! (checkpoint), downloads (restore) and SST rewrites (rescale). The first error stops the
-//! remaining jobs from starting and is returned; jobs already running finish.
+//! (checkpoint), downloads (restore), SST rewrites (rescale) and ingestions (one per column
+//! family, `db::Cf::ingest_each`). The first error stops the remaining jobs from starting and
+//! is returned; jobs already running finish.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

@@ -121,37 +121,32 @@ impl Cf {
                 .collect::<Result<Vec<_>>>()?;
             #[cfg(test)]
             open.note_jobs_at_ingestion();
-            std::thread::scope(|scope| {
-                let raise = scope.spawn(|| {
+            // The raise first, then one ingestion per column family, side by side; the
+            // calling thread takes part, so a process out of threads ingests on fewer.
+            let steps: Vec<IngestStep<'_>> = std::iter::once(IngestStep::Raise)
+                .chain(
+                    batches
+                        .iter()
+                        .zip(handles)
+                        .map(|((_, files), handle)| IngestStep::Files(handle, files)),
+                )
+                .collect();
+            crate::parallel::run_parallel(&steps, steps.len(), |step| match step {
+                IngestStep::Raise => {
                     for &(slot, l0) in &predicted {
                         open.raise_level0(slot, l0);
                     }
-                });
-                let threads: Vec<_> = batches
-                    .iter()
-                    .zip(handles)
-                    .map(|((_, files), handle)| {
-                        scope.spawn(move || {
-                            let mut opts = rocksdb::IngestExternalFileOptions::default();
-                            opts.set_move_files(true);
-                            rocks
-                                .ingest_external_file_cf_opts(handle, &opts, files.to_vec())
-                                .map_err(rocks_error)
-                        })
-                    })
-                    .collect();
-                let mut result = Ok(());
-                for t in threads {
-                    let r = t.join().unwrap_or_else(|_| {
-                        Err(Error::Internal("an ingestion thread panicked".into()))
-                    });
-                    result = result.and(r);
+                    Ok(())
                 }
-                let raised = raise
-                    .join()
-                    .map_err(|_| Error::Internal("the trigger thread panicked".into()));
-                result.and(raised)
+                IngestStep::Files(handle, files) => {
+                    let mut opts = rocksdb::IngestExternalFileOptions::default();
+                    opts.set_move_files(true);
+                    rocks
+                        .ingest_external_file_cf_opts(*handle, &opts, files.to_vec())
+                        .map_err(rocks_error)
+                }
             })
+            .map(drop)
         })();
         if let Some(b) = changing.bounds() {
             for &slot in &slots {
@@ -228,6 +223,15 @@ pub(crate) struct ForeignFiles {
     pub(crate) cf: String,
     /// The files, in [`Cf::live_files`] order.
     pub(crate) files: Vec<PathBuf>,
+}
+
+/// One step of [`Cf::ingest_each`]: raising the level-0 triggers, or one column family's
+/// files.
+enum IngestStep<'a> {
+    /// Raise the level-0 stall triggers above the predicted level 0.
+    Raise,
+    /// Ingest these files into this column family.
+    Files(&'a super::front::Handle, &'a [PathBuf]),
 }
 
 /// Owns a `rocksdb_ingestexternalfileoptions_t` of the C API.

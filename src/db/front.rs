@@ -54,7 +54,7 @@ pub(crate) const DRAIN_BATCH_BYTES: usize = 64 << 10;
 
 /// A column-family handle whose lifetime is erased; it lives inside the [`Open`] that owns its
 /// database and is dropped before it (see [`Open::handles`]).
-type Handle = Arc<BoundColumnFamily<'static>>;
+pub(super) type Handle = Arc<BoundColumnFamily<'static>>;
 
 /// The most column families one database holds (rockstate's metadata and 1023 states). The
 /// handle table is allocated at this size, so a state registered while other threads read
