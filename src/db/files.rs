@@ -231,7 +231,7 @@ enum IngestStep<'a> {
     /// Raise the level-0 stall triggers above the predicted level 0.
     Raise,
     /// Ingest these files into this column family.
-    Files(&'a super::front::Handle, &'a [PathBuf]),
+    Files(&'a super::Handle, &'a [PathBuf]),
 }
 
 /// Owns a `rocksdb_ingestexternalfileoptions_t` of the C API.

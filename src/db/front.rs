@@ -23,26 +23,20 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
-use rocksdb::{
-    BoundColumnFamily, DBWithThreadMode, MultiThreaded, Options, ReadOptions, WriteBatch,
-    WriteOptions,
-};
+use rocksdb::{BoundColumnFamily, Options, ReadOptions, WriteBatch, WriteOptions};
 
 use super::budget::{BloomGrant, MemoryBudget, Reservation, ValueShare};
 use super::l0_triggers::{Base, L0Triggers};
 use super::quiet::{Held, Quiet};
-use super::rocks_error;
 use super::scan_iters::{RawIter, ScanIters, Taken};
 use super::BatchOp;
+use super::{rocks_error, Handle, Rocks};
 use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, Result};
 use crate::key_bounds::{Check, KeyBounds};
 use crate::options::{ValueCacheAdmission, ValueCacheWrites};
 use crate::value_cache::ValueCache;
 use crate::write_cache::{CachedWrite, WriteCache};
-
-/// The RocksDB handle type rockstate uses.
-pub(super) type Rocks = DBWithThreadMode<MultiThreaded>;
 
 /// Bytes of one RocksDB write batch when the write cache drains. One batch per drain (the
 /// cache's 2 MiB at most) made a fresh allocation of the whole size per drain, whose pages the
@@ -51,10 +45,6 @@ pub(super) type Rocks = DBWithThreadMode<MultiThreaded>;
 /// size reuses memory the allocator keeps, and still holds hundreds of 100-byte writes, so a
 /// write-group round is still paid once for many of them.
 pub(crate) const DRAIN_BATCH_BYTES: usize = 64 << 10;
-
-/// A column-family handle whose lifetime is erased; it lives inside the [`Open`] that owns its
-/// database and is dropped before it (see [`Open::handles`]).
-pub(super) type Handle = Arc<BoundColumnFamily<'static>>;
 
 /// The most column families one database holds (rockstate's metadata and 1023 states). The
 /// handle table is allocated at this size, so a state registered while other threads read

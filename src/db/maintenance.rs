@@ -7,8 +7,9 @@ use std::path::Path;
 
 use rocksdb::ReadOptions;
 
-use super::front::{Drained, Rocks};
+use super::front::Drained;
 use super::rocks_error;
+use super::Rocks;
 use super::{Cf, Db};
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::{LevelMetrics, RocksDbMetrics};

@@ -49,7 +49,14 @@ pub use options::lower_compaction_priority;
 pub(crate) use sst_writer::write_ssts;
 
 use compaction_filter::FilterRegistry;
-use front::{FrontSettings, Open, Rocks};
+use front::{FrontSettings, Open};
+
+/// The RocksDB handle type rockstate uses.
+type Rocks = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
+
+/// A column-family handle whose lifetime is erased; it lives inside the [`Open`] that owns its
+/// database and is dropped before it (`Open::handles`).
+type Handle = Arc<rocksdb::BoundColumnFamily<'static>>;
 
 use crate::change_log::{ChangeLog, LogCut};
 use crate::error::{Error, ErrorKind, Result};

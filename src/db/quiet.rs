@@ -29,13 +29,8 @@
 
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::rocks_error;
+use super::{rocks_error, Handle, Rocks};
 use crate::error::Result;
-
-/// The database (as `super::front` names it).
-type Rocks = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
-/// A column family's handle (as `super::front` keeps them).
-type Handle = std::sync::Arc<rocksdb::BoundColumnFamily<'static>>;
 
 /// The hold on background jobs of one database.
 pub(super) struct Quiet {

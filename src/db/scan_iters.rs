@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use rocksdb::{DBRawIteratorWithThreadMode, ReadOptions};
 
-use super::front::Rocks;
+use super::Rocks;
 
 /// Deleted or overwritten entries a kept iterator skips before it gives up with
 /// `Incomplete`; the scan then runs on a bounded iterator.
