@@ -279,8 +279,9 @@ fn restore_pinned<T>(
         LocalSource::find(&staging_root, &m.backend_id, id)
     };
     // The sources' local copies, found also with local recovery off: read only with it on,
-    // retired after the restore either way (a backend that kept copies before local recovery
-    // was switched off would keep them forever).
+    // and retired after the restore either way (a backend that kept copies before local
+    // recovery was switched off would keep them forever), the restored one only at the
+    // restored backend's first completed checkpoint when local recovery is on.
     let found: Vec<Option<LocalSource>> = std::iter::once(&manifest)
         .chain(others.iter().map(|(_, m)| m))
         .map(|m| local_of(m))
@@ -592,9 +593,17 @@ fn restore_pinned<T>(
     }
     let backend = result?;
     for local in found.iter().flatten() {
-        local.retire_backend();
+        if p.local_recovery {
+            local.retire_others();
+        } else {
+            local.retire_backend();
+        }
     }
-    crate::checkpoint::local_recovery::retire_dead_attempts(&staging_root, manifest.checkpoint_id);
+    crate::checkpoint::local_recovery::retire_dead_attempts(
+        &staging_root,
+        manifest.checkpoint_id,
+        manifest.changelog.is_none(),
+    );
     Ok((backend, report))
 }
 

@@ -92,15 +92,17 @@ fn restores_from_local_copy_and_downloads_only_the_damage(fx: Fixture) {
     assert_eq!(report.files_local, files - 2);
     assert_eq!(report.bytes_local + report.bytes_downloaded, total);
     assert!(report.checkpoint.ends_with("/_metadata"));
-    // The restored backend has a new id; the old one's copies are retired.
-    assert!(local_copies(&fx, &backend).is_empty());
+    // The restored backend has a new id; the old one's copies are retired but for the one
+    // restored, kept until the restored backend completes a checkpoint of its own.
+    assert_eq!(local_copies(&fx, &backend), [5]);
 
-    // Its next checkpoint makes a local copy of its own; a restore elsewhere (no copy)
-    // downloads everything.
+    // Its next checkpoint makes a local copy of its own, which retires the old one's; a
+    // restore elsewhere (no copy) downloads everything.
     let new_id = restored.backend_id().to_string();
     restored.checkpoint(6).unwrap();
     restored.notify_checkpoint_complete(6).unwrap();
     assert_eq!(local_copies(&fx, &new_id), [6]);
+    assert!(local_copies(&fx, &backend).is_empty());
     let elsewhere = tempfile::tempdir().unwrap();
     let (far, report) = KeyedBackend::builder(elsewhere.path().join("db"))
         .options(small_options())
@@ -209,8 +211,9 @@ fn all_local_copies(staging_root: &Path) -> Vec<(String, u64)> {
 
 /// A job restarting on the same machine from its last completed checkpoint, each run uploading
 /// a checkpoint that never completes before it dies (another task failed, or a kill between
-/// upload and completion): each run's backend is new, and no restore uses its copy. The staging
-/// root keeps at most the last run's attempt, not one RocksDB checkpoint per restart.
+/// upload and completion): each run's backend is new, and no restore uses its copy. Every run
+/// restores from the first backend's copy of checkpoint 1; the staging root keeps that and at
+/// most the last run's attempt, not one RocksDB checkpoint per restart.
 fn a_restart_loop_does_not_pile_up_local_copies(fx: Fixture) {
     let staging_root = layout::default_staging_root(&fx.path("a"));
     let first = fx.open("a", CheckpointOptions::default());
@@ -219,6 +222,7 @@ fn a_restart_loop_does_not_pile_up_local_copies(fx: Fixture) {
     random_writes(&first, &mut model, &mut r, 1000);
     first.checkpoint(1).unwrap();
     first.notify_checkpoint_complete(1).unwrap();
+    let first_id = first.backend_id().to_string();
     drop(first);
 
     const RUNS: u64 = 6;
@@ -226,13 +230,14 @@ fn a_restart_loop_does_not_pile_up_local_copies(fx: Fixture) {
         // Restart on the same machine: the database directory is replaced by a restore of
         // the last completed checkpoint (1: nothing after it ever completes).
         std::fs::remove_dir_all(fx.path("a")).unwrap();
-        let b = KeyedBackend::builder(fx.path("a"))
+        let (b, report) = KeyedBackend::builder(fx.path("a"))
             .options(small_options())
             .checkpoint_storage(fx.storage_dyn())
             .checkpoint_options(CheckpointOptions::default())
-            .restore(RestoreFrom::Latest)
+            .restore_with_report(RestoreFrom::Latest)
             .unwrap();
         assert_eq!(read_all(&b), model, "run {run} restored the wrong state");
+        assert_eq!(report.files_downloaded, 0, "run {run}: {report:?}");
         // The run writes on and uploads its next checkpoint, then dies before it completes.
         let mut scratch = model.clone();
         random_writes(&b, &mut scratch, &mut r, 1000);
@@ -241,9 +246,11 @@ fn a_restart_loop_does_not_pile_up_local_copies(fx: Fixture) {
     }
     let copies = all_local_copies(&staging_root);
     // A dead backend's copy of a checkpoint that never completed can never be restored; at
-    // most the last run's attempt may still be there.
+    // most the last run's attempt may still be there, beside the copy of checkpoint 1 every
+    // run restored from.
+    assert!(copies.contains(&(first_id, 1)), "{copies:?}");
     assert!(
-        copies.len() <= 1,
+        copies.len() <= 2,
         "{} local copies after {RUNS} restarts (one more per restart): {copies:?}",
         copies.len()
     );
@@ -255,7 +262,64 @@ fn a_restart_loop_does_not_pile_up_local_copies(fx: Fixture) {
     );
 }
 
+/// A job restarting on the same machine whose restarted run dies before any checkpoint of its
+/// own completes (a crash loop faster than the checkpoint interval): every restart restores the
+/// same checkpoint, and each finds it on local disk. The restored backend has a new id, so the
+/// source's copy of that checkpoint is kept until the restored backend's first completed
+/// checkpoint, which then retires it.
+fn a_restart_that_dies_before_its_first_completion_restores_locally_again(fx: Fixture) {
+    let staging_root = layout::default_staging_root(&fx.path("a"));
+    let first = fx.open("a", CheckpointOptions::default());
+    let source = first.backend_id().to_string();
+    let mut model = Model::new();
+    let mut r = rng(12);
+    random_writes(&first, &mut model, &mut r, 2000);
+    first.checkpoint(1).unwrap();
+    first.notify_checkpoint_complete(1).unwrap();
+    let manifest = fx.manifest(1, &source);
+    let files = manifest.shared_files.len() + manifest.private_files.len();
+    drop(first);
+
+    for run in 0..3u64 {
+        std::fs::remove_dir_all(fx.path("a")).unwrap();
+        let (b, report) = restore_with_report(&fx, "a");
+        assert_eq!(read_all(&b), model, "run {run} restored the wrong state");
+        assert_eq!(
+            (report.files_local, report.files_downloaded),
+            (files, 0),
+            "run {run} did not restore from the local copy: {report:?}"
+        );
+        // The run writes on and uploads a checkpoint, then dies before it completes.
+        let mut scratch = model.clone();
+        random_writes(&b, &mut scratch, &mut r, 500);
+        b.checkpoint(2 + run).unwrap();
+        drop(b);
+    }
+
+    // A run that completes a checkpoint of its own retires the source's copy.
+    std::fs::remove_dir_all(fx.path("a")).unwrap();
+    let (b, report) = restore_with_report(&fx, "a");
+    assert_eq!(report.files_downloaded, 0, "{report:?}");
+    assert_eq!(local_copies(&fx, &source), [1]);
+    random_writes(&b, &mut model, &mut r, 500);
+    b.checkpoint(10).unwrap();
+    b.notify_checkpoint_complete(10).unwrap();
+    assert_eq!(
+        all_local_copies(&staging_root),
+        [(b.backend_id().to_string(), 10)],
+        "copies no restart would use stay"
+    );
+    let dirs = std::fs::read_dir(&staging_root).unwrap().count();
+    assert_eq!(dirs, 1, "backend directories of gone backends stay");
+    drop(b);
+    std::fs::remove_dir_all(fx.path("a")).unwrap();
+    let (again, report) = restore_with_report(&fx, "a");
+    assert_eq!(read_all(&again), model);
+    assert_eq!(report.files_downloaded, 0, "{report:?}");
+}
+
 on_every_storage!(
+    a_restart_that_dies_before_its_first_completion_restores_locally_again,
     restores_from_local_copy_and_downloads_only_the_damage,
     aborted_checkpoints_leave_no_local_copies,
     a_restart_loop_does_not_pile_up_local_copies,

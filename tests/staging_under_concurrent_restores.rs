@@ -8,10 +8,11 @@
 //!   snapshots, changelog segments and local copies are in use; a concurrent restore that took
 //!   a new backend's directory for a dead one's (the lock not yet taken) and removed it left
 //!   that backend running unlocked;
-//! - no gone backend's local copies remain: each restore takes its files from the local copy
-//!   of the backend that wrote its checkpoint and retires that backend's staging directory
-//!   (`LocalSource::retire_backend`); a retire skipped while a sibling checked the lock left
-//!   them for good, one more per restart.
+//! - no gone backend's local copies remain but those the restores took their files from
+//!   (each the local copy of the backend that wrote its checkpoint, whose other copies the
+//!   restore retires, `LocalSource::retire_others`), and once a checkpoint completed none at
+//!   all (`local_recovery::retire_superseded`); a retire skipped while a sibling checked the
+//!   lock left them for good, one more per restart.
 //!
 //! In changelog mode another backend also opens beside them between their sync phases and
 //! uploads (a task of another operator on this machine): it must take none of them for a
@@ -143,19 +144,45 @@ fn restarts(changelog: bool, runs: u32) {
                 staging_backends(&tm)
             );
         }
-        // Directories of backends that are gone and still hold local copies: nothing will
-        // ever restore from them again (every live backend has a new id) nor delete them.
+        // Directories of backends that are gone: each may keep the copy its restored
+        // successor took files from (of the restored checkpoint, or in changelog mode of its
+        // materialization), for a restart that dies before completing a checkpoint; nothing
+        // else (no restore would use it, and nothing would delete it).
+        let restored_id = restored.as_ref().map_or(0, |r| r.checkpoint_id);
         let live: Vec<&str> = backends.iter().map(|b| b.backend_id()).collect();
-        let stale: Vec<String> = staging_backends(&tm)
+        let gone_copies = |tm: &Path| -> Vec<(String, u64)> {
+            let mut out = Vec::new();
+            for d in fs::read_dir(tm.join(".rockstate-staging"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = d.file_name().to_string_lossy().into_owned();
+                if live.contains(&name.as_str()) {
+                    continue;
+                }
+                for c in fs::read_dir(d.path()).into_iter().flatten().flatten() {
+                    if let Some(id) = rockstate::checkpoint::layout::parse_local_copy_dir(
+                        c.file_name().to_str().unwrap(),
+                    ) {
+                        out.push((name.clone(), id));
+                    }
+                }
+            }
+            out
+        };
+        let stale: Vec<(String, u64)> = gone_copies(&tm)
             .into_iter()
-            .filter(|d| !live.iter().any(|l| d.starts_with(l)) && d.contains("local-"))
+            .filter(|(_, id)| !(*id == restored_id || (changelog && *id < restored_id)))
             .collect();
+        let per_backend = gone_copies(&tm).len();
+        let mut gone: Vec<String> = gone_copies(&tm).into_iter().map(|(b, _)| b).collect();
+        gone.dedup();
         assert!(
-            stale.is_empty(),
-            "run {run}: restored checkpoint {:?}; the staging root keeps the local copies of \
-             {} dead backends: {stale:#?}",
-            restored.as_ref().map(|r| r.checkpoint_id),
-            stale.len()
+            stale.is_empty() && gone.len() == per_backend,
+            "run {run}: restored checkpoint {restored_id}; the staging root keeps local copies \
+             of dead backends no restore uses: {stale:#?}\n{:#?}",
+            staging_backends(&tm)
         );
         // One completed checkpoint per run, then the process "dies" (no close).
         for b in &backends {
@@ -193,11 +220,22 @@ fn restarts(changelog: bool, runs: u32) {
             }
         };
         assert!(matches!(out.as_slice(), [Outcome::Completed(_)]), "{out:?}");
+        // The commands queued for each task: the trigger, then the completion.
         for (e, b) in eps.iter().zip(&backends) {
-            while let Some(TaskCommand::Complete { checkpoint_id }) = e.try_recv() {
-                b.notify_checkpoint_complete(checkpoint_id).unwrap();
+            while let Some(command) = e.try_recv() {
+                if let TaskCommand::Complete { checkpoint_id } = command {
+                    b.notify_checkpoint_complete(checkpoint_id).unwrap();
+                }
             }
         }
+        // Every live backend has a completed copy of its own: the dead ones' copies are gone.
+        let left = gone_copies(&tm);
+        assert!(
+            left.is_empty(),
+            "run {run}: after a completion the staging root keeps the local copies of {} dead \
+             backends: {left:#?}",
+            left.len()
+        );
         drop(backends);
         drop(coord);
     }

@@ -13,6 +13,13 @@
 //! hard-linked (immutable) and other files copied (RocksDB may rewrite them). Anything
 //! missing or damaged is downloaded. [`RestoreReport`] says how many bytes came from where.
 //!
+//! Copies of backends that are gone (their staging lock is free) go when no restart would use
+//! them: after a restore, the source's copies but the one restored and every gone backend's
+//! attempts above the restored checkpoint; after a completion, the gone backends' older
+//! copies. So the copy a restore used stays until the restored backend has completed a
+//! checkpoint of its own, and a restart that dies before then restores locally again
+//! (docs/checkpoint-format.md §10).
+//!
 //! This module owns the local copies; restore calls it through one hook in its download.
 
 use std::fs::{self, File};
@@ -136,7 +143,29 @@ pub(crate) fn forget(cp: &Checkpointer, id: u64) {
 /// did not complete before the job restarted, so no restore of this job uses them (another
 /// job sharing the staging root pays at most a download). A gone backend left with no copy
 /// goes whole, so a job restarting on one machine leaves no directory per restart.
-pub(crate) fn retire_dead_attempts(staging_root: &Path, restored: u64) {
+///
+/// With `plain` (the checkpoint is not a changelog-mode one) the copies of checkpoints below
+/// it go too: every task restoring `restored` uses copies of `restored` itself, and an older
+/// copy is one a restored backend kept for its restarts ([`LocalSource::retire_others`]) and
+/// did not live to retire. A changelog-mode checkpoint's tasks use the copies of their
+/// materializations, older checkpoints that differ between tasks, so those stay until a
+/// completion retires them ([`retire_superseded`]).
+pub(crate) fn retire_dead_attempts(staging_root: &Path, restored: u64, plain: bool) {
+    retire_gone(staging_root, |id| id > restored || (plain && id < restored));
+}
+
+/// After checkpoint `completed` completed: the local copies of older checkpoints of every
+/// gone backend under `staging_root` are superseded, since a restart restores `completed`
+/// from the live backends' own copies. This retires the copy a restore was taken from
+/// ([`LocalSource::retire_others`] keeps it for restarts that die before completing anything)
+/// once the restored backend has one of its own.
+pub(crate) fn retire_superseded(staging_root: &Path, completed: u64) {
+    retire_gone(staging_root, |id| id < completed);
+}
+
+/// Removes the local copies whose checkpoint id `retire` picks in every gone backend's
+/// directory under `staging_root`, and a directory left with no copy whole.
+fn retire_gone(staging_root: &Path, retire: impl Fn(u64) -> bool) {
     let _sweeps = STAGING_SWEEPS.lock();
     for b in fs::read_dir(staging_root).into_iter().flatten().flatten() {
         let dir = b.path();
@@ -149,7 +178,7 @@ pub(crate) fn retire_dead_attempts(staging_root: &Path, restored: u64) {
         };
         let mut left = 0;
         for (id, path) in local_copies(&dir) {
-            if id > restored {
+            if retire(id) {
                 let _ = fs::remove_dir_all(path);
             } else {
                 left += 1;
@@ -245,6 +274,29 @@ impl LocalSource {
             }
         }
         Ok(good)
+    }
+
+    /// After a restore from this copy with local recovery on: deletes the source backend's
+    /// other local copies and its changelog segments, once that backend is gone, and keeps this
+    /// one. The restored backend has a new id and no copy of its own until its first completed
+    /// checkpoint, so a restart that dies before then restores from this copy again instead of
+    /// downloading everything; that completion retires it ([`retire_superseded`]).
+    pub(crate) fn retire_others(&self) {
+        let Some(backend_dir) = self.dir.parent() else {
+            return;
+        };
+        let lock_path = backend_dir.join(STAGING_LOCK);
+        let _sweeps = STAGING_SWEEPS.lock();
+        let Some(lock) = lock_in_place(&lock_path) else {
+            return;
+        };
+        for (_, path) in local_copies(backend_dir) {
+            if path != self.dir {
+                let _ = fs::remove_dir_all(path);
+            }
+        }
+        let _ = fs::remove_dir_all(backend_dir.join(layout::LOG_DIR_NAME));
+        drop(lock);
     }
 
     /// Deletes every local copy of the backend this source belongs to: after a restore the

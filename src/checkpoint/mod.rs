@@ -546,6 +546,9 @@ pub(crate) fn complete(
         tracing::info_span!("checkpoint.notify", id = checkpoint_id, kind = "complete").entered();
     let result = cp.complete(checkpoint_id, key_groups);
     local_recovery::prune(cp);
+    if result.is_ok() {
+        local_recovery::retire_superseded(&cp.staging_root, checkpoint_id);
+    }
     result
 }
 

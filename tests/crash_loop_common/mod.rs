@@ -359,6 +359,7 @@ pub fn crash_loop(
         let phase = last_phase.lock().unwrap().clone();
         // The backends this run restored (6-hex prefixes of their ids).
         let mut restored_as = Vec::new();
+        let mut restored_checkpoint = None;
         for l in fs::read_to_string(&stderr_path)
             .unwrap_or_default()
             .lines()
@@ -367,6 +368,13 @@ pub fn crash_loop(
             println!("  {l}");
             if let Some(at) = l.find(" as ") {
                 restored_as.push(l[at + 4..at + 10].to_string());
+            }
+            if let Some(id) = l
+                .split_once(" restored chk-")
+                .and_then(|(_, rest)| rest.split_once('/'))
+                .and_then(|(id, _)| id.parse::<u64>().ok())
+            {
+                restored_checkpoint = Some(id);
             }
         }
         if status.code().is_some() {
@@ -428,20 +436,34 @@ pub fn crash_loop(
             "cycle {cycle}: storage grows: {f:?}"
         );
         // Once every task of a run restored, the local copies of every earlier run's
-        // backends are retired (the sources' by `retire_backend`, the others' by
-        // `retire_dead_attempts`): the staging root holds copies of this run's backends only.
+        // backends are retired (the sources' other copies by `retire_others` or
+        // `retire_backend`, the others' by `retire_dead_attempts`) but for the copies the
+        // restore took files from, which its backends keep for a restart that dies before
+        // they complete a checkpoint: one per earlier backend at most, of the restored
+        // checkpoint itself (plain) or of a materialization at or below it (changelog).
         if restored_as.len() == p as usize {
-            let stale: Vec<&String> = d
+            let earlier: Vec<(&str, u64)> = d
                 .staging_entries
                 .iter()
-                .filter(|e| {
-                    e.contains("/local-") && !restored_as.iter().any(|b| e.starts_with(b.as_str()))
+                .filter(|e| !restored_as.iter().any(|b| e.starts_with(b.as_str())))
+                .filter_map(|e| {
+                    let (backend, copy) = e.split_once("/local-")?;
+                    Some((backend, copy.parse().ok()?))
                 })
                 .collect();
+            let restored_id = restored_checkpoint.unwrap_or(0);
+            let kept = |&&(_, id): &&(&str, u64)| {
+                (mode.local_recovery && id == restored_id)
+                    || (mode.local_recovery && mode.changelog && id < restored_id)
+            };
+            let mut backends: Vec<&str> = earlier.iter().map(|(b, _)| *b).collect();
+            backends.sort_unstable();
+            backends.dedup();
             assert!(
-                stale.is_empty(),
-                "cycle {cycle}: after every task restored (as {restored_as:?}), the staging root \
-                 still holds local copies of earlier runs' backends: {stale:?}"
+                earlier.iter().all(|c| kept(&c)) && backends.len() == earlier.len(),
+                "cycle {cycle}: after every task restored checkpoint {restored_id} (as \
+                 {restored_as:?}), the staging root still holds local copies of earlier runs' \
+                 backends that no restore uses: {earlier:?}"
             );
         }
         if cycle < cycles / 3 {
