@@ -48,6 +48,42 @@ use crate::storage::{sync_dir, validate_object_name, CheckpointStorage};
 /// A chosen manifest: its object name and contents.
 type Chosen = (String, CheckpointManifest);
 
+/// The manifests a restore takes, base first, and the local copies (backend id, copy id) every
+/// manifest of the restored cut reads when it is restored on this machine, where the whole
+/// cut is known (a job record, or every manifest of an id without one): a restore of one
+/// task retires no copy a sibling restoring the same cut takes its files from.
+struct Selection {
+    chosen: Vec<Chosen>,
+    cut_copies: Option<Vec<(String, u64)>>,
+}
+
+/// The local copy a restore of `m` on this machine takes files from: the backend's copy of the
+/// checkpoint, or of its materialization (changelog mode: a log checkpoint's files are its
+/// materialization's).
+fn copy_of(m: &CheckpointManifest) -> (String, u64) {
+    let id = m
+        .changelog
+        .as_ref()
+        .map_or(m.checkpoint_id, |c| c.materialization_id);
+    (m.backend_id.clone(), id)
+}
+
+/// [`choose`] over the whole cut `all`, keeping the cut's local copies.
+fn choose_in_cut(
+    id: u64,
+    all: Vec<Chosen>,
+    target: KeyGroupRange,
+    max_parallelism: u32,
+) -> Result<Option<Selection>> {
+    let cut_copies = all.iter().map(|(_, m)| copy_of(m)).collect();
+    Ok(
+        choose(id, all, target, max_parallelism)?.map(|chosen| Selection {
+            chosen,
+            cut_copies: Some(cut_copies),
+        }),
+    )
+}
+
 /// Name of the marker file an unfinished restore leaves in its target directory.
 const RESTORE_MARKER: &str = ".rockstate-restore-incomplete";
 
@@ -114,7 +150,7 @@ fn pin_and_select(
     key_groups: KeyGroupRange,
     max_parallelism: u32,
     now_ms: &dyn Fn() -> u64,
-) -> Result<(String, Vec<Chosen>)> {
+) -> Result<(String, Selection)> {
     const ATTEMPTS: usize = 5;
     for attempt in 1..=ATTEMPTS {
         let (id, pinned_from) = match from {
@@ -124,6 +160,7 @@ fn pin_and_select(
                     // No job record at all: the newest manifests covering the range (an
                     // engine that keeps completion elsewhere; see `RestoreFrom::Latest`).
                     None => select(storage, from, key_groups, max_parallelism, false)?
+                        .chosen
                         .first()
                         .map(|(_, m)| m.checkpoint_id)
                         .ok_or_else(|| Error::CheckpointNotFound("no checkpoint".into()))?,
@@ -230,14 +267,14 @@ pub(crate) fn restore<T>(
         None => KeyGroupRange::all(p.max_parallelism)?,
     };
     let clock = Arc::clone(&p.clock);
-    let (pin, chosen) = pin_and_select(
+    let (pin, selection) = pin_and_select(
         storage.as_ref(),
         &from,
         key_groups,
         p.max_parallelism,
         &|| clock.now_ms(),
     )?;
-    let result = restore_pinned(open, &p, storage.as_ref(), key_groups, chosen, claim);
+    let result = restore_pinned(open, &p, storage.as_ref(), key_groups, selection, claim);
     // The restored backend's owner keeps what it needs from here on (or the restore failed).
     let _ = storage.delete(&pin);
     result
@@ -248,9 +285,10 @@ fn restore_pinned<T>(
     p: &RestoreParams,
     storage: &dyn CheckpointStorage,
     key_groups: KeyGroupRange,
-    chosen: Vec<Chosen>,
+    selection: Selection,
     claim: bool,
 ) -> Result<(T, RestoreReport)> {
+    let Selection { chosen, cut_copies } = selection;
     for (name, m) in &chosen {
         validate_manifest(name, m)?;
     }
@@ -270,13 +308,9 @@ fn restore_pinned<T>(
         .staging_dir
         .clone()
         .unwrap_or_else(|| layout::default_staging_root(&target));
-    // A log checkpoint's files are those of its materialization (changelog mode).
     let local_of = |m: &CheckpointManifest| {
-        let id = m
-            .changelog
-            .as_ref()
-            .map_or(m.checkpoint_id, |c| c.materialization_id);
-        LocalSource::find(&staging_root, &m.backend_id, id)
+        let (backend, id) = copy_of(m);
+        LocalSource::find(&staging_root, &backend, id)
     };
     // The sources' local copies, found also with local recovery off: read only with it on,
     // and retired after the restore either way (a backend that kept copies before local
@@ -544,6 +578,12 @@ fn restore_pinned<T>(
                 others: others.iter().map(|(_, m)| Arc::clone(m)).collect(),
                 reusable,
                 claimed: claim,
+                local_copy: locals
+                    .first()
+                    .copied()
+                    .flatten()
+                    .filter(|_| !rescaling && log_private.is_some())
+                    .map(|l| l.dir().to_path_buf()),
                 log_private,
                 identity,
             },
@@ -599,10 +639,10 @@ fn restore_pinned<T>(
             local.retire_backend();
         }
     }
-    crate::checkpoint::local_recovery::retire_dead_attempts(
+    crate::checkpoint::local_recovery::retire_unused(
         &staging_root,
         manifest.checkpoint_id,
-        manifest.changelog.is_none(),
+        cut_copies.as_deref(),
     );
     Ok((backend, report))
 }
@@ -696,13 +736,13 @@ fn load(
 /// Picks the manifests to restore, base first; see [`RestoreFrom`]. With `needs_record`,
 /// `Latest` and `Checkpoint` restore only what a job record names
 /// ([`Error::CheckpointNotFound`] if it is gone), never the manifests of an id without one.
-pub(crate) fn select(
+fn select(
     storage: &dyn CheckpointStorage,
     from: &RestoreFrom,
     key_groups: KeyGroupRange,
     max_parallelism: u32,
     needs_record: bool,
-) -> Result<Vec<Chosen>> {
+) -> Result<Selection> {
     let committed = list_committed(storage)?;
     let describe = format!("key groups {key_groups} of max parallelism {max_parallelism}");
     let load_named = |id: u64, backend_id: &str| -> Result<Chosen> {
@@ -734,7 +774,10 @@ pub(crate) fn select(
                     requested: describe,
                 });
             }
-            Ok(vec![(name, m)])
+            Ok(Selection {
+                chosen: vec![(name, m)],
+                cut_copies: None,
+            })
         }
         RestoreFrom::Handles {
             checkpoint_id,
@@ -744,10 +787,15 @@ pub(crate) fn select(
                 .iter()
                 .map(|b| load_named(*checkpoint_id, b))
                 .collect::<Result<Vec<_>>>()?;
-            choose(*checkpoint_id, all, key_groups, max_parallelism)?.ok_or_else(|| {
-                Error::CheckpointNotFound(format!(
-                    "the given manifests of checkpoint {checkpoint_id} do not cover {describe}"
-                ))
+            let chosen =
+                choose(*checkpoint_id, all, key_groups, max_parallelism)?.ok_or_else(|| {
+                    Error::CheckpointNotFound(format!(
+                        "the given manifests of checkpoint {checkpoint_id} do not cover {describe}"
+                    ))
+                })?;
+            Ok(Selection {
+                chosen,
+                cut_copies: None,
             })
         }
         RestoreFrom::Latest | RestoreFrom::Checkpoint(_) => {
@@ -777,7 +825,7 @@ pub(crate) fn select(
                         Err(e) => Err(e),
                     })
                     .collect::<Result<Vec<_>>>()?;
-                return choose(id, all, key_groups, max_parallelism)?.ok_or_else(|| {
+                return choose_in_cut(id, all, key_groups, max_parallelism)?.ok_or_else(|| {
                     Error::CheckpointNotFound(format!(
                         "completed checkpoint {id} has no manifests covering {describe}"
                     ))
@@ -806,8 +854,8 @@ pub(crate) fn select(
                     .filter(|(_, i, _)| *i == id)
                     .map(|(name, _, backend)| Ok((name.clone(), load(storage, name, id, backend)?)))
                     .collect::<Result<Vec<_>>>()?;
-                if let Some(chosen) = choose(id, all, key_groups, max_parallelism)? {
-                    return Ok(chosen);
+                if let Some(selection) = choose_in_cut(id, all, key_groups, max_parallelism)? {
+                    return Ok(selection);
                 }
             }
             Err(Error::CheckpointNotFound(match from {

@@ -318,7 +318,48 @@ fn a_restart_that_dies_before_its_first_completion_restores_locally_again(fx: Fi
     assert_eq!(report.files_downloaded, 0, "{report:?}");
 }
 
+/// Changelog mode: a backend restored as it is goes on logging on the restored
+/// materialization, so its checkpoints name another backend's materialization. Restarts
+/// restoring those checkpoints, one after another, each find the materialization's files on
+/// local disk, whether the run before completed a checkpoint of its own or died first.
+fn changelog_restarts_find_the_materialization_locally(fx: Fixture) {
+    let first = fx.open("a", changelog_options(100_000));
+    let (mut model, mut r) = materialize_then_log(&first, 13, 3000, 1, 200);
+    let source = first.backend_id().to_string();
+    let materialization = fx.manifest(2, &source);
+    let files = materialization.shared_files.len() + materialization.private_files.len();
+    drop(first);
+
+    for run in 0..4u64 {
+        let id = 3 + run;
+        std::fs::remove_dir_all(fx.path("a")).unwrap();
+        let (b, report) = KeyedBackend::builder(fx.path("a"))
+            .options(small_options())
+            .checkpoint_storage(fx.storage_dyn())
+            .checkpoint_options(changelog_options(100_000))
+            .restore_with_report(RestoreFrom::Latest)
+            .unwrap();
+        assert_eq!(read_all(&b), model, "run {run} restored the wrong state");
+        assert_eq!(
+            report.files_local, files,
+            "run {run} did not take the materialization from local disk: {report:?}"
+        );
+        // Odd runs complete a log checkpoint of their own before they die, even runs die
+        // first.
+        let mut written = model.clone();
+        random_writes(&b, &mut written, &mut r, 200);
+        let stats = b.checkpoint(id).unwrap();
+        assert!(!stats.materialized, "run {run}");
+        if run % 2 == 1 {
+            b.notify_checkpoint_complete(id).unwrap();
+            model = written;
+        }
+        drop(b);
+    }
+}
+
 on_every_storage!(
+    changelog_restarts_find_the_materialization_locally,
     a_restart_that_dies_before_its_first_completion_restores_locally_again,
     restores_from_local_copy_and_downloads_only_the_damage,
     aborted_checkpoints_leave_no_local_copies,

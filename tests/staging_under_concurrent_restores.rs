@@ -4,7 +4,7 @@
 //! engine starts its tasks), local recovery on. After every restart:
 //! - every live backend holds its staging lock (`<staging root>/<backend-id>/LOCK`,
 //!   docs/ownership.md §3 rule 9): the lock is what tells every other backend's open
-//!   (`clean_staging`) and restore (`retire_dead_attempts`, `retire_backend`) that its
+//!   (`clean_staging`) and restore (`retire_unused`, `retire_backend`) that its
 //!   snapshots, changelog segments and local copies are in use; a concurrent restore that took
 //!   a new backend's directory for a dead one's (the lock not yet taken) and removed it left
 //!   that backend running unlocked;

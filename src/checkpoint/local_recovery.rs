@@ -14,10 +14,11 @@
 //! missing or damaged is downloaded. [`RestoreReport`] says how many bytes came from where.
 //!
 //! Copies of backends that are gone (their staging lock is free) go when no restart would use
-//! them: after a restore, the source's copies but the one restored and every gone backend's
-//! attempts above the restored checkpoint; after a completion, the gone backends' older
-//! copies. So the copy a restore used stays until the restored backend has completed a
-//! checkpoint of its own, and a restart that dies before then restores locally again
+//! them: after a restore, every gone backend's copy that no task restoring the same cut reads;
+//! after a completion, the gone backends' older copies. So the copy a restore used stays until
+//! the restored backend has completed a checkpoint of its own, and a restart that dies before
+//! then restores locally again. A backend restored as it is in changelog mode links the
+//! materialization's copy in as its own ([`adopt`]), since its log checkpoints stand on it
 //! (docs/checkpoint-format.md §10).
 //!
 //! This module owns the local copies; restore calls it through one hook in its download.
@@ -138,20 +139,23 @@ pub(crate) fn forget(cp: &Checkpointer, id: u64) {
     let _ = fs::remove_dir_all(layout::local_copy_dir(&cp.staging_root, &cp.backend_id, id));
 }
 
-/// After a restore of checkpoint `restored`: the local copies of checkpoints above it of every
-/// backend under `staging_root` that is gone (its staging lock is free) are attempts that
-/// did not complete before the job restarted, so no restore of this job uses them (another
-/// job sharing the staging root pays at most a download). A gone backend left with no copy
+/// After a restore of checkpoint `restored`: the local copies of every backend under
+/// `staging_root` that is gone (its staging lock is free) that no task restoring the same cut
+/// reads. `cut_copies` are those it reads, (backend id, copy id), where the whole cut is known;
+/// without it only the copies of checkpoints above `restored` go, attempts that did not
+/// complete before the job restarted. Copies of older checkpoints are ones a restored backend
+/// kept for its restarts ([`LocalSource::retire_others`]) and did not live to retire. Another
+/// job sharing the staging root pays at most a download. A gone backend left with no copy
 /// goes whole, so a job restarting on one machine leaves no directory per restart.
-///
-/// With `plain` (the checkpoint is not a changelog-mode one) the copies of checkpoints below
-/// it go too: every task restoring `restored` uses copies of `restored` itself, and an older
-/// copy is one a restored backend kept for its restarts ([`LocalSource::retire_others`]) and
-/// did not live to retire. A changelog-mode checkpoint's tasks use the copies of their
-/// materializations, older checkpoints that differ between tasks, so those stay until a
-/// completion retires them ([`retire_superseded`]).
-pub(crate) fn retire_dead_attempts(staging_root: &Path, restored: u64, plain: bool) {
-    retire_gone(staging_root, |id| id > restored || (plain && id < restored));
+pub(crate) fn retire_unused(
+    staging_root: &Path,
+    restored: u64,
+    cut_copies: Option<&[(String, u64)]>,
+) {
+    retire_gone(staging_root, |backend, id| match cut_copies {
+        Some(keep) => !keep.iter().any(|(b, i)| b == backend && *i == id),
+        None => id > restored,
+    });
 }
 
 /// After checkpoint `completed` completed: the local copies of older checkpoints of every
@@ -160,12 +164,12 @@ pub(crate) fn retire_dead_attempts(staging_root: &Path, restored: u64, plain: bo
 /// ([`LocalSource::retire_others`] keeps it for restarts that die before completing anything)
 /// once the restored backend has one of its own.
 pub(crate) fn retire_superseded(staging_root: &Path, completed: u64) {
-    retire_gone(staging_root, |id| id < completed);
+    retire_gone(staging_root, |_, id| id < completed);
 }
 
-/// Removes the local copies whose checkpoint id `retire` picks in every gone backend's
-/// directory under `staging_root`, and a directory left with no copy whole.
-fn retire_gone(staging_root: &Path, retire: impl Fn(u64) -> bool) {
+/// Removes the local copies `retire` picks by (backend id, checkpoint id) in every gone
+/// backend's directory under `staging_root`, and a directory left with no copy whole.
+fn retire_gone(staging_root: &Path, retire: impl Fn(&str, u64) -> bool) {
     let _sweeps = STAGING_SWEEPS.lock();
     for b in fs::read_dir(staging_root).into_iter().flatten().flatten() {
         let dir = b.path();
@@ -176,9 +180,10 @@ fn retire_gone(staging_root: &Path, retire: impl Fn(u64) -> bool) {
         let Some(lock) = lock_in_place(&lock_path) else {
             continue;
         };
+        let backend = b.file_name().to_string_lossy().into_owned();
         let mut left = 0;
         for (id, path) in local_copies(&dir) {
-            if retire(id) {
+            if retire(&backend, id) {
                 let _ = fs::remove_dir_all(path);
             } else {
                 left += 1;
@@ -187,6 +192,34 @@ fn retire_gone(staging_root: &Path, retire: impl Fn(u64) -> bool) {
         if left == 0 {
             remove_backend_dir(&dir, lock);
         }
+    }
+}
+
+/// A backend restored as it is from a changelog-mode checkpoint on this machine: its log
+/// checkpoints stand on the restored materialization `id`, whose files are in the source
+/// backend's local copy `copy`, so it makes that copy its own (hard links, or copies where
+/// links fail) as `local-<id>`. A restore of its checkpoints looks for the copy under its
+/// id (docs/checkpoint-format.md §10); [`prune`] keeps it while it is the base
+/// materialization, and the source's goes at the first completion ([`retire_superseded`]).
+/// Failures only cost local recovery: a copy linked in part is dropped.
+pub(crate) fn adopt(cp: &Checkpointer, copy: &Path, id: u64) {
+    let target = layout::local_copy_dir(&cp.staging_root, &cp.backend_id, id);
+    if target.exists() {
+        return;
+    }
+    let linked = (|| {
+        fs::create_dir(&target)?;
+        for e in fs::read_dir(copy)? {
+            let e = e?;
+            let to = target.join(e.file_name());
+            if fs::hard_link(e.path(), &to).is_err() {
+                fs::copy(e.path(), &to)?;
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })();
+    if linked.is_err() {
+        let _ = fs::remove_dir_all(&target);
     }
 }
 
@@ -238,6 +271,11 @@ impl LocalSource {
     pub(crate) fn find(staging_root: &Path, backend_id: &str, id: u64) -> Option<LocalSource> {
         let dir = layout::local_copy_dir(staging_root, backend_id, id);
         dir.is_dir().then_some(LocalSource { dir })
+    }
+
+    /// The copy's directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Places file `local_name` at `dest` from the local copy if it is there and matches

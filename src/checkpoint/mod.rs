@@ -314,6 +314,10 @@ pub(crate) fn attach(
         .transpose()
         .map_err(|_| Error::decode("backend id", "not UTF-8"))?;
     let identity = restored.as_ref().and_then(|r| r.identity.clone());
+    let local_copy = restored
+        .as_ref()
+        .filter(|r| r.log_private.is_some())
+        .and_then(|r| r.local_copy.clone());
     let backend_id = match (stored, restored.is_some()) {
         (Some(id), false) if layout::valid_local_name(&id) => id,
         (Some(_), false) => return Err(Error::decode("backend id", "invalid characters")),
@@ -364,6 +368,13 @@ pub(crate) fn attach(
         }
     };
     if let Some(cp) = &checkpointer {
+        if let (true, Some(copy), Some(id)) = (
+            options.changelog.enabled && options.local_recovery,
+            local_copy,
+            cp.base_materialization(),
+        ) {
+            local_recovery::adopt(cp, &copy, id);
+        }
         if options.changelog.enabled {
             // From the open on: a restored backend's log checkpoints continue the restored
             // log, so no write before its first checkpoint may go unrecorded.

@@ -48,6 +48,10 @@ pub(crate) struct RestoredBase {
     /// everything it wrote durable ([`crate::checkpoint::identity_sst`]); `None` leaves both
     /// to the backend's open.
     pub(crate) identity: Option<String>,
+    /// Local recovery, a plain restore of a changelog-mode checkpoint: the local copy of the
+    /// materialization it took files from, which the restored backend's log checkpoints stand
+    /// on (see `local_recovery::adopt`).
+    pub(crate) local_copy: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -186,7 +190,7 @@ pub(crate) const STAGING_LOCK: &str = "LOCK";
 fn clean_staging(staging_root: &Path, backend_id: &str) -> Result<File> {
     let own = staging_root.join(backend_id);
     // Created again on each try: a sibling's sweep may remove an empty directory of a gone
-    // backend between its creation and the lock (`local_recovery::retire_dead_attempts`).
+    // backend between its creation and the lock (`local_recovery::retire_unused`).
     let lock = (0..200).find_map(|_| {
         let locked = {
             let _sweeps = STAGING_SWEEPS.lock();

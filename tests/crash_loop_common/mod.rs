@@ -437,7 +437,7 @@ pub fn crash_loop(
         );
         // Once every task of a run restored, the local copies of every earlier run's
         // backends are retired (the sources' other copies by `retire_others` or
-        // `retire_backend`, the others' by `retire_dead_attempts`) but for the copies the
+        // `retire_backend`, the others' by `retire_unused`) but for the copies the
         // restore took files from, which its backends keep for a restart that dies before
         // they complete a checkpoint: one per earlier backend at most, of the restored
         // checkpoint itself (plain) or of a materialization at or below it (changelog).
