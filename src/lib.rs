@@ -51,6 +51,8 @@ pub mod storage;
 mod store;
 pub mod ttl;
 mod value_cache;
+#[cfg(test)]
+mod without_threads_tests;
 mod write_cache;
 mod zero_pages;
 

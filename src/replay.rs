@@ -129,7 +129,9 @@ pub(crate) fn prepare(
     };
     // The tables are fetched (and their CRCs computed) beside the segments' preparation.
     let (tables, prepared) = std::thread::scope(|scope| {
-        let tables = scope.spawn(|| fetch_tables(storage, &log.tables, scratch.path(), threads));
+        let tables = crate::parallel::beside(scope, || {
+            fetch_tables(storage, &log.tables, scratch.path(), threads)
+        });
         let prepared = (|| {
             let mut prepared = Vec::new();
             let rest = &log.segments[after_tables..];

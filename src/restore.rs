@@ -390,14 +390,14 @@ fn restore_pinned<T>(
         let (counts, early, prepared) = std::thread::scope(|scope| {
             // The identity SST is written (and synced) beside the download, off its path.
             let identity = match open_early {
-                true => Some(scope.spawn(|| {
+                true => Some(crate::parallel::beside(scope, || {
                     let file = scratch_root.join("identity.sst");
                     let id = crate::checkpoint::identity_sst(&p.options, &budget, &file)?;
                     Ok::<_, Error>((id, file))
                 })),
                 false => None,
             };
-            let download = scope.spawn(|| {
+            let download = crate::parallel::beside(scope, || {
                 let counts = download_all(storage, &dirs, p.transfer_threads, &p.shared_fetches)?;
                 let Some(identity) = identity else {
                     return Ok((counts, None));

@@ -303,7 +303,8 @@ fn restore_into_rocksdb(
                 .zip(&sst_paths)
                 .skip(1)
                 .map(|(blocks, ssts)| {
-                    scope.spawn(move || {
+                    // Without a thread of its own, a run is restored after the first.
+                    crate::parallel::beside(scope, move || {
                         let file = File::open(path).map_err(|e| Error::io(path, e))?;
                         let mut own =
                             SavepointReader::open(BufReader::new(file)).map_err(Error::format)?;
@@ -1023,7 +1024,8 @@ impl FullSnapshot {
                 .map(|_| {
                     let sender = sender.clone();
                     let (gate, next, runs, spare) = (&gate, &next, &runs, &spare);
-                    scope.spawn(move || {
+                    // A process out of threads encodes on the workers it could start.
+                    crate::parallel::try_spawn(scope, move || {
                         // Wakes the writer and the other workers if this thread panics.
                         let _abort_on_panic = AbortOnPanic(gate);
                         let mut compressor = match BlockCompressor::new(SAVEPOINT_ZSTD_LEVEL) {
@@ -1066,8 +1068,26 @@ impl FullSnapshot {
                         }
                     })
                 })
-                .collect();
+                .collect::<Vec<_>>()
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>();
             drop(sender);
+            if workers.is_empty() {
+                // No thread could be started: the blocks are encoded here, one run after
+                // another, and written as they come.
+                let mut compressor =
+                    BlockCompressor::new(SAVEPOINT_ZSTD_LEVEL).map_err(Error::format)?;
+                let mut builder = BlockBuilder::new(0, states);
+                for run in &runs {
+                    self.encode_run(run, &mut compressor, &mut builder, &spare, |block| {
+                        writer.write_encoded(&block).map_err(written)?;
+                        spare.lock().push(block.into_buffer());
+                        Ok(())
+                    })?;
+                }
+                return Ok(());
+            }
             let mut written = (|| -> Result<()> {
                 // Blocks of runs after the one being written, as they came.
                 let mut early: BTreeMap<usize, VecDeque<Option<EncodedBlock>>> = BTreeMap::new();

@@ -186,7 +186,11 @@ impl LocalStorage {
         let (data, failed): (_, Vec<(PathBuf, std::io::Error)>) = std::thread::scope(|s| {
             let syncs: Vec<_> = pending
                 .iter()
-                .map(|dir| s.spawn(move || (dir, File::open(dir).and_then(|d| d.sync_all()))))
+                .map(|dir| {
+                    crate::parallel::beside(s, move || {
+                        (dir, File::open(dir).and_then(|d| d.sync_all()))
+                    })
+                })
                 .collect();
             let data = file.sync_data();
             let failed = syncs
