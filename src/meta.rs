@@ -86,6 +86,30 @@ impl SequenceAllocator {
     }
 }
 
+impl SequenceAllocator {
+    /// `count` consecutive numbers, the first returned, persisting a reservation that covers
+    /// them first: a savepoint restore numbers each run's list entries from its own range, so
+    /// runs restored on several threads keep the file's order.
+    pub(crate) fn reserve(&self, count: u64) -> Result<u64> {
+        let start = self.next.fetch_add(count, Ordering::Relaxed);
+        let end = start
+            .checked_add(count)
+            .ok_or_else(|| Error::decode("list sequence", "the numbers ran out"))?;
+        if end <= self.reserved.load(Ordering::Acquire) {
+            return Ok(start);
+        }
+        let _guard = self.reserving.lock();
+        if end > self.reserved.load(Ordering::Acquire) {
+            let new = end.saturating_add(SEQ_BLOCK);
+            self.meta.put(META_LIST_SEQ, &new.to_be_bytes())?;
+            // Durable before any number of the range is used (see `next`).
+            self.meta.flush()?;
+            self.reserved.store(new, Ordering::Release);
+        }
+        Ok(start)
+    }
+}
+
 /// The key of the timestamp high-water mark of TTL list state `name`.
 pub(crate) fn ttl_floor_key(name: &str) -> Vec<u8> {
     format!("{META_TTL_FLOOR_PREFIX}{name}").into_bytes()

@@ -295,6 +295,13 @@ fn restore_into_rocksdb(
         let path: &Path = path;
         let index = reader.index().to_vec();
         let index = index.as_slice();
+        // Each run's list sequence numbers, reserved in file order.
+        let mut seqs = runs
+            .iter()
+            .map(|blocks| SeqRange::reserve(list_seq, blocks))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter();
+        let first_seqs = seqs.next();
         let results: Vec<Result<RestoredRun>> = std::thread::scope(|scope| {
             // Runs after the first on threads of their own, each with its own handle
             // (opening it verifies the header and index again, a few reads)...
@@ -302,7 +309,8 @@ fn restore_into_rocksdb(
                 .iter()
                 .zip(&sst_paths)
                 .skip(1)
-                .map(|(blocks, ssts)| {
+                .zip(seqs)
+                .map(|((blocks, ssts), seqs)| {
                     // Without a thread of its own, a run is restored after the first.
                     crate::parallel::beside(scope, move || {
                         let file = File::open(path).map_err(|e| Error::io(path, e))?;
@@ -314,21 +322,16 @@ fn restore_into_rocksdb(
                                 detail: format!("{} changed while it was read", path.display()),
                             });
                         }
-                        restore_run(db, &mut own, blocks, ssts, max_parallelism, list_seq)
+                        restore_run(db, &mut own, blocks, ssts, max_parallelism, seqs)
                     })
                 })
                 .collect();
             // ... the first one here, through the reader already open.
             let mut results = Vec::with_capacity(runs.len());
-            if let (Some(blocks), Some(ssts)) = (runs.first(), sst_paths.first()) {
-                results.push(restore_run(
-                    db,
-                    reader,
-                    blocks,
-                    ssts,
-                    max_parallelism,
-                    list_seq,
-                ));
+            if let (Some(blocks), Some(ssts), Some(seqs)) =
+                (runs.first(), sst_paths.first(), first_seqs)
+            {
+                results.push(restore_run(db, reader, blocks, ssts, max_parallelism, seqs));
             }
             for handle in spawned {
                 results.push(handle.join().unwrap_or_else(|_| {
@@ -337,8 +340,9 @@ fn restore_into_rocksdb(
             }
             results
         });
-        for (result, ssts) in results.into_iter().zip(&sst_paths) {
-            let run = result?;
+        let runs: Vec<RestoredRun> = results.into_iter().collect::<Result<_>>()?;
+        check_run_edges(&runs.iter().map(|r| &r.edges).collect::<Vec<_>>())?;
+        for (run, ssts) in runs.into_iter().zip(&sst_paths) {
             stats.entries += run.stats.entries;
             stats.raw_bytes += run.stats.raw_bytes;
             for (meta, &stamp) in states.iter().zip(&run.stamps) {
@@ -410,7 +414,7 @@ fn restore_run(
     blocks: &[sst_format::IndexEntry],
     ssts: &[std::path::PathBuf],
     max_parallelism: u32,
-    list_seq: &SequenceAllocator,
+    mut seqs: SeqRange,
 ) -> Result<RestoredRun> {
     let mut stats = SavepointStats::default();
     let refs: Vec<&Path> = ssts.iter().map(|p| p.as_path()).collect();
@@ -423,12 +427,13 @@ fn restore_run(
     let mut stamps = vec![0u64; ttl_lists.len()];
     // One sink per state of the header, and `restore_entries` passes only indices of the
     // header's states.
+    let mut edges = RunEdges::default();
     let written = db.write_ssts(&refs, |sinks| {
-        restore_entries(
+        edges = restore_entries(
             reader,
             blocks,
             max_parallelism,
-            Some(list_seq),
+            Some(&mut seqs),
             &mut stats,
             |state, k, v| {
                 if ttl_lists[state] {
@@ -438,13 +443,82 @@ fn restore_run(
                 }
                 sinks[state].put(k, v)
             },
-        )
+        )?;
+        Ok(())
     })?;
     Ok(RestoredRun {
         written,
         stats,
         stamps,
+        edges,
     })
+}
+
+/// The list sequence numbers a run of blocks gives its list entries in file order: a range
+/// reserved for as many entries as its blocks hold (the reader checks every block against the
+/// count its index gives), ranges reserved run after run.
+struct SeqRange {
+    next: u64,
+    end: u64,
+}
+
+impl SeqRange {
+    /// A range for every entry of `blocks` from `seq`.
+    fn reserve(
+        seq: &crate::meta::SequenceAllocator,
+        blocks: &[sst_format::IndexEntry],
+    ) -> Result<Self> {
+        let count: u64 = blocks.iter().map(|b| u64::from(b.entries)).sum();
+        let next = seq.reserve(count)?;
+        Ok(SeqRange {
+            next,
+            end: next + count,
+        })
+    }
+
+    fn take(&mut self) -> Result<u64> {
+        if self.next >= self.end {
+            return Err(Error::Decode {
+                what: "savepoint",
+                detail: "a block holds more entries than its index entry counts".into(),
+            });
+        }
+        self.next += 1;
+        Ok(self.next - 1)
+    }
+}
+
+/// An entry as the order check sees it: key group, state, stored key as the file holds it.
+type Edge = (u16, u32, Vec<u8>);
+
+/// The first and last entries of a run of blocks ([`EntryOrder`]): where a key group is cut
+/// between two runs, the first run's last entry must come before the next run's first.
+#[derive(Default)]
+struct RunEdges {
+    first: Option<Edge>,
+    last: Option<Edge>,
+}
+
+/// Checks that consecutive runs of one file continue in order where a key group is cut
+/// between them, as one pass over their blocks would have.
+fn check_run_edges(edges: &[&RunEdges]) -> Result<()> {
+    // The last entry of the runs so far (a run of empty blocks has none).
+    let mut last: Option<&Edge> = None;
+    for run in edges {
+        if let (Some(last), Some(first)) = (last, &run.first) {
+            let ordered = last.0 != first.0 || (last.1, &last.2) < (first.1, &first.2);
+            if !ordered {
+                return Err(Error::format(sst_format::Error::Corrupt {
+                    what: format!(
+                        "savepoint entries of key group {} out of order (state {})",
+                        first.0, first.1
+                    ),
+                }));
+            }
+        }
+        last = run.last.as_ref().or(last);
+    }
+    Ok(())
 }
 
 /// What [`restore_run`] wrote.
@@ -456,10 +530,14 @@ struct RestoredRun {
     /// Per state of the header, the largest TTL timestamp of a list entry (0 for none and
     /// for other states).
     stamps: Vec<u64>,
+    /// Its first and last entries.
+    edges: RunEdges,
 }
 
 /// `blocks` cut into at most `parts` non-empty runs of consecutive blocks, each of about the
-/// same number of bytes; no run when there is no block.
+/// same number of bytes; no run when there is no block. A key group continuing over several
+/// blocks may be cut too (one huge key group restores on several threads): each run numbers
+/// its list entries from a range of its own, reserved in file order ([`SeqRange`]).
 fn runs_of_equal_bytes(
     blocks: &[sst_format::IndexEntry],
     parts: usize,
@@ -470,14 +548,8 @@ fn runs_of_equal_bytes(
     let (mut start, mut acc) = (0, 0u64);
     for (i, b) in blocks.iter().enumerate() {
         acc += u64::from(b.len);
-        // Cut where the bytes so far reach the next share of the total, between key groups:
-        // a key group continuing over several blocks stays in one run, whose thread gives its
-        // list elements their sequence numbers in savepoint order.
-        let group_ends = blocks.get(i + 1).is_none_or(|n| n.key_group != b.key_group);
-        if group_ends
-            && acc * parts >= total * (runs.len() as u64 + 1)
-            && (runs.len() as u64) < parts - 1
-        {
+        // Cut where the bytes so far reach the next share of the total.
+        if acc * parts >= total * (runs.len() as u64 + 1) && (runs.len() as u64) < parts - 1 {
             runs.push(&blocks[start..=i]);
             start = i + 1;
         }
@@ -515,11 +587,12 @@ fn restore_into_heap(
         stats.blocks += blocks.len() as u64;
         let mut batches: Vec<_> = cores.iter().map(|c| c.table.batch()).collect();
         // One batch per state (see `restore_into_rocksdb`).
+        let mut seqs = SeqRange::reserve(t.list_seq, &blocks)?;
         restore_entries(
             reader,
             &blocks,
             max_parallelism,
-            Some(t.list_seq),
+            Some(&mut seqs),
             stats,
             |state, k, v| {
                 batches[state].put(k, v);
@@ -558,10 +631,10 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
     reader: &mut SavepointReader<R>,
     blocks: &[sst_format::IndexEntry],
     max_parallelism: u32,
-    list_seq: Option<&crate::meta::SequenceAllocator>,
+    mut list_seq: Option<&mut SeqRange>,
     stats: &mut SavepointStats,
     mut put: impl FnMut(usize, &[u8], &[u8]) -> Result<()>,
-) -> Result<()> {
+) -> Result<RunEdges> {
     let kinds: Vec<(StateKind, bool)> = reader
         .header()
         .states
@@ -638,12 +711,12 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
             let prefix_len = key.len();
             key.extend_from_slice(e.suffix);
             order.check(block.key_group, e.state, &key)?;
-            let Some(seq) = list_seq else {
+            let Some(seq) = list_seq.as_deref_mut() else {
                 return Ok(()); // verifying only
             };
             let done = match kind {
                 // Restore numbers list entries afresh in file order and keeps the run mark.
-                StateKind::List => seq.next().map(|n| {
+                StateKind::List => seq.take().map(|n| {
                     key.truncate(prefix_len);
                     key.extend_from_slice(&n.to_be_bytes());
                     if run {
@@ -669,7 +742,7 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
         }
         read.map_err(Error::format)?;
     }
-    Ok(())
+    Ok(order.edges())
 }
 
 /// Checks the order of a key group's entries across its blocks: by state, then strictly
@@ -682,6 +755,8 @@ struct EntryOrder {
     /// The key group and state of the last entry, and its stored key.
     last: Option<(u16, u32)>,
     last_key: Vec<u8>,
+    /// The first entry checked.
+    first: Option<Edge>,
 }
 
 impl EntryOrder {
@@ -701,10 +776,21 @@ impl EntryOrder {
                 ),
             });
         }
+        if self.first.is_none() {
+            self.first = Some((key_group, state, key.to_vec()));
+        }
         self.last = Some((key_group, state));
         self.last_key.clear();
         self.last_key.extend_from_slice(key);
         Ok(())
+    }
+
+    /// The first and last entries checked.
+    fn edges(self) -> RunEdges {
+        RunEdges {
+            first: self.first,
+            last: self.last.map(|(g, s)| (g, s, self.last_key)),
+        }
     }
 }
 
@@ -1328,6 +1414,45 @@ mod tests {
                 entries: 1,
             })
             .collect()
+    }
+
+    /// One key group continuing over many blocks (a hot key) is cut like any other blocks,
+    /// so it restores on several threads.
+    #[test]
+    fn a_continued_key_group_is_cut_into_runs() {
+        let mut b = blocks(&[10; 8]);
+        for e in &mut b {
+            e.key_group = 7;
+        }
+        let sizes: Vec<usize> = runs_of_equal_bytes(&b, 4).iter().map(|r| r.len()).collect();
+        assert_eq!(sizes, [2, 2, 2, 2]);
+    }
+
+    /// Where a key group is cut between two runs, the second must go on after the first.
+    #[test]
+    fn runs_of_one_key_group_must_continue_in_order() {
+        let edges = |first: (u16, u32, &[u8]), last: (u16, u32, &[u8])| RunEdges {
+            first: Some((first.0, first.1, first.2.to_vec())),
+            last: Some((last.0, last.1, last.2.to_vec())),
+        };
+        let a = edges((1, 0, b"a"), (3, 0, b"m"));
+        for (next, ok) in [
+            (edges((3, 0, b"n"), (3, 1, b"a")), true),
+            (edges((3, 1, b"a"), (4, 0, b"a")), true),
+            (edges((4, 0, b"a"), (4, 0, b"b")), true),
+            (edges((3, 0, b"m"), (3, 0, b"z")), false),
+            (edges((3, 0, b"b"), (3, 0, b"z")), false),
+        ] {
+            assert_eq!(
+                check_run_edges(&[&a, &next]).is_ok(),
+                ok,
+                "{:?}",
+                next.first
+            );
+        }
+        // A run without entries between two others does not hide their order.
+        let back = edges((3, 0, b"b"), (3, 0, b"z"));
+        assert!(check_run_edges(&[&a, &RunEdges::default(), &back]).is_err());
     }
 
     /// The runs cover every block once, in order, at most `parts` of them, none empty, and

@@ -23,7 +23,8 @@
 //! - savepoint write and read of the merged backend, median of `repeat` runs each. MB/s =
 //!   raw entry bytes (key + namespace + suffix + value lengths, uncompressed, summed over every
 //!   entry) / 10^6 / wall seconds of `write_savepoint` (including its final fsync) or of
-//!   `restore_savepoint` into a fresh empty backend.
+//!   `restore_savepoint` into a fresh empty backend. `savepoint-one-key-group`: the same for
+//!   the same keys and values in a backend of max parallelism 1 (one key group holds all).
 //! - `rescale=2->1`: the same for two halves loaded separately, as a job that ran at
 //!   parallelism 2 has them (no shared SSTs; Flink's rescale benchmarks build their state this
 //!   way): the other half's SSTs are linked as they are.
@@ -445,6 +446,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     merged.wait_for_compactions()?;
     bench_savepoint(&env, &merged, all)?;
     drop(merged);
+    bench_savepoint_one_key_group(&env)?;
 
     // 2 -> 1 of two halves that never shared SSTs (each loaded with its own keys): the other
     // half's SSTs are linked as they are, not rewritten.
@@ -517,6 +519,39 @@ fn process_cpu_secs() -> f64 {
     }
 }
 
+/// The same keys and values in one key group (max parallelism 1): state skewed to its
+/// extreme, where a savepoint restore cut only between key groups ran on one thread. Savepoint
+/// write and read as `bench_savepoint`, under the label `savepoint-one-key-group`.
+fn bench_savepoint_one_key_group(env: &Env<'_>) -> rockstate::Result<()> {
+    let open = |name: &str| {
+        KeyedBackend::builder(env.root.join(name))
+            .max_parallelism(1)
+            .memory_budget(env.budget.clone())
+            .options(env.options.clone())
+            .open()
+    };
+    let hot = open("one-group")?;
+    let state = hot.raw_value_state("bench", CodecId::new("bytes", 1))?;
+    let mut rng = SmallRng::seed_from_u64(env.args.seed);
+    let mut value = vec![0u8; env.args.value_bytes];
+    for k in 0..env.args.keys {
+        rng.fill_bytes(&mut value);
+        state.put(&k.to_be_bytes(), &[], &value)?;
+    }
+    drop(state);
+    hot.flush()?;
+    hot.wait_for_compactions()?;
+    savepoint_rounds(
+        env,
+        &hot,
+        "savepoint-one-key-group",
+        || open("one-group-fresh"),
+        "one-group-fresh",
+    )?;
+    drop(hot);
+    env.remove("one-group")
+}
+
 /// Savepoint write and read of `backend`, each the median of `repeat` runs (fresh file, fresh
 /// empty backend each time).
 fn bench_savepoint(
@@ -524,20 +559,37 @@ fn bench_savepoint(
     backend: &KeyedBackend,
     all: KeyGroupRange,
 ) -> rockstate::Result<()> {
+    savepoint_rounds(
+        env,
+        backend,
+        "savepoint",
+        || env.builder("fresh", all).open(),
+        "fresh",
+    )
+}
+
+/// `repeat` savepoint writes of `backend`, each restored into a fresh backend `fresh()` (at
+/// `fresh_name`, removed after each); prints the medians as `label`.
+fn savepoint_rounds(
+    env: &Env<'_>,
+    backend: &KeyedBackend,
+    label: &str,
+    fresh: impl Fn() -> rockstate::Result<KeyedBackend>,
+    fresh_name: &str,
+) -> rockstate::Result<()> {
     let (mut writes, mut reads, mut stats) = (Vec::new(), Vec::new(), None);
     for i in 0..env.args.repeat.max(1) {
         let sp = env.root.join(format!("savepoint-{i}"));
         let (t, cpu) = (Instant::now(), process_cpu_secs());
         let w = backend.write_savepoint(&sp)?;
         writes.push((t.elapsed(), process_cpu_secs() - cpu));
-        let name = format!("fresh-{i}");
-        let fresh = env.builder(&name, all).open()?;
+        let target = fresh()?;
         let (t, cpu) = (Instant::now(), process_cpu_secs());
-        let r = fresh.restore_savepoint(&sp)?;
+        let r = target.restore_savepoint(&sp)?;
         reads.push((t.elapsed(), process_cpu_secs() - cpu));
         stats = Some((w, r));
-        drop(fresh);
-        env.remove(&name)?;
+        drop(target);
+        env.remove(fresh_name)?;
         std::fs::remove_file(&sp).map_err(io(&sp))?;
     }
     let ((write, write_cpu), (read, read_cpu)) = (median_by_time(writes), median_by_time(reads));
@@ -546,7 +598,7 @@ fn bench_savepoint(
     };
     let mb = |bytes: u64, d: Duration| bytes as f64 / 1e6 / d.as_secs_f64();
     Line::new()
-        .label("savepoint")
+        .label(label)
         .num("write_mb_s", mb(w.raw_bytes, write), 1)
         .num("read_mb_s", mb(r.raw_bytes, read), 1)
         .int("entries", w.entries)
