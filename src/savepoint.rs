@@ -571,9 +571,16 @@ fn restore_into_heap(
     let max_parallelism = t.max_parallelism;
     for (_, reader) in readers.iter_mut() {
         let blocks = blocks_in(reader, range);
-        restore_entries(reader, &blocks, max_parallelism, None, stats, |_, _, _| {
-            Ok(())
-        })?;
+        // Counted by the second pass.
+        let mut dry = SavepointStats::default();
+        restore_entries(
+            reader,
+            &blocks,
+            max_parallelism,
+            None,
+            &mut dry,
+            |_, _, _| Ok(()),
+        )?;
     }
     let mut all_batches = Vec::new();
     for (_, reader) in readers.iter_mut() {
@@ -711,6 +718,9 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
             let prefix_len = key.len();
             key.extend_from_slice(e.suffix);
             order.check(block.key_group, e.state, &key)?;
+            stats.entries += 1;
+            stats.raw_bytes +=
+                (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
             let Some(seq) = list_seq.as_deref_mut() else {
                 return Ok(()); // verifying only
             };
@@ -732,9 +742,6 @@ fn restore_entries<R: std::io::Read + std::io::Seek>(
                     what: "restore aborted".into(),
                 });
             }
-            stats.entries += 1;
-            stats.raw_bytes +=
-                (e.key.len() + e.namespace.len() + e.suffix.len() + e.value.len()) as u64;
             Ok(())
         });
         if let Some(err) = failure {
@@ -792,6 +799,45 @@ impl EntryOrder {
             last: self.last.map(|(g, s)| (g, s, self.last_key)),
         }
     }
+}
+
+/// Verifies the savepoint at `path` as a restore of all its key groups would, without
+/// restoring it: the file's structure and checksums (as `sst_format::verify_savepoint`), and
+/// every entry against its block and state: its key hashes to the block's key group, its state
+/// is one of the header's, its suffix and value are what that state's kind stores (a list's
+/// position, no suffix for a value, a TTL value's timestamp), and a key group's entries are in
+/// order across its blocks. A problem is [`Error::Format`] (or, reading the file, an I/O
+/// error). Returns the counts.
+pub fn verify_file(path: &Path) -> Result<SavepointStats> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut reader = SavepointReader::open(BufReader::new(file)).map_err(Error::format)?;
+    let mut names = std::collections::BTreeSet::new();
+    for meta in &reader.header().states {
+        crate::state::check_state_name(&meta.name)?;
+        if !names.insert(meta.name.as_str()) {
+            return Err(Error::format(sst_format::Error::Corrupt {
+                what: format!("savepoint header names state {} twice", meta.name),
+            }));
+        }
+    }
+    let blocks = reader.index().to_vec();
+    let max_parallelism = reader.header().max_parallelism;
+    let mut stats = SavepointStats {
+        blocks: blocks.len() as u64,
+        file_bytes: std::fs::metadata(path)
+            .map_err(|e| Error::io(path, e))?
+            .len(),
+        ..SavepointStats::default()
+    };
+    restore_entries(
+        &mut reader,
+        &blocks,
+        max_parallelism,
+        None,
+        &mut stats,
+        |_, _, _| Ok(()),
+    )?;
+    Ok(stats)
 }
 
 /// The operator state stored in the savepoint at `path` (verified like the rest of the header).
