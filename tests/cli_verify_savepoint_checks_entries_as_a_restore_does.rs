@@ -17,12 +17,7 @@ type Entry = (u16, Vec<u8>, Vec<u8>, Vec<u8>);
 
 /// A savepoint of one state (`kind`, `ttl`) holding `entries` (key group, key, suffix, value)
 /// in that order.
-fn savepoint(
-    path: &std::path::Path,
-    kind: StateKind,
-    ttl: bool,
-    entries: &[Entry],
-) {
+fn savepoint(path: &std::path::Path, kind: StateKind, ttl: bool, entries: &[Entry]) {
     let header = SavepointHeader {
         max_parallelism: M,
         key_group_start: 0,

@@ -238,8 +238,8 @@ fn unreachable_server_is_a_transient_storage_error() {
 }
 
 /// A bucket that does not exist (a typo in the URL, a deleted bucket) is a permanent storage
-/// error for puts, gets, listings and deletes, never a missing object or a success. (A HEAD
-/// answers 404 without a body, so `exists` cannot tell; it says `false`.)
+/// error for puts, gets, listings, deletes and `exists`, never a missing object or a success
+/// (a HEAD answers 404 without a body, so `exists` asks the bucket once).
 #[test]
 fn a_missing_bucket_is_no_missing_object() {
     let server = s3::server();
@@ -257,10 +257,20 @@ fn a_missing_bucket_is_no_missing_object() {
     let get = s.get_bytes("job/chk-1").map(|_| ());
     let list = s.list("job/").map(|_| ());
     let delete = s.delete("job/chk-1");
+    let exists = s.exists("job/chk-1").map(|_| ());
     assert!(
-        permanent(&put) && permanent(&get) && permanent(&list) && permanent(&delete),
-        "put: {put:?}\nget: {get:?}\nlist: {list:?}\ndelete: {delete:?}"
+        permanent(&put)
+            && permanent(&get)
+            && permanent(&list)
+            && permanent(&delete)
+            && permanent(&exists),
+        "put: {put:?}\nget: {get:?}\nlist: {list:?}\ndelete: {delete:?}\nexists: {exists:?}"
     );
+    // In a bucket that exists, a missing object is `false`.
+    let there = server.storage_with("exists-after-missing", server.options());
+    assert!(!there.exists("job/chk-1").unwrap());
+    there.put_bytes("job/chk-1", b"x").unwrap();
+    assert!(there.exists("job/chk-1").unwrap());
 }
 
 /// A request the server refuses for good (HTTP 400: S3's EntityTooSmall for parts under

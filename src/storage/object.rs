@@ -179,6 +179,9 @@ pub struct ObjectStorage {
     /// `Some` until drop; shut down in the background so dropping inside an async context
     /// does not panic.
     runtime: Option<Runtime>,
+    /// Whether a listing showed the bucket exists: S3 answers a HEAD of an object in a
+    /// missing bucket with a 404 and no body, like a missing object, so `exists` asks once.
+    bucket_seen: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ObjectStorage {
@@ -360,7 +363,26 @@ impl ObjectStorage {
             url: describe.to_string(),
             options,
             runtime: Some(runtime),
+            bucket_seen: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// After a HEAD of `name` (at `path`) found nothing: `Ok(false)` if the bucket exists, a
+    /// permanent error if it does not. The first time, a listing under the object's own path
+    /// (empty, so one small response) tells, and a bucket once seen is taken to stay.
+    fn bucket_exists(&self, name: &str, path: &ObjectPath) -> Result<bool> {
+        use std::sync::atomic::Ordering;
+        if self.bucket_seen.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let (store, path) = (self.store(), path.clone());
+        match self.block_on(async move { store.list_with_delimiter(Some(&path)).await })? {
+            Ok(_) => {
+                self.bucket_seen.store(true, Ordering::Relaxed);
+                Ok(false)
+            }
+            Err(e) => Err(map_error("head", name, e)),
+        }
     }
 
     /// The underlying `object_store` store (benchmarks compare against it).
@@ -927,10 +949,10 @@ impl CheckpointStorage for ObjectStorage {
         let path = self.object_path(name)?;
         let store = self.store();
         self.with_retries(|_| {
-            let (store, path) = (Arc::clone(&store), path.clone());
-            match self.block_on(async move { store.head(&path).await })? {
+            let (store, head) = (Arc::clone(&store), path.clone());
+            match self.block_on(async move { store.head(&head).await })? {
                 Ok(_) => Ok(true),
-                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(object_store::Error::NotFound { .. }) => self.bucket_exists(name, &path),
                 Err(e) => Err(map_error("head", name, e)),
             }
         })
