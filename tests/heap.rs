@@ -550,3 +550,41 @@ fn heap_incremental_cleanup_removes_expired_entries_nobody_reads() {
         Err(Error::InvalidOption { .. })
     ));
 }
+
+/// Reads of lists and maps are state accesses too: a state only ever read through them still
+/// has its expired entries of other keys removed step by step.
+#[test]
+fn heap_incremental_cleanup_runs_on_list_and_map_reads() {
+    let run = |reads: usize| {
+        let clock = ManualClock::new(0);
+        let b = KeyedBackend::heap_builder()
+            .clock(Arc::new(clock.clone()))
+            .heap_incremental_cleanup(5)
+            .open()
+            .unwrap();
+        let desc = |name: &str| {
+            ttl_desc(
+                name,
+                UpdateType::OnCreateAndWrite,
+                Visibility::NeverReturnExpired,
+            )
+        };
+        let l = b.list_state::<u32, (), u32>(desc("l")).unwrap();
+        let m = b.map_state::<u32, (), u32, u32>(desc("m")).unwrap();
+        for i in 0..20 {
+            l.add(&i, &(), &i).unwrap();
+            m.put(&i, &(), &i, &i).unwrap();
+        }
+        clock.advance(Duration::from_secs(11)); // all expired; nobody reads those keys again
+        l.add(&100, &(), &1).unwrap();
+        m.put(&100, &(), &1, &1).unwrap();
+        for _ in 0..reads {
+            assert_eq!(l.get(&100, &()).unwrap(), vec![1]);
+            assert_eq!(m.entries(&100, &()).unwrap(), vec![(1, 1)]);
+        }
+        (stored(&b, "l"), stored(&b, "m"))
+    };
+    let (list, map) = run(0);
+    assert!(list > 1 && map > 1, "the writes alone examined every entry");
+    assert_eq!(run(10), (1, 1), "reads left expired entries");
+}

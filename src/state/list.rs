@@ -147,17 +147,18 @@ impl RawListState {
             }
             list_entry::visit_elements(run, elements, &mut f)
         })?;
-        if dead.is_empty() {
-            return Ok(());
+        if !dead.is_empty() {
+            let mut batch = core.table.batch();
+            let mut k = super::KeyBuf::from_slice(&prefix);
+            for suffix in &dead {
+                k.truncate(prefix.len());
+                k.extend_from_slice(suffix);
+                batch.delete(&k);
+            }
+            batch.commit()?;
         }
-        let mut batch = core.table.batch();
-        let mut k = super::KeyBuf::from_slice(&prefix);
-        for suffix in &dead {
-            k.truncate(prefix.len());
-            k.extend_from_slice(suffix);
-            batch.delete(&k);
-        }
-        batch.commit()
+        // A list read is a state access too, as in Flink's incremental cleanup.
+        core.cleanup_incrementally()
     }
 
     /// The elements of `key` in `ns`; empty when there are none.

@@ -421,7 +421,9 @@ impl StateCore {
                 Some(p) => f(&k[prefix.len()..], p),
                 None => Ok(true),
             }
-        })
+        })?;
+        // A list or map read is a state access too, as in Flink's incremental cleanup.
+        self.cleanup_incrementally()
     }
 
     /// Visits the stored entries in `[lower, upper)` for a read. A read that writes (under
