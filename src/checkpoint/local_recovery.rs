@@ -320,29 +320,22 @@ impl LocalSource {
     /// checkpoint, so a restart that dies before then restores from this copy again instead of
     /// downloading everything; that completion retires it ([`retire_superseded`]).
     pub(crate) fn retire_others(&self) {
-        let Some(backend_dir) = self.dir.parent() else {
-            return;
-        };
-        let lock_path = backend_dir.join(STAGING_LOCK);
-        let _sweeps = STAGING_SWEEPS.lock();
-        let Some(lock) = lock_in_place(&lock_path) else {
-            return;
-        };
-        for (_, path) in local_copies(backend_dir) {
-            if path != self.dir {
-                let _ = fs::remove_dir_all(path);
-            }
-        }
-        let _ = fs::remove_dir_all(backend_dir.join(layout::LOG_DIR_NAME));
-        drop(lock);
+        self.retire(true);
     }
 
-    /// Deletes every local copy of the backend this source belongs to: after a restore the
-    /// restored backend (which has a new id) owns the files, and nothing else would ever
-    /// prune the old backend's copies. Only once that backend is gone: while it is open it
-    /// holds its staging lock, prunes its own copies and still needs its changelog segments
-    /// (a restore beside a live backend, on the same machine, retires nothing).
+    /// Deletes every local copy of the backend this source belongs to, and its directory:
+    /// after a restore with local recovery off nothing would ever prune the old backend's
+    /// copies.
     pub(crate) fn retire_backend(&self) {
+        self.retire(false);
+    }
+
+    /// Deletes the source backend's local copies (but this one with `keep_this`) and its
+    /// changelog segments, and with no copy left its directory. Only once that backend is gone:
+    /// while it is open it holds its staging lock, prunes its own copies and still needs its
+    /// changelog segments (a restore beside a live backend, on the same machine, retires
+    /// nothing).
+    fn retire(&self, keep_this: bool) {
         let Some(backend_dir) = self.dir.parent() else {
             return;
         };
@@ -354,9 +347,15 @@ impl LocalSource {
             return;
         };
         for (_, path) in local_copies(backend_dir) {
-            let _ = fs::remove_dir_all(path);
+            if !(keep_this && path == self.dir) {
+                let _ = fs::remove_dir_all(path);
+            }
         }
-        remove_backend_dir(backend_dir, lock);
+        if keep_this {
+            let _ = fs::remove_dir_all(backend_dir.join(layout::LOG_DIR_NAME));
+        } else {
+            remove_backend_dir(backend_dir, lock);
+        }
     }
 }
 
