@@ -551,11 +551,12 @@ fn heap_incremental_cleanup_removes_expired_entries_nobody_reads() {
     ));
 }
 
-/// Reads of lists and maps are state accesses too: a state only ever read through them still
-/// has its expired entries of other keys removed step by step.
+/// Reads of lists and maps, a list's `add_all` and `update` and a `clear` are state accesses
+/// too: a state only ever used through them still has its expired entries of other keys
+/// removed step by step.
 #[test]
 fn heap_incremental_cleanup_runs_on_list_and_map_reads() {
-    let run = |reads: usize| {
+    let run = |reads: usize, batches: usize| {
         let clock = ManualClock::new(0);
         let b = KeyedBackend::heap_builder()
             .clock(Arc::new(clock.clone()))
@@ -582,9 +583,24 @@ fn heap_incremental_cleanup_runs_on_list_and_map_reads() {
             assert_eq!(l.get(&100, &()).unwrap(), vec![1]);
             assert_eq!(m.entries(&100, &()).unwrap(), vec![(1, 1)]);
         }
+        for i in 0..batches {
+            // Two entries apart from key 100's: `clear` of a key without entries.
+            match i % 3 {
+                0 => l.add_all(&100, &(), &[1]).unwrap(),
+                1 => l.update(&100, &(), &[1]).unwrap(),
+                _ => m.clear(&(200 + i as u32), &()).unwrap(),
+            }
+            l.clear(&(300 + i as u32), &()).unwrap();
+        }
         (stored(&b, "l"), stored(&b, "m"))
     };
-    let (list, map) = run(0);
+    let (list, map) = run(0, 0);
     assert!(list > 1 && map > 1, "the writes alone examined every entry");
-    assert_eq!(run(10), (1, 1), "reads left expired entries");
+    assert_eq!(run(10, 0), (1, 1), "reads left expired entries");
+    let (list, map) = run(0, 24);
+    assert!(
+        list <= 3,
+        "add_all, update and clear left {list} list entries"
+    );
+    assert_eq!(map, 1, "clear left expired map entries");
 }

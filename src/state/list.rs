@@ -270,12 +270,17 @@ impl RawListState {
             self.delete_entries(&prefix, &mut batch)?;
         }
         match held {
+            // A single-entry write takes its incremental cleanup step itself.
             Some((k, payload)) if batch.len() == 0 => self.core.put_payload_at(&k, stamp, &payload),
             Some((k, payload)) => {
                 StateCore::batch_put_payload_at(&mut batch, &k, stamp, &payload);
-                batch.commit()
+                batch.commit()?;
+                self.core.cleanup_incrementally()
             }
-            None => batch.commit(),
+            None => {
+                batch.commit()?;
+                self.core.cleanup_incrementally()
+            }
         }
     }
 

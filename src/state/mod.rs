@@ -475,7 +475,7 @@ impl StateCore {
         if batch.len() > 0 {
             batch.commit()?;
         }
-        Ok(())
+        self.cleanup_incrementally()
     }
 
     /// Visits every stored entry of key group `key_group` in key order (values as stored: with
