@@ -68,25 +68,9 @@ impl SequenceAllocator {
 
     /// The next number, persisting a new reservation first when the reserved ones run out.
     pub(crate) fn next(&self) -> Result<u64> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        if n < self.reserved.load(Ordering::Acquire) {
-            return Ok(n);
-        }
-        let _guard = self.reserving.lock();
-        // Another thread may have reserved past `n` while we waited.
-        if n >= self.reserved.load(Ordering::Acquire) {
-            let new = n + SEQ_BLOCK;
-            self.meta.put(META_LIST_SEQ, &new.to_be_bytes())?;
-            // Durable before any number of the block is used (WAL off: a list's own column
-            // family may flush before the metadata's).
-            self.meta.flush()?;
-            self.reserved.store(new, Ordering::Release);
-        }
-        Ok(n)
+        self.reserve(1)
     }
-}
 
-impl SequenceAllocator {
     /// `count` consecutive numbers, the first returned, persisting a reservation that covers
     /// them first: a savepoint restore numbers each run's list entries from its own range, so
     /// runs restored on several threads keep the file's order.
@@ -99,10 +83,12 @@ impl SequenceAllocator {
             return Ok(start);
         }
         let _guard = self.reserving.lock();
+        // Another thread may have reserved past `end` while we waited.
         if end > self.reserved.load(Ordering::Acquire) {
             let new = end.saturating_add(SEQ_BLOCK);
             self.meta.put(META_LIST_SEQ, &new.to_be_bytes())?;
-            // Durable before any number of the range is used (see `next`).
+            // Durable before any number of the range is used (WAL off: a list's own column
+            // family may flush before the metadata's).
             self.meta.flush()?;
             self.reserved.store(new, Ordering::Release);
         }

@@ -314,10 +314,7 @@ pub(crate) fn attach(
         .transpose()
         .map_err(|_| Error::decode("backend id", "not UTF-8"))?;
     let identity = restored.as_ref().and_then(|r| r.identity.clone());
-    let local_copy = restored
-        .as_ref()
-        .filter(|r| r.log_private.is_some())
-        .and_then(|r| r.local_copy.clone());
+    let local_copy = restored.as_ref().and_then(|r| r.local_copy.clone());
     let backend_id = match (stored, restored.is_some()) {
         (Some(id), false) if layout::valid_local_name(&id) => id,
         (Some(_), false) => return Err(Error::decode("backend id", "invalid characters")),
