@@ -89,8 +89,8 @@ impl BackendBuilder {
         self
     }
 
-    /// Heap backend only: on every TTL-state put, add, list `add_all` and `update`, list or
-    /// map `clear`, point read and list or map read, also examine the next `entries` entries
+    /// Heap backend only: on every TTL-state put, add, list `add_all` and `update`, `clear`,
+    /// map `remove`, point read and list or map read, also examine the next `entries` entries
     /// of that state (a cursor walks the state round-robin) and remove the expired ones, like
     /// Flink's `cleanupIncrementally`. Default 0: off (expired entries go when read or, in
     /// savepoints, when snapshotted). Non-zero on RocksDB is [`Error::InvalidOption`]: its

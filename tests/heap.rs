@@ -604,3 +604,40 @@ fn heap_incremental_cleanup_runs_on_list_and_map_reads() {
     );
     assert_eq!(map, 1, "clear left expired map entries");
 }
+
+/// A value's `clear` and a map's `remove` are state accesses too (Flink's TTL states run their
+/// incremental cleanup on them): a state only cleared or removed from still loses the expired
+/// entries of keys nobody touches again.
+#[test]
+fn heap_incremental_cleanup_runs_on_value_clear_and_map_remove() {
+    let run = |accesses: usize| {
+        let clock = ManualClock::new(0);
+        let b = KeyedBackend::heap_builder()
+            .clock(Arc::new(clock.clone()))
+            .heap_incremental_cleanup(5)
+            .open()
+            .unwrap();
+        let desc = |name: &str| {
+            ttl_desc(
+                name,
+                UpdateType::OnCreateAndWrite,
+                Visibility::NeverReturnExpired,
+            )
+        };
+        let v = b.value_state::<u32, (), u32>(desc("v")).unwrap();
+        let m = b.map_state::<u32, (), u32, u32>(desc("m")).unwrap();
+        for i in 0..20 {
+            v.put(&i, &(), &i).unwrap();
+            m.put(&i, &(), &i, &i).unwrap();
+        }
+        clock.advance(Duration::from_secs(11)); // all expired; nobody touches those keys again
+        for i in 0..accesses as u32 {
+            // Keys the states never held: the accesses remove nothing themselves.
+            v.clear(&(100 + i), &()).unwrap();
+            m.remove(&(100 + i), &(), &1).unwrap();
+        }
+        (stored(&b, "v"), stored(&b, "m"))
+    };
+    assert_eq!(run(0), (20, 20), "nothing examined without accesses");
+    assert_eq!(run(8), (0, 0), "clears and removes left expired entries");
+}

@@ -62,7 +62,7 @@ impl RawMapState {
     /// Removes `user_key`.
     pub fn remove(&self, key: &[u8], ns: &[u8], user_key: &[u8]) -> Result<()> {
         let k = self.entry_key(key, ns, user_key)?;
-        self.core.table.delete(&k)
+        self.core.delete_entry(&k)
     }
 
     /// Visits the entries in user-key byte order until `f` returns `Ok(false)`. `f` may

@@ -297,6 +297,13 @@ impl StateCore {
         self.cleanup_incrementally()
     }
 
+    /// Deletes the entry under `k` (a value's `clear`, a map's `remove`), then takes this
+    /// state's incremental cleanup step: a delete is a state access as much as a write.
+    pub(crate) fn delete_entry(&self, k: &[u8]) -> Result<()> {
+        self.table.delete(k)?;
+        self.cleanup_incrementally()
+    }
+
     /// One step of incremental TTL cleanup: examines the next entries after the cursor and
     /// removes the expired ones, under the table's lock (a value another thread writes
     /// meanwhile is never removed unexamined). Skipped when another thread is doing a step of

@@ -44,7 +44,7 @@ impl RawValueState {
     /// Removes the value of `key` in `ns`.
     pub fn clear(&self, key: &[u8], ns: &[u8]) -> Result<()> {
         let k = self.core.key(key, ns)?;
-        self.core.table.delete(&k)
+        self.core.delete_entry(&k)
     }
 }
 
