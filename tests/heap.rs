@@ -382,6 +382,24 @@ fn ttl_desc(name: &str, update: UpdateType, visibility: Visibility) -> StateDesc
     )
 }
 
+/// A heap backend on `clock` whose TTL-state accesses each examine `entries` more entries.
+fn incremental_heap(clock: &ManualClock, entries: usize) -> KeyedBackend {
+    KeyedBackend::heap_builder()
+        .clock(Arc::new(clock.clone()))
+        .heap_incremental_cleanup(entries)
+        .open()
+        .unwrap()
+}
+
+/// A TTL state of 10 s, refreshed on writes, expired entries never returned.
+fn expiring(name: &str) -> StateDescriptor {
+    ttl_desc(
+        name,
+        UpdateType::OnCreateAndWrite,
+        Visibility::NeverReturnExpired,
+    )
+}
+
 fn stored(b: &KeyedBackend, state: &str) -> usize {
     let mut n = 0;
     for g in 0..M as u16 {
@@ -509,17 +527,8 @@ fn heap_checkpoints_and_rocksdb_full_snapshots_are_unsupported() {
 fn heap_incremental_cleanup_removes_expired_entries_nobody_reads() {
     let run = |entries: usize| {
         let clock = ManualClock::new(0);
-        let b = KeyedBackend::heap_builder()
-            .clock(Arc::new(clock.clone()))
-            .heap_incremental_cleanup(entries)
-            .open()
-            .unwrap();
-        let desc = ttl_desc(
-            "v",
-            UpdateType::OnCreateAndWrite,
-            Visibility::NeverReturnExpired,
-        );
-        let v = b.value_state::<u32, (), u32>(desc).unwrap();
+        let b = incremental_heap(&clock, entries);
+        let v = b.value_state::<u32, (), u32>(expiring("v")).unwrap();
         let plain = b.value_state::<u32, (), u32>("plain").unwrap();
         for i in 0..20 {
             v.put(&i, &(), &i).unwrap();
@@ -558,20 +567,9 @@ fn heap_incremental_cleanup_removes_expired_entries_nobody_reads() {
 fn heap_incremental_cleanup_runs_on_list_and_map_reads() {
     let run = |reads: usize, batches: usize| {
         let clock = ManualClock::new(0);
-        let b = KeyedBackend::heap_builder()
-            .clock(Arc::new(clock.clone()))
-            .heap_incremental_cleanup(5)
-            .open()
-            .unwrap();
-        let desc = |name: &str| {
-            ttl_desc(
-                name,
-                UpdateType::OnCreateAndWrite,
-                Visibility::NeverReturnExpired,
-            )
-        };
-        let l = b.list_state::<u32, (), u32>(desc("l")).unwrap();
-        let m = b.map_state::<u32, (), u32, u32>(desc("m")).unwrap();
+        let b = incremental_heap(&clock, 5);
+        let l = b.list_state::<u32, (), u32>(expiring("l")).unwrap();
+        let m = b.map_state::<u32, (), u32, u32>(expiring("m")).unwrap();
         for i in 0..20 {
             l.add(&i, &(), &i).unwrap();
             m.put(&i, &(), &i, &i).unwrap();
@@ -612,20 +610,9 @@ fn heap_incremental_cleanup_runs_on_list_and_map_reads() {
 fn heap_incremental_cleanup_runs_on_value_clear_and_map_remove() {
     let run = |accesses: usize| {
         let clock = ManualClock::new(0);
-        let b = KeyedBackend::heap_builder()
-            .clock(Arc::new(clock.clone()))
-            .heap_incremental_cleanup(5)
-            .open()
-            .unwrap();
-        let desc = |name: &str| {
-            ttl_desc(
-                name,
-                UpdateType::OnCreateAndWrite,
-                Visibility::NeverReturnExpired,
-            )
-        };
-        let v = b.value_state::<u32, (), u32>(desc("v")).unwrap();
-        let m = b.map_state::<u32, (), u32, u32>(desc("m")).unwrap();
+        let b = incremental_heap(&clock, 5);
+        let v = b.value_state::<u32, (), u32>(expiring("v")).unwrap();
+        let m = b.map_state::<u32, (), u32, u32>(expiring("m")).unwrap();
         for i in 0..20 {
             v.put(&i, &(), &i).unwrap();
             m.put(&i, &(), &i, &i).unwrap();
