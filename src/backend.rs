@@ -760,7 +760,8 @@ impl KeyedBackend {
         })
     }
 
-    fn registered(&self, name: &str) -> Result<Arc<StateCore>> {
+    /// The state registered as `name`, or [`Error::InvalidStateName`] when there is none.
+    pub(crate) fn registered(&self, name: &str) -> Result<Arc<StateCore>> {
         self.inner
             .states
             .lock()

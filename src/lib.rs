@@ -45,6 +45,9 @@ mod replay;
 mod rescale;
 mod restore;
 pub mod savepoint;
+#[cfg(test)]
+mod savepoint_cut_tests;
+mod savepoint_runs;
 mod shared_fetch;
 pub mod state;
 pub mod storage;

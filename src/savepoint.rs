@@ -39,6 +39,7 @@ use crate::keygroup::KeyGroupRange;
 use crate::list_entry::{self, Entry, ListCursor};
 use crate::meta::{SequenceAllocator, META_WATERMARK};
 use crate::operator_state::OperatorState;
+use crate::savepoint_runs::{self, Run};
 use crate::state::{self, StateCore, StateKind, StateMeta};
 use crate::store::Table;
 use crate::ttl;
@@ -942,25 +943,29 @@ impl FullSnapshot {
         self.taken_in
     }
 
-    /// Encodes the consecutive key groups `groups` into blocks and hands each to `emit` in
-    /// file order: one sequential pass per state over the whole run of groups (a cursor per
-    /// state, all moving together), taking each group's entries of every state before the next
-    /// group's, so blocks leave as they fill: a key group's block ends once it holds
-    /// [`sst_format::BLOCK_TARGET_BYTES`] and the group continues in the next one, and no more
-    /// than one block is in memory here however large a key group is. Empty groups have no
-    /// block. Blocks are encoded into buffers from `spare` when it has any.
+    /// Encodes `run` of the key groups `groups` (consecutive; the run may start and end
+    /// inside a key group, `crate::savepoint_runs`) into blocks and hands each to `emit` in
+    /// file order: one sequential pass per state over the whole run (a cursor per state, each
+    /// within the run's range of that state, all moving together), taking each group's entries
+    /// of every state before the next group's, so blocks leave as they fill: a key group's
+    /// block ends once it holds [`sst_format::BLOCK_TARGET_BYTES`] and the group continues in
+    /// the next one, and no more than one block is in memory here however large a key group
+    /// is. Empty groups have no block. Blocks are encoded into buffers from `spare` when it has
+    /// any.
     fn encode_run(
         &self,
         groups: &[u16],
+        run: &Run,
         compressor: &mut BlockCompressor,
         builder: &mut BlockBuilder,
         spare: &Mutex<Vec<Vec<u8>>>,
         mut emit: impl FnMut(EncodedBlock) -> Result<()>,
     ) -> Result<()> {
+        let bounds = run.bounds(groups, self.states.len(), self.max_parallelism);
+        let groups = &groups[run.first..=run.last];
         let (Some(&first), Some(&last)) = (groups.first(), groups.last()) else {
             return Ok(());
         };
-        let (lower, upper) = state::key_group_bounds(self.max_parallelism, first, last);
         let tables: Vec<&Table> = self.states.iter().map(|s| &s.table).collect();
         let mut scans: Vec<StateScan> = self.states.iter().map(StateScan::new).collect();
         let mut encode = |builder: &BlockBuilder, compressor: &mut BlockCompressor| {
@@ -973,7 +978,7 @@ impl FullSnapshot {
                 None => Ok(()),
             }
         };
-        Table::bulk_cursors(&tables, &lower, upper.as_deref(), |cursors| {
+        Table::bulk_cursors(&tables, &bounds, |cursors| {
             for &g in groups {
                 builder.reset(g);
                 for (index, ((s, scan), cursor)) in self
@@ -1028,8 +1033,9 @@ impl FullSnapshot {
     /// error), with `operator_state` in its header. Expired TTL entries are dropped when the
     /// state's `Cleanup::full_snapshot` is on, judged at the time the view was taken.
     ///
-    /// Runs of consecutive key groups are scanned, encoded and compressed on up to 4 worker
-    /// threads, each taking the next run as it finishes one; this thread writes the blocks in
+    /// Runs of consecutive key groups (a key group holding several runs' share cut into as
+    /// many, between rows: `crate::savepoint_runs`) are scanned, encoded and compressed on up
+    /// to 4 worker threads, each taking the next run as it finishes one; this thread writes the blocks in
     /// key-group order as they come and syncs the file every [`SYNC_EVERY_BYTES`], so the
     /// disk writes back while the workers compress instead of all at the end. Memory stays
     /// bounded whatever the state's size or skew: a worker holds one block (about
@@ -1134,10 +1140,18 @@ impl FullSnapshot {
             .clamp(1, 4);
         let groups: Vec<u16> = self.key_groups.iter().collect();
         // Runs small enough that every thread gets many (load balance), large enough that a
-        // run's scans are long ones. Memory does not grow with them: blocks leave a run as
+        // run's scans are long ones; a key group holding several runs' share is cut into as
+        // many (`savepoint_runs`). Memory does not grow with them: blocks leave a run as
         // they fill (`encode_run`, `AHEAD_BYTES`).
         let run_len = (groups.len() / (threads * RUNS_PER_THREAD)).max(1);
-        let runs: Vec<&[u16]> = groups.chunks(run_len).collect();
+        let tables: Vec<&Table> = self.states.iter().map(|s| &s.table).collect();
+        let cuts = savepoint_runs::cuts(
+            &tables,
+            &groups,
+            self.max_parallelism,
+            threads * RUNS_PER_THREAD,
+        )?;
+        let runs = savepoint_runs::plan(&groups, run_len, &cuts);
         let states = writer.states();
         let gate = Gate::new(threads * RUNS_AHEAD_PER_THREAD);
         let next = AtomicUsize::new(0);
@@ -1150,7 +1164,7 @@ impl FullSnapshot {
             let workers: Vec<_> = (0..threads.min(runs.len()))
                 .map(|_| {
                     let sender = sender.clone();
-                    let (gate, next, runs, spare) = (&gate, &next, &runs, &spare);
+                    let (gate, next, runs, spare, groups) = (&gate, &next, &runs, &spare, &groups);
                     // A process out of threads encodes on the workers it could start.
                     crate::parallel::try_spawn(scope, move || {
                         // Wakes the writer and the other workers if this thread panics.
@@ -1174,7 +1188,8 @@ impl FullSnapshot {
                             // memory: past `AHEAD_BYTES` of them, wait until it is there.
                             let mut ahead = 0usize;
                             let encoded = self.encode_run(
-                                runs[run],
+                                groups,
+                                &runs[run],
                                 &mut compressor,
                                 &mut builder,
                                 spare,
@@ -1207,11 +1222,18 @@ impl FullSnapshot {
                     BlockCompressor::new(SAVEPOINT_ZSTD_LEVEL).map_err(Error::format)?;
                 let mut builder = BlockBuilder::new(0, states);
                 for run in &runs {
-                    self.encode_run(run, &mut compressor, &mut builder, &spare, |block| {
-                        writer.write_encoded(&block).map_err(written)?;
-                        spare.lock().push(block.into_buffer());
-                        Ok(())
-                    })?;
+                    self.encode_run(
+                        &groups,
+                        run,
+                        &mut compressor,
+                        &mut builder,
+                        &spare,
+                        |block| {
+                            writer.write_encoded(&block).map_err(written)?;
+                            spare.lock().push(block.into_buffer());
+                            Ok(())
+                        },
+                    )?;
                 }
                 return Ok(());
             }

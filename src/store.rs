@@ -159,14 +159,27 @@ impl Table {
     }
 
     /// Reads `tables` (the states of one backend: all RocksDB column families of one database,
-    /// or all heap tables) between `lower` and `upper` together: `f` gets one cursor per table,
-    /// in `tables`' order, each at its first entry (see [`Cf::bulk_cursors`]).
+    /// or all heap tables) together, each between its own `bounds` (lower, upper; one pair per
+    /// table): `f` gets one cursor per table, in `tables`' order, each at its first entry (see
+    /// [`Cf::bulk_cursors`]). A pair whose upper bound is not above its lower one reads nothing.
     pub(crate) fn bulk_cursors<R>(
         tables: &[&Table],
-        lower: &[u8],
-        upper: Option<&[u8]>,
+        bounds: &[(Vec<u8>, Option<Vec<u8>>)],
         f: impl FnOnce(&mut [TableCursor<'_>]) -> Result<R>,
     ) -> Result<R> {
+        if bounds.len() != tables.len() {
+            return Err(Error::Internal(
+                "bulk cursors without one pair of bounds per table".into(),
+            ));
+        }
+        // An empty range as RocksDB and `BTreeMap::range` both take it: from `lower` to `lower`.
+        let bounds: Vec<(Vec<u8>, Option<Vec<u8>>)> = bounds
+            .iter()
+            .map(|(lower, upper)| match upper {
+                Some(u) if u <= lower => (lower.clone(), Some(lower.clone())),
+                _ => (lower.clone(), upper.clone()),
+            })
+            .collect();
         let cfs: Vec<&Cf> = tables
             .iter()
             .filter_map(|t| match t {
@@ -175,7 +188,7 @@ impl Table {
             })
             .collect();
         if cfs.len() == tables.len() {
-            return Cf::bulk_cursors(&cfs, lower, upper, |cursors| {
+            return Cf::bulk_cursors(&cfs, &bounds, |cursors| {
                 let mut cursors: Vec<TableCursor<'_>> =
                     cursors.into_iter().map(TableCursor::Rocks).collect();
                 f(&mut cursors)
@@ -193,15 +206,16 @@ impl Table {
                 Table::Rocks(_) => Err(Error::Internal("a RocksDB table among heap tables".into())),
             })
             .collect::<Result<Vec<_>>>()?;
-        let upper = match upper {
-            Some(u) => Bound::Excluded(u),
-            None => Bound::Unbounded,
-        };
         let mut cursors: Vec<TableCursor<'_>> = maps
             .iter()
-            .map(|m| {
+            .zip(&bounds)
+            .map(|(m, (lower, upper))| {
+                let upper = match upper {
+                    Some(u) => Bound::Excluded(&u[..]),
+                    None => Bound::Unbounded,
+                };
                 let range: HeapRange<'_> = Box::new(
-                    m.range::<_, [u8]>((Bound::Included(lower), upper))
+                    m.range::<_, [u8]>((Bound::Included(&lower[..]), upper))
                         .map(|(k, v)| (&k[..], &v[..])),
                 );
                 TableCursor::Heap(range.peekable())

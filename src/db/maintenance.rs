@@ -307,14 +307,14 @@ impl Cf {
         self.scan_with(bulk_read_options(), lower, upper, f)
     }
 
-    /// Reads the column families `cfs` (of one database) between `lower` and `upper` together:
-    /// `f` gets one cursor per column family, in `cfs`' order, each at its first key, and moves
-    /// them as it likes (a savepoint takes one key group of every state before the next). Bulk
-    /// reads as [`Cf::scan_bulk`]: no block-cache fill, 2 MiB readahead.
+    /// Reads the column families `cfs` (of one database) together, each between its own
+    /// `bounds` (lower, upper; one pair per column family): `f` gets one cursor per column
+    /// family, in `cfs`' order, each at its first key, and moves them as it likes (a savepoint
+    /// takes one key group of every state before the next). Bulk reads as [`Cf::scan_bulk`]:
+    /// no block-cache fill, 2 MiB readahead.
     pub(crate) fn bulk_cursors<R>(
         cfs: &[&Cf],
-        lower: &[u8],
-        upper: Option<&[u8]>,
+        bounds: &[(Vec<u8>, Option<Vec<u8>>)],
         f: impl FnOnce(Vec<BulkCursor<'_>>) -> Result<R>,
     ) -> Result<R> {
         let Some(first) = cfs.first() else {
@@ -323,20 +323,23 @@ impl Cf {
         if cfs
             .iter()
             .any(|cf| !std::sync::Arc::ptr_eq(&cf.db, &first.db))
+            || bounds.len() != cfs.len()
         {
             return Err(Error::Internal(
-                "bulk cursors over column families of different databases".into(),
+                "bulk cursors over column families of different databases, or not one pair of \
+                 bounds each"
+                    .into(),
             ));
         }
         let open = first.db.opened()?;
         let drained = open.drained()?;
         let at_rest = drained.at_rest();
         let mut cursors = Vec::with_capacity(cfs.len());
-        for cf in cfs {
+        for (cf, (lower, upper)) in cfs.iter().zip(bounds) {
             let mut read = bulk_read_options();
-            read.set_iterate_lower_bound(lower.to_vec());
+            read.set_iterate_lower_bound(lower.clone());
             if let Some(upper) = upper {
-                read.set_iterate_upper_bound(upper.to_vec());
+                read.set_iterate_upper_bound(upper.clone());
             }
             let it = drained
                 .rocks()
@@ -344,10 +347,37 @@ impl Cf {
             cursors.push(BulkCursor { it });
         }
         drop(at_rest);
-        for c in &mut cursors {
+        for (c, (lower, _)) in cursors.iter_mut().zip(bounds) {
             c.it.seek(lower);
         }
         f(cursors)
+    }
+
+    /// RocksDB's estimate of the bytes this column family's SST files hold between `lower`
+    /// and `upper` (memtables not counted): index positions, not a scan, so it costs a few
+    /// index lookups per file the range touches.
+    pub(crate) fn approximate_file_bytes(&self, lower: &[u8], upper: &[u8]) -> Result<u64> {
+        let open = self.db.opened()?;
+        let drained = open.drained()?;
+        let handle = drained.handle(self.slot)?;
+        let sizes = drained
+            .rocks()
+            .get_approximate_sizes_cf(handle, &[rocksdb::Range::new(lower, upper)]);
+        Ok(sizes.first().copied().unwrap_or(0))
+    }
+
+    /// The first key at or after `from` and below `upper`, if any.
+    pub(crate) fn first_key_from(
+        &self,
+        from: &[u8],
+        upper: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>> {
+        let mut out = None;
+        self.scan_with(ReadOptions::default(), from, upper, |k, _| {
+            out = Some(k.to_vec());
+            Ok(false)
+        })?;
+        Ok(out)
     }
 
     /// Flushes this column family's memtable to an SST file (WAL off: what must survive a
