@@ -79,6 +79,14 @@ fn contents_of(b: &KeyedBackend, k: u32) -> String {
     )
 }
 
+/// A backend of every key group under `dir`, filled.
+fn filled(dir: &std::path::Path) -> (KeyGroupRange, KeyedBackend) {
+    let all = KeyGroupRange::new(0, MAX_PARALLELISM as u16 - 1).unwrap();
+    let src = open(&dir.join("src"), all);
+    fill(&src);
+    (all, src)
+}
+
 /// Every key's state in `b`.
 fn contents(b: &KeyedBackend) -> Vec<String> {
     (0..KEYS).map(|k| contents_of(b, k)).collect()
@@ -87,9 +95,7 @@ fn contents(b: &KeyedBackend) -> Vec<String> {
 #[test]
 fn key_groups_cut_into_runs_write_the_same_entries_and_restore_the_same_state() {
     let dir = tempfile::tempdir().unwrap();
-    let all = KeyGroupRange::new(0, MAX_PARALLELISM as u16 - 1).unwrap();
-    let src = open(&dir.path().join("src"), all);
-    fill(&src);
+    let (all, src) = filled(dir.path());
     let expected = contents(&src);
 
     let whole = dir.path().join("whole");
@@ -136,10 +142,8 @@ fn key_groups_cut_into_runs_write_the_same_entries_and_restore_the_same_state() 
 #[test]
 fn cuts_lie_at_the_start_of_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let all = KeyGroupRange::new(0, MAX_PARALLELISM as u16 - 1).unwrap();
-    let src = open(&dir.path().join("src"), all);
-    fill(&src);
-    // The savepoint's state order: by name.
+    let (all, src) = filled(dir.path());
+    // Cuts are planned over the states in the order given; the list state goes first here.
     let names = ["l", "m", "t", "v"];
     let cores: Vec<_> = names.iter().map(|n| src.registered(n).unwrap()).collect();
     let tables: Vec<&crate::store::Table> = cores.iter().map(|c| &c.table).collect();
