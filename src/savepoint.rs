@@ -1035,14 +1035,15 @@ impl FullSnapshot {
     ///
     /// Runs of consecutive key groups (a key group holding several runs' share cut into as
     /// many, between rows: `crate::savepoint_runs`) are scanned, encoded and compressed on up
-    /// to 4 worker threads, each taking the next run as it finishes one; this thread writes the blocks in
-    /// key-group order as they come and syncs the file every [`SYNC_EVERY_BYTES`], so the
-    /// disk writes back while the workers compress instead of all at the end. Memory stays
-    /// bounded whatever the state's size or skew: a worker holds one block (about
-    /// [`sst_format::BLOCK_TARGET_BYTES`] uncompressed, a key group continuing over as many
-    /// blocks as it needs), the channel to the writer a few, and each run the writer has not
-    /// reached yet (at most two per worker) at most 32 MiB of compressed blocks: its worker
-    /// waits there. On 2 cores that is under 100 MiB beside the blocks in flight.
+    /// to 4 worker threads, each taking the next run as it finishes one; this thread writes
+    /// the blocks in key-group order as they come and syncs the file every
+    /// [`SYNC_EVERY_BYTES`], so the disk writes back while the workers compress instead of all
+    /// at the end. Memory stays bounded whatever the state's size or skew: a worker holds one
+    /// block (about [`sst_format::BLOCK_TARGET_BYTES`] uncompressed, a key group continuing
+    /// over as many blocks as it needs), the channel to the writer a few, and each run the
+    /// writer has not reached yet (at most two per worker) at most 32 MiB of compressed
+    /// blocks: its worker waits there. On 2 cores that is under 100 MiB beside the blocks in
+    /// flight.
     pub fn write_savepoint(
         &self,
         path: &Path,
