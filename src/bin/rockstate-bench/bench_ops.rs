@@ -13,7 +13,8 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rockstate::{
-    CodecId, DbOptions, KeyedBackend, MemoryBudget, MemoryBudgetConfig, RawValueState,
+    CodecId, DbOptions, KeyGroupRange, KeyedBackend, MemoryBudget, MemoryBudgetConfig,
+    RawValueState,
 };
 
 use crate::report::Line;
@@ -68,6 +69,13 @@ pub struct OpsArgs {
     /// are.
     #[arg(long)]
     ttl: bool,
+    /// Operator instances per store in the comparison pass: the 128 key groups split among
+    /// this many rockstate backends sharing one memory budget, and as many raw databases
+    /// sharing another of the same size, each key going to the instance that owns its key
+    /// group, as an engine runs its parallel operator instances in one process. The memory is
+    /// the budget's whatever the count; `files_before` are the first instance's.
+    #[arg(long, default_value_t = 1)]
+    instances: u32,
 }
 
 /// The order of the insert phase's keys (docs/decisions/0039-shuffled-insert-order.md).
@@ -201,6 +209,47 @@ impl Store for RawValueState {
     }
     fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
         RawValueState::put(self, key, &[], value)
+    }
+}
+
+/// Stores of one kind, each owning a share of the 128 key groups; a key goes to the one that
+/// owns its key group.
+pub(crate) struct Sharded<S> {
+    parts: Vec<S>,
+    /// Per key group, the index of its store.
+    owner: Vec<usize>,
+}
+
+impl<S> Sharded<S> {
+    /// The stores `open` makes for the key-group ranges of `instances` operator instances of
+    /// max parallelism 128 (instance index and range).
+    fn open(
+        instances: u32,
+        mut open: impl FnMut(usize, KeyGroupRange) -> rockstate::Result<S>,
+    ) -> rockstate::Result<Self> {
+        let mut parts = Vec::new();
+        let mut owner = vec![0; 128];
+        for i in 0..instances {
+            let range = KeyGroupRange::for_operator(128, instances, i)?;
+            for g in range.iter() {
+                owner[g as usize] = i as usize;
+            }
+            parts.push(open(i as usize, range)?);
+        }
+        Ok(Sharded { parts, owner })
+    }
+
+    fn part(&self, key: &[u8]) -> &S {
+        &self.parts[self.owner[rockstate::keygroup::key_group_of(key, 128) as usize]]
+    }
+}
+
+impl<S: Store> Store for Sharded<S> {
+    fn get(&self, key: &[u8]) -> rockstate::Result<Option<Vec<u8>>> {
+        self.part(key).get(key)
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> rockstate::Result<()> {
+        self.part(key).put(key, value)
     }
 }
 
@@ -352,27 +401,45 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         return run_solo(args, dir.path(), options, budget_config, &workload);
     }
 
-    let backend = KeyedBackend::builder(dir.path().join("rockstate"))
-        .options(options.clone())
-        .memory_budget(MemoryBudget::new(budget_config.clone())?)
-        .open()?;
-    let ours = bench_state(&backend, args.ttl)?;
+    // One budget per kind of store, shared by its instances, as in one process.
+    let instances = args.instances.max(1);
+    let budget = MemoryBudget::new(budget_config.clone())?;
+    let backends = Sharded::open(instances, |i, range| {
+        let name = match instances {
+            1 => "rockstate".to_string(),
+            _ => format!("rockstate-{i}"),
+        };
+        KeyedBackend::builder(dir.path().join(name))
+            .options(options.clone())
+            .memory_budget(budget.clone())
+            .max_parallelism(128)
+            .key_groups(range)
+            .open()
+    })?;
+    let ours = Sharded {
+        parts: backends
+            .parts
+            .iter()
+            .map(|b| bench_state(b, args.ttl))
+            .collect::<rockstate::Result<Vec<_>>>()?,
+        owner: backends.owner.clone(),
+    };
+    let backend = &backends.parts[0];
 
-    let open_raw = |name: &str, same_layout: bool| -> rockstate::Result<Raw> {
+    let open_raw = |name: &str, same_layout: bool| -> rockstate::Result<Sharded<Raw>> {
         let budget = MemoryBudget::new(budget_config.clone())?;
-        // Cut files as rockstate's backend (max parallelism 128, every group) cuts them. On
-        // raw keys that changes nothing: keys below 2^56 share their first byte.
-        let partition = rockstate::keygroup::file_partition_prefix_len(
-            128,
-            rockstate::KeyGroupRange::all(128)?,
-        );
-        let db = rockstate::RawRocksDb::open_like_rockstate(
-            &dir.path().join(name),
-            &options,
-            &budget,
-            partition,
-        )?;
-        Ok(Raw { db, same_layout })
+        Sharded::open(instances, |i, range| {
+            // Cut files as rockstate's backend of those key groups cuts them. On raw keys
+            // that changes nothing: keys below 2^56 share their first byte.
+            let partition = rockstate::keygroup::file_partition_prefix_len(128, range);
+            let path = match instances {
+                1 => dir.path().join(name),
+                _ => dir.path().join(format!("{name}-{i}")),
+            };
+            let db =
+                rockstate::RawRocksDb::open_like_rockstate(&path, &options, &budget, partition)?;
+            Ok(Raw { db, same_layout })
+        })
     };
     let raw = open_raw("raw", false)?;
     let raw_same = open_raw("raw-same-layout", true)?;
@@ -385,6 +452,7 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         .text("insert_order", args.insert_order.name())
         .int("ops", args.ops.unwrap_or(args.keys).min(args.keys))
         .text("ttl", if args.ttl { "week" } else { "off" })
+        .int("instances", u64::from(instances))
         .note(
             "rockstate RawValueState vs raw rust-rocksdb, same options; raw_same_layout stores \
              rockstate's key layout, so layout_ratio is rockstate's code cost alone (rockstate \
@@ -396,20 +464,23 @@ pub fn run(args: &OpsArgs) -> rockstate::Result<()> {
         )
         .print();
     for phase in Phase::ALL {
-        backend.wait_for_compactions()?;
-        raw.settle()?;
-        raw_same.settle()?;
+        for b in &backends.parts {
+            b.wait_for_compactions()?;
+        }
+        for r in raw.parts.iter().chain(&raw_same.parts) {
+            r.settle()?;
+        }
         // The state's own files (not the metadata's): reads probe the ones whose range holds
         // the key.
         let files = [
             levels(|p| backend.state_property("bench", p).ok().flatten()),
-            raw.files(),
-            raw_same.files(),
+            raw.parts[0].files(),
+            raw_same.parts[0].files(),
         ];
         let ops = run_phase(&[&ours, &raw, &raw_same], phase, &workload)?;
         phase_line(phase, &ops, &files);
     }
-    drop((ours, backend, raw, raw_same));
+    drop((ours, backends, raw, raw_same));
     if args.no_solo {
         return Ok(());
     }
