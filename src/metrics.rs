@@ -35,8 +35,8 @@ pub struct RocksDbMetrics {
     /// the write caches and value caches of the backends open on it.
     pub block_cache_capacity_bytes: u64,
     /// The bytes this backend's write cache may hold before it writes them to RocksDB
-    /// (`DbOptions::write_cache_bytes`, bounded by the memtable size and the budget's share
-    /// for write caches); 0 when writes go straight through.
+    /// now (`DbOptions::write_cache_bytes`, bounded by the memtable size and by its even share
+    /// of the budget's eighth for write caches); 0 when writes go straight through.
     pub write_cache_limit_bytes: u64,
     /// The bytes this backend's value cache may hold now (`DbOptions::value_cache_bytes`,
     /// bounded by its even share of the budget's quarter for value caches, which changes as

@@ -134,9 +134,8 @@ pub struct DbOptions {
     /// flush and close, so nothing but the cost changes (`write_cache` module docs). With the
     /// `wal` on, writes always go straight through (a cached write would not be logged).
     /// Taken out of the memory budget's block cache while the backend is open; the write
-    /// caches of all backends on one budget get at most an eighth of it, and a backend opened
-    /// when that share is used up writes straight through (`RocksDbMetrics::
-    /// write_cache_limit_bytes` shows what it got). `bench ops
+    /// caches of all backends on one budget share an eighth of it evenly, each taking at most
+    /// this (`RocksDbMetrics::write_cache_limit_bytes` shows what it has now). `bench ops
     /// --solo-only` (1M × 100 B, two alternating pairs with and without): insert 873k / 769k
     /// vs 542k / 521k ops/s, update 660k / 722k vs 344k / 288k, read-modify-write 125k / 97k
     /// vs 88k / 73k; reads unchanged (docs/decisions/0015-write-cache.md).

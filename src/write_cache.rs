@@ -171,6 +171,17 @@ impl WriteCache {
         }
     }
 
+    /// The bytes from which the cache counts as full.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Counts the cache as full from `limit` bytes on (the memory budget's share changed). A
+    /// cache holding more already drains at its next write.
+    pub(crate) fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
+    }
+
     /// Whether the cache holds `limit` bytes or more.
     pub(crate) fn is_full(&self) -> bool {
         self.bytes() >= self.limit

@@ -173,8 +173,9 @@ fn a_read_may_write_from_inside_its_closure() {
 fn write_and_value_caches_come_out_of_the_memory_budget() {
     use rockstate::{MemoryBudget, MemoryBudgetConfig};
     const MIB: u64 = 1 << 20;
-    // 64 MiB: the write caches may take 8 MiB together, four backends' 2 MiB each; the value
-    // caches share 16 MiB evenly, each backend taking at most the 8 MiB it asks for.
+    // 64 MiB: the write caches share 8 MiB evenly, each backend taking at most the 2 MiB it
+    // asks for; the value caches share 16 MiB evenly, each taking at most the 8 MiB it asks
+    // for.
     let budget = MemoryBudget::new(MemoryBudgetConfig {
         total_bytes: 64 << 20,
         ..MemoryBudgetConfig::default()
@@ -240,21 +241,31 @@ fn write_and_value_caches_come_out_of_the_memory_budget() {
     assert_eq!(figures(&small).1, MIB);
     assert_eq!(figures(&open_ones[0]).1, 4 * MIB);
     // Three write caches so far (the logged backend has none): a fourth fills their share,
-    // and a fifth writes straight through. Six value caches share the quarter now.
+    // and with a fifth all five share it, each cache's limit lowered (the first one's holds
+    // a write above its new limit: it drains at its next write, and nothing is lost). Six
+    // value caches share the quarter now.
     let fourth = open(4, options.clone());
     assert_eq!(figures(&fourth).0, 2 * MIB);
+    s.put(&2, &(), &8).unwrap();
     let fifth = open(5, options.clone());
-    assert_eq!(figures(&fifth).0, 0);
+    assert_eq!(figures(&fifth).0, 8 * MIB / 5);
+    assert_eq!(figures(&open_ones[0]).0, 8 * MIB / 5);
     assert_eq!(figures(&fifth).1, 16 * MIB / 6);
+    assert_eq!(
+        figures(&fifth).2,
+        64 * MIB - 8 * MIB / 5 * 5 - 16 * MIB / 6 * 5 - MIB
+    );
+    assert_eq!(s.get(&2, &()).unwrap(), Some(8));
     let s5 = state(&fifth);
     s5.put(&1, &(), &7).unwrap();
     assert_eq!(s5.get(&1, &()).unwrap(), Some(7));
-    // Closing gives the shares back; alone, the fifth has its 8 MiB cap, and the block
-    // cache the rest.
+    // Closing gives the shares back; alone, the fifth has its 2 MiB and 8 MiB caps, and the
+    // block cache the rest.
     open_ones.pop().unwrap().close().unwrap();
+    assert_eq!(figures(&fifth).0, 2 * MIB);
     assert_eq!(figures(&fifth).1, 16 * MIB / 5);
     drop((s, open_ones, small, fourth));
-    assert_eq!(figures(&fifth), (0, 8 * MIB, 64 * MIB - 8 * MIB));
+    assert_eq!(figures(&fifth), (2 * MIB, 8 * MIB, 64 * MIB - 10 * MIB));
     drop((s5, fifth));
     let last = open(6, DbOptions::default());
     assert_eq!(

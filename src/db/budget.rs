@@ -15,10 +15,12 @@ use crate::options::{CacheKind, MemoryBudgetConfig};
 /// N operator instances cannot add up past `total_bytes` (Flink's "managed memory"). Every
 /// backend flushes as soon as the memtables of all of them exceed their share. Writers are not
 /// stalled (a stall deadlocks a task that drives several backends from one thread), so
-/// memtables awaiting their flush may overshoot briefly. Each open backend's write cache
-/// (`DbOptions::write_cache_bytes`) is taken out of the block cache's capacity while the
-/// backend is open; together the write caches get at most an eighth of the budget, and a
-/// backend opened when that share is used up writes straight through. The value caches
+/// memtables awaiting their flush may overshoot briefly. The write caches
+/// (`DbOptions::write_cache_bytes`) share an eighth of the budget evenly: each open backend
+/// with one gets the eighth divided by their number, or what it asks if less, and the caches'
+/// limits change whenever a backend opens or closes (a cache above its new limit drains at its
+/// next write); what they are granted is taken out of the block cache's capacity. So many
+/// instances in one process each keep a write cache, smaller ones. The value caches
 /// (`DbOptions::value_cache_bytes`) share a quarter of the budget evenly: each open backend
 /// with one gets the quarter divided by their number, or what it asks if less, and the caches
 /// are resized (emptied) whenever a backend opens or closes; what they hold is taken out of
@@ -38,20 +40,24 @@ pub struct MemoryBudget {
 /// of its memtable share).
 #[derive(Default)]
 struct Reserved {
+    /// The open databases with a write cache, and what each was granted; the grants add up
+    /// to `write_caches`.
+    write_users: Vec<CacheUser>,
     write_caches: usize,
     /// Memtable bloom filters of the open column families ([`BloomGrant`]).
     blooms: usize,
     /// The open databases with a value cache, and what each was granted; the grants add up to
     /// `value_caches`.
-    value_users: Vec<ValueUser>,
+    value_users: Vec<CacheUser>,
     value_caches: usize,
     next_user: u64,
 }
 
-/// A database on the budget whose value cache takes a share of the value caches' quarter.
-struct ValueUser {
+/// A database on the budget whose write or value cache takes a share of those caches' part
+/// of the budget.
+struct CacheUser {
     id: u64,
-    /// `DbOptions::value_cache_bytes`: the most it takes.
+    /// `DbOptions::write_cache_bytes` or `value_cache_bytes`: the most it takes.
     want: usize,
     granted: usize,
     /// Its front, not the database: the budget must never be what keeps a closed database
@@ -59,17 +65,18 @@ struct ValueUser {
     front: Weak<RwLock<Front>>,
 }
 
-/// Bytes of a [`MemoryBudget`] granted to one backend's write cache; given back on drop.
-pub(super) struct Reservation {
+/// A database's place among the write caches of a [`MemoryBudget`]; leaving (on drop) gives
+/// its share to the others.
+pub(super) struct WriteShare {
     budget: MemoryBudget,
-    pub(super) bytes: usize,
+    id: u64,
 }
 
-impl Drop for Reservation {
+impl Drop for WriteShare {
     fn drop(&mut self) {
         let mut reserved = self.budget.reserved.lock();
-        reserved.write_caches -= self.bytes;
-        self.budget.resize_cache(&reserved);
+        reserved.write_users.retain(|u| u.id != self.id);
+        self.budget.share_writes(&mut reserved);
     }
 }
 
@@ -124,17 +131,44 @@ impl MemoryBudget {
         })
     }
 
-    /// Grants up to `want` bytes out of the write caches' eighth of the budget, shrinking the
-    /// block cache by what it grants.
-    pub(super) fn reserve(&self, want: usize) -> Reservation {
+    /// Adds a database's `front` (its write cache empty so far) whose write cache may take up
+    /// to `want` bytes to the write caches' eighth of the budget, which is split evenly among
+    /// them; sets every cache's limit to its new share, this one's included.
+    pub(super) fn join_writes(&self, front: &Arc<RwLock<Front>>, want: usize) -> WriteShare {
         let mut reserved = self.reserved.lock();
-        let bytes = want.min((self.config.total_bytes / 8).saturating_sub(reserved.write_caches));
-        reserved.write_caches += bytes;
-        self.resize_cache(&reserved);
-        Reservation {
+        let id = reserved.next_user;
+        reserved.next_user += 1;
+        reserved.write_users.push(CacheUser {
+            id,
+            want,
+            granted: 0,
+            front: Arc::downgrade(front),
+        });
+        self.share_writes(&mut reserved);
+        WriteShare {
             budget: self.clone(),
-            bytes,
+            id,
         }
+    }
+
+    /// Splits the write caches' eighth evenly among their databases (each takes at most what
+    /// it wants), sets the limit of each cache whose grant changed (one above it drains at its
+    /// next write), and sizes the block cache by what is granted. A front already gone keeps
+    /// its grant counted until its database leaves.
+    fn share_writes(&self, reserved: &mut Reserved) {
+        let n = reserved.write_users.len().max(1);
+        let share = self.config.total_bytes / 8 / n;
+        for u in &mut reserved.write_users {
+            let grant = u.want.min(share);
+            if u.granted != grant {
+                if let Some(front) = u.front.upgrade() {
+                    front.write().cache.set_limit(grant);
+                    u.granted = grant;
+                }
+            }
+        }
+        reserved.write_caches = reserved.write_users.iter().map(|u| u.granted).sum();
+        self.resize_cache(reserved);
     }
 
     /// Grants `bytes` for one column family's memtable bloom filter out of an eighth of the
@@ -163,7 +197,7 @@ impl MemoryBudget {
         let mut reserved = self.reserved.lock();
         let id = reserved.next_user;
         reserved.next_user += 1;
-        reserved.value_users.push(ValueUser {
+        reserved.value_users.push(CacheUser {
             id,
             want,
             granted: 0,

@@ -25,7 +25,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use rocksdb::{BoundColumnFamily, Options, ReadOptions, WriteBatch, WriteOptions};
 
-use super::budget::{BloomGrant, MemoryBudget, Reservation, ValueShare};
+use super::budget::{BloomGrant, MemoryBudget, ValueShare, WriteShare};
 use super::l0_triggers::{Base, L0Triggers};
 use super::quiet::{Held, Quiet};
 use super::scan_iters::{RawIter, ScanIters, Taken};
@@ -120,10 +120,11 @@ pub(super) struct Open {
     /// so they are given back once RocksDB freed them.
     blooms: Mutex<Vec<BloomGrant>>,
     /// Declared before the budget shares below, so its memory is freed before they hand it
-    /// back to the budget. The budget holds it weakly, to resize the value cache.
+    /// back to the budget. The budget holds it weakly, to resize the write and value caches.
     front: Arc<RwLock<Front>>,
-    /// The write cache's share of the memory budget.
-    reservation: Reservation,
+    /// The write cache's place among the budget's write caches (`None`: writes go straight
+    /// to RocksDB).
+    write_share: Option<WriteShare>,
     /// The value cache's place among the budget's value caches (`None`: no value cache).
     value_share: Option<ValueShare>,
     write: SharedWriteOptions,
@@ -200,11 +201,11 @@ impl Open {
         }
         let mut write = WriteOptions::default();
         write.disable_wal(settings.disable_wal);
-        let reservation = budget.reserve(settings.write_cache_bytes);
         // One hasher for both caches: a key hashed for one serves the other.
         let hasher = crate::write_cache::KeyHasher::default();
         let front = Arc::new(RwLock::new(Front {
-            cache: WriteCache::new(reservation.bytes, hasher.clone()),
+            // Sized by the budget as it joins (below).
+            cache: WriteCache::new(0, hasher.clone()),
             // Sized by the budget as it joins (below).
             values: ValueCache::new(
                 0,
@@ -216,6 +217,8 @@ impl Open {
             bounds: settings.bounds_prefix.map(KeyBounds::new),
             log: None,
         }));
+        let write_share = (settings.write_cache_bytes > 0)
+            .then(|| budget.join_writes(&front, settings.write_cache_bytes));
         let value_share = (settings.value_cache_bytes > 0)
             .then(|| budget.join_values(&front, settings.value_cache_bytes));
         Ok(Open {
@@ -242,7 +245,7 @@ impl Open {
             #[cfg(test)]
             jobs_at_ingestion: std::sync::atomic::AtomicU64::new(0),
             front,
-            reservation,
+            write_share,
             value_share,
             write: SharedWriteOptions(write),
             read: SharedReadOptions(ReadOptions::default()),
@@ -452,12 +455,15 @@ impl Open {
     /// the memory budget granted the cache bytes.
     #[inline]
     fn cache_on(&self) -> bool {
-        self.reservation.bytes > 0
+        self.write_share.is_some()
     }
 
-    /// Bytes the write cache may hold.
+    /// Bytes the write cache may hold (0 without one).
     pub(super) fn write_cache_limit(&self) -> usize {
-        self.reservation.bytes
+        match self.cache_on() {
+            true => self.front.read().cache.limit(),
+            false => 0,
+        }
     }
 
     /// The value cache's limit, bytes and entries.
