@@ -53,6 +53,36 @@ struct Reserved {
     next_user: u64,
 }
 
+/// The part of a budget shared by one kind of cache: the write caches' eighth or the value
+/// caches' quarter.
+#[derive(Clone, Copy)]
+enum Pool {
+    Write,
+    Value,
+}
+
+impl Reserved {
+    fn users(&mut self, kind: Pool) -> &mut Vec<CacheUser> {
+        match kind {
+            Pool::Write => &mut self.write_users,
+            Pool::Value => &mut self.value_users,
+        }
+    }
+
+    /// Adds `front`'s cache of `kind`, wanting `want` bytes and granted none yet; its id.
+    fn join(&mut self, kind: Pool, front: &Arc<RwLock<Front>>, want: usize) -> u64 {
+        let id = self.next_user;
+        self.next_user += 1;
+        self.users(kind).push(CacheUser {
+            id,
+            want,
+            granted: 0,
+            front: Arc::downgrade(front),
+        });
+        id
+    }
+}
+
 /// A database on the budget whose write or value cache takes a share of those caches' part
 /// of the budget.
 struct CacheUser {
@@ -76,7 +106,7 @@ impl Drop for WriteShare {
     fn drop(&mut self) {
         let mut reserved = self.budget.reserved.lock();
         reserved.write_users.retain(|u| u.id != self.id);
-        self.budget.share_writes(&mut reserved);
+        self.budget.share(&mut reserved, Pool::Write);
     }
 }
 
@@ -104,7 +134,7 @@ impl Drop for ValueShare {
     fn drop(&mut self) {
         let mut reserved = self.budget.reserved.lock();
         reserved.value_users.retain(|u| u.id != self.id);
-        self.budget.share_values(&mut reserved);
+        self.budget.share(&mut reserved, Pool::Value);
     }
 }
 
@@ -136,39 +166,12 @@ impl MemoryBudget {
     /// them; sets every cache's limit to its new share, this one's included.
     pub(super) fn join_writes(&self, front: &Arc<RwLock<Front>>, want: usize) -> WriteShare {
         let mut reserved = self.reserved.lock();
-        let id = reserved.next_user;
-        reserved.next_user += 1;
-        reserved.write_users.push(CacheUser {
-            id,
-            want,
-            granted: 0,
-            front: Arc::downgrade(front),
-        });
-        self.share_writes(&mut reserved);
+        let id = reserved.join(Pool::Write, front, want);
+        self.share(&mut reserved, Pool::Write);
         WriteShare {
             budget: self.clone(),
             id,
         }
-    }
-
-    /// Splits the write caches' eighth evenly among their databases (each takes at most what
-    /// it wants), sets the limit of each cache whose grant changed (one above it drains at its
-    /// next write), and sizes the block cache by what is granted. A front already gone keeps
-    /// its grant counted until its database leaves.
-    fn share_writes(&self, reserved: &mut Reserved) {
-        let n = reserved.write_users.len().max(1);
-        let share = self.config.total_bytes / 8 / n;
-        for u in &mut reserved.write_users {
-            let grant = u.want.min(share);
-            if u.granted != grant {
-                if let Some(front) = u.front.upgrade() {
-                    front.write().cache.set_limit(grant);
-                    u.granted = grant;
-                }
-            }
-        }
-        reserved.write_caches = reserved.write_users.iter().map(|u| u.granted).sum();
-        self.resize_cache(reserved);
     }
 
     /// Grants `bytes` for one column family's memtable bloom filter out of an eighth of the
@@ -195,38 +198,45 @@ impl MemoryBudget {
     /// among them; sizes every cache to its new share, this one included.
     pub(super) fn join_values(&self, front: &Arc<RwLock<Front>>, want: usize) -> ValueShare {
         let mut reserved = self.reserved.lock();
-        let id = reserved.next_user;
-        reserved.next_user += 1;
-        reserved.value_users.push(CacheUser {
-            id,
-            want,
-            granted: 0,
-            front: Arc::downgrade(front),
-        });
-        self.share_values(&mut reserved);
+        let id = reserved.join(Pool::Value, front, want);
+        self.share(&mut reserved, Pool::Value);
         ValueShare {
             budget: self.clone(),
             id,
         }
     }
 
-    /// Splits the value caches' quarter evenly among their databases (each takes at most what
-    /// it wants), resizes each cache whose grant changed, and sizes the block cache by what
-    /// is granted. A front already gone (its database is being dropped) keeps its grant
-    /// counted until the database leaves.
-    fn share_values(&self, reserved: &mut Reserved) {
-        let n = reserved.value_users.len().max(1);
-        let share = self.config.total_bytes / 4 / n;
-        for u in &mut reserved.value_users {
+    /// Splits the part of the budget for `kind` of cache (write caches an eighth, value
+    /// caches a quarter) evenly among their databases, each taking at most what it wants;
+    /// applies each grant that changed (a write cache's limit: one above it drains at its
+    /// next write; a value cache is resized, emptied), and sizes the block cache by what is
+    /// granted. A front already gone (its database is being dropped) keeps its grant counted
+    /// until the database leaves.
+    fn share(&self, reserved: &mut Reserved, kind: Pool) {
+        let part = match kind {
+            Pool::Write => self.config.total_bytes / 8,
+            Pool::Value => self.config.total_bytes / 4,
+        };
+        let users = reserved.users(kind);
+        let share = part / users.len().max(1);
+        for u in users.iter_mut() {
             let grant = u.want.min(share);
             if u.granted != grant {
                 if let Some(front) = u.front.upgrade() {
-                    front.write().values.resize(grant);
+                    let mut front = front.write();
+                    match kind {
+                        Pool::Write => front.cache.set_limit(grant),
+                        Pool::Value => front.values.resize(grant),
+                    }
                     u.granted = grant;
                 }
             }
         }
-        reserved.value_caches = reserved.value_users.iter().map(|u| u.granted).sum();
+        let granted = users.iter().map(|u| u.granted).sum();
+        match kind {
+            Pool::Write => reserved.write_caches = granted,
+            Pool::Value => reserved.value_caches = granted,
+        }
         self.resize_cache(reserved);
     }
 
