@@ -355,10 +355,11 @@ impl Cf {
 
     /// RocksDB's estimate of the bytes this column family's SST files hold between `lower`
     /// and `upper` (memtables not counted): index positions, not a scan, so it costs a few
-    /// index lookups per file the range touches.
+    /// index lookups per file the range touches. Drains only this column family's cached
+    /// writes (a bisection asks many times).
     pub(crate) fn approximate_file_bytes(&self, lower: &[u8], upper: &[u8]) -> Result<u64> {
         let open = self.db.opened()?;
-        let drained = open.drained()?;
+        let drained = open.drained_for(self.slot)?;
         let handle = drained.handle(self.slot)?;
         let sizes = drained
             .rocks()

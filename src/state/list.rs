@@ -271,17 +271,14 @@ impl RawListState {
         }
         match held {
             // A single-entry write takes its incremental cleanup step itself.
-            Some((k, payload)) if batch.len() == 0 => self.core.put_payload_at(&k, stamp, &payload),
-            Some((k, payload)) => {
-                StateCore::batch_put_payload_at(&mut batch, &k, stamp, &payload);
-                batch.commit()?;
-                self.core.cleanup_incrementally()
+            Some((k, payload)) if batch.len() == 0 => {
+                return self.core.put_payload_at(&k, stamp, &payload)
             }
-            None => {
-                batch.commit()?;
-                self.core.cleanup_incrementally()
-            }
+            Some((k, payload)) => StateCore::batch_put_payload_at(&mut batch, &k, stamp, &payload),
+            None => {}
         }
+        batch.commit()?;
+        self.core.cleanup_incrementally()
     }
 
     /// Adds to `batch` a delete of every entry stored under `prefix` (and, in changelog
