@@ -15,8 +15,8 @@
 //!   completed checkpoint lacks are uploaded.
 //!
 //! This module owns the backend's side of it: the local segment files (cut in every sync
-//! phase, kept until a completed materialization covers them, so a failed attempt loses no
-//! change), the private files of recent materializations, the choice between the two kinds,
+//! phase, written by the first async phase that needs them, kept until a completed
+//! materialization covers them, so a failed attempt loses no change), the private files of recent materializations, the choice between the two kinds,
 //! and the log checkpoint's upload. Restore replays the segments (`crate::restore`);
 //! docs/changelog-format.md has the segment format, docs/checkpoint-format.md the layout.
 
@@ -24,10 +24,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sst_format::{Changelog, CheckpointManifest, LogSegmentFile, LogTable};
+use sst_format::{Changelog, CheckpointManifest, LogSegmentBuilder, LogSegmentFile, LogTable};
 
 use super::layout;
 use super::registry::Checkpointer;
@@ -144,21 +145,99 @@ impl ChangelogOptions {
 /// holds it until a completed checkpoint covers it, and every log checkpoint whose plan lists
 /// it holds it until that checkpoint's upload ends: a checkpoint completing while a later one
 /// (planned on an older base) is still uploading cannot take the file from under it.
+///
+/// A sync phase only cuts the log: the segment is encoded (and compressed) and written by the
+/// first async phase that needs its bytes ([`SegmentFile::written`]), so the sync phase, which
+/// holds processing up, does not grow with the change since the last checkpoint.
 #[derive(Debug)]
-pub(crate) struct SegmentFile(PathBuf);
+pub(crate) struct SegmentFile {
+    path: PathBuf,
+    state: parking_lot::Mutex<SegmentState>,
+    /// At least the written file's size (`LogSegmentBuilder::encoded_len_bound`).
+    bound_bytes: u64,
+    /// The written file's size; 0 until it is written. Read without the lock, so a sync
+    /// phase planning over a segment never waits for another thread writing it.
+    stored_bytes: AtomicU64,
+}
+
+/// What a [`SegmentFile`] holds so far.
+#[derive(Debug)]
+enum SegmentState {
+    /// Cut in a sync phase, not written yet: the entries, numbered from `first_seq`, and the
+    /// column families by slot.
+    Cut {
+        builder: LogSegmentBuilder,
+        first_seq: u64,
+        names: Vec<String>,
+        compress: bool,
+    },
+    /// Written to `path`.
+    Written(StoredSegment),
+}
+
+/// Size and CRC-32 of a segment file as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredSegment {
+    pub(crate) size: u64,
+    pub(crate) crc32: u32,
+}
 
 impl SegmentFile {
-    /// The file's path.
+    /// The file's path (its bytes are there once [`SegmentFile::written`] returned).
     pub(crate) fn path(&self) -> &Path {
-        &self.0
+        &self.path
+    }
+
+    /// Encodes the segment and writes it to its path unless that was done before; its size
+    /// and CRC-32. A failed write leaves no file and the segment still cut, so a later call
+    /// tries again.
+    pub(crate) fn written(&self) -> Result<StoredSegment> {
+        let mut state = self.state.lock();
+        let bytes = match &*state {
+            SegmentState::Written(stored) => return Ok(*stored),
+            SegmentState::Cut {
+                builder,
+                first_seq,
+                names,
+                compress,
+            } => builder
+                .finish(*first_seq, names, *compress)
+                .map_err(Error::format)?,
+        };
+        if let Some(dir) = self.path.parent() {
+            fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        if let Err(e) = fs::write(&self.path, &bytes) {
+            // A part written (a full disk) is no segment: nothing would ever delete it.
+            let _ = fs::remove_file(&self.path);
+            return Err(Error::io(&self.path, e));
+        }
+        let stored = StoredSegment {
+            size: bytes.len() as u64,
+            crc32: crc32fast::hash(&bytes),
+        };
+        *state = SegmentState::Written(stored);
+        self.stored_bytes.store(stored.size, Ordering::Relaxed);
+        Ok(stored)
+    }
+
+    /// The written file's size, if it is written.
+    fn stored_bytes(&self) -> Option<u64> {
+        match self.stored_bytes.load(Ordering::Relaxed) {
+            0 => None,
+            size => Some(size),
+        }
     }
 }
 
 impl Drop for SegmentFile {
     fn drop(&mut self) {
+        if matches!(self.state.get_mut(), SegmentState::Cut { .. }) {
+            return; // never written
+        }
         // Best effort: a file left behind is removed with the log directory when the next
         // backend on this staging root opens.
-        let _ = fs::remove_file(&self.0);
+        let _ = fs::remove_file(&self.path);
     }
 }
 
@@ -170,8 +249,6 @@ pub(crate) struct LocalSegment {
     /// The file. Its name holds `first_seq` and `end_seq`, which no other segment of this
     /// backend shares (cuts follow one another), so dropping it removes no other segment.
     pub(crate) file: Arc<SegmentFile>,
-    pub(crate) size: u64,
-    pub(crate) crc32: u32,
     pub(crate) key_groups: Option<(u16, u16)>,
 }
 
@@ -267,36 +344,42 @@ fn segment_dir(cp: &Checkpointer) -> PathBuf {
     layout::log_dir(&cp.staging_root, &cp.backend_id)
 }
 
-/// Sync phase: stores `cut` (if it holds entries) as a local segment file; `names` are the
-/// database's column families by slot.
-pub(crate) fn keep_cut(cp: &Checkpointer, cut: &LogCut, names: &[String]) -> Result<()> {
+/// Sync phase: keeps `cut` (if it holds entries) as a local segment, written later by the
+/// async phase that first needs it ([`SegmentFile::written`]); `names` are the database's
+/// column families by slot.
+pub(crate) fn keep_cut(cp: &Checkpointer, cut: LogCut, names: Vec<String>) {
     if cut.builder.is_empty() {
-        return Ok(());
+        return;
     }
-    let dir = segment_dir(cp);
-    fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let bytes = cut
-        .builder
-        .finish(cut.first_seq, names, cp.options.changelog.compress)
-        .map_err(Error::format)?;
-    let path = dir.join(format!("{}-{}.rscl", cut.first_seq, cut.end_seq));
-    if let Err(e) = fs::write(&path, &bytes) {
-        // A part written (a full disk) is no segment: nothing would ever delete it.
-        let _ = fs::remove_file(&path);
-        return Err(Error::io(&path, e));
-    }
+    let path = segment_dir(cp).join(format!("{}-{}.rscl", cut.first_seq, cut.end_seq));
     cp.log.lock().segments.insert(
         cut.first_seq,
         LocalSegment {
             first_seq: cut.first_seq,
             end_seq: cut.end_seq,
-            file: Arc::new(SegmentFile(path)),
-            size: bytes.len() as u64,
-            crc32: crc32fast::hash(&bytes),
+            file: Arc::new(SegmentFile {
+                path,
+                bound_bytes: cut
+                    .builder
+                    .encoded_len_bound(&names, cp.options.changelog.compress),
+                stored_bytes: AtomicU64::new(0),
+                state: parking_lot::Mutex::new(SegmentState::Cut {
+                    builder: cut.builder,
+                    first_seq: cut.first_seq,
+                    names,
+                    compress: cp.options.changelog.compress,
+                }),
+            }),
             key_groups: cut.key_groups,
         },
     );
-    Ok(())
+}
+
+/// A local segment could not be written: the log book forgets it, so the log has a gap
+/// there and the next checkpoint materializes (which holds its changes). A log checkpoint
+/// already planned over it writes it itself or fails.
+pub(crate) fn segment_lost(cp: &Checkpointer, first_seq: u64) {
+    cp.log.lock().segments.remove(&first_seq);
 }
 
 /// Sync phase: a log checkpoint on top of `base` if one can be built and no materialization
@@ -322,7 +405,9 @@ pub(crate) fn plan(
     // ones cut since.
     let mut segments = Vec::new();
     let mut at = c.materialized_seq;
+    // The log's stored bytes: those known, and the segments not written yet.
     let mut log_bytes = 0u64;
+    let mut unwritten = Vec::new();
     for s in &c.segments {
         if s.first_seq != at {
             return None;
@@ -336,22 +421,42 @@ pub(crate) fn plan(
             return None; // a gap: changes the log lost
         }
         at = s.end_seq;
-        log_bytes += s.size;
+        match s.file.stored_bytes() {
+            Some(size) => log_bytes += size,
+            None => unwritten.push(Arc::clone(&s.file)),
+        }
         segments.push(Planned::Local(s.clone()));
     }
     if at != end_seq {
         return None;
     }
     let in_flight = book.materializing.is_some();
-    let state_bytes: u64 = base.shared_files.iter().map(|f| f.size).sum();
-    let by_size = log_bytes >= opts.materialize_min_log_bytes
-        && u128::from(log_bytes) * 100
-            >= u128::from(state_bytes) * u128::from(opts.materialize_log_percent);
     let by_time = book
         .last_materialization_ms
         .is_none_or(|t| now_ms.saturating_sub(t) >= opts.materialize_interval_ms);
-    if (by_size || by_time) && !in_flight {
-        return None;
+    if !in_flight {
+        let state_bytes: u64 = base.shared_files.iter().map(|f| f.size).sum();
+        let due = |log_bytes: u64| {
+            log_bytes >= opts.materialize_min_log_bytes
+                && u128::from(log_bytes) * 100
+                    >= u128::from(state_bytes) * u128::from(opts.materialize_log_percent)
+        };
+        if by_time || due(log_bytes) {
+            return None;
+        }
+        // Segments not written yet count their size bound; only where that decides does
+        // this sync phase write them to know their sizes (near the threshold, about once
+        // a materialization cycle). One it cannot write counts its bound.
+        let bound: u64 = unwritten.iter().map(|f| f.bound_bytes).sum();
+        if due(log_bytes + bound) {
+            let exact: u64 = unwritten
+                .iter()
+                .map(|f| f.written().map_or(f.bound_bytes, |w| w.size))
+                .sum();
+            if due(log_bytes + exact) {
+                return None;
+            }
+        }
     }
     book.resting
         .insert(id, (c.materialization_id, Arc::clone(&materialized)));
@@ -519,12 +624,14 @@ pub(crate) fn completed(cp: &Checkpointer, base: &CheckpointManifest) {
 }
 
 /// The manifest's log part for a log checkpoint: `plan`'s segments, each reused from `base`
-/// when it holds the same one, otherwise uploaded by `upload` (which returns its object's
-/// name, size and CRC-32).
+/// when it holds the same one, otherwise written locally if it is not yet
+/// ([`SegmentFile::written`]; one that cannot be is forgotten, [`segment_lost`]) and uploaded
+/// by `upload` (which returns its object's name, size and CRC-32).
 pub(crate) fn log_part(
+    cp: &Checkpointer,
     plan: &LogPlan,
     base: &CheckpointManifest,
-    mut upload: impl FnMut(&LocalSegment) -> Result<(String, u64, u32)>,
+    mut upload: impl FnMut(&LocalSegment, StoredSegment) -> Result<(String, u64, u32)>,
 ) -> Result<(Changelog, u64, usize)> {
     let reusable: BTreeMap<u64, &LogSegmentFile> = base
         .changelog
@@ -544,14 +651,18 @@ pub(crate) fn log_part(
             }
             Planned::Local(s) => s,
         };
+        let stored = s
+            .file
+            .written()
+            .inspect_err(|_| segment_lost(cp, s.first_seq))?;
         let entries = s.end_seq - s.first_seq;
         match reusable.get(&s.first_seq) {
-            Some(r) if r.size == s.size && r.crc32 == s.crc32 && r.entries == entries => {
+            Some(r) if r.size == stored.size && r.crc32 == stored.crc32 && r.entries == entries => {
                 reused += 1;
                 segments.push((*r).clone());
             }
             _ => {
-                let (remote_name, size, crc32) = upload(s)?;
+                let (remote_name, size, crc32) = upload(s, stored)?;
                 uploaded += size;
                 segments.push(LogSegmentFile {
                     remote_name,
@@ -576,13 +687,15 @@ pub(crate) fn log_part(
     ))
 }
 
-/// The local file of each segment of `plan` this backend cut, by first sequence number.
-pub(crate) fn local_files(plan: &LogPlan) -> HashMap<u64, (PathBuf, u64, u32)> {
+/// The local file of each segment of `plan` this backend cut and has written, by first
+/// sequence number.
+pub(crate) fn local_files(plan: &LogPlan) -> HashMap<u64, (PathBuf, StoredSegment)> {
     plan.segments
         .iter()
         .filter_map(|p| match p {
             Planned::Local(s) => {
-                Some((s.first_seq, (s.file.path().to_path_buf(), s.size, s.crc32)))
+                let stored = s.file.written().ok()?;
+                Some((s.first_seq, (s.file.path().to_path_buf(), stored)))
             }
             Planned::Stored(_) => None,
         })

@@ -484,23 +484,16 @@ fn cut_log(
         .db
         .cut_changelog()?
         .ok_or_else(|| Error::Internal("changelog not started".into()))?;
-    changelog::keep_cut(cp, &cut, &src.db.cf_names()?)?;
+    let (end_seq, complete) = (cut.end_seq, cut.complete);
+    changelog::keep_cut(cp, cut, src.db.cf_names()?);
     let writer = changelog::TableWriter {
         options: src.db.options().clone(),
         budget: src.db.budget().clone(),
     };
-    let planned = changelog::plan(
-        cp,
-        id,
-        base,
-        cut.end_seq,
-        cut.complete,
-        cp.clock.now_ms(),
-        writer,
-    );
+    let planned = changelog::plan(cp, id, base, end_seq, complete, cp.clock.now_ms(), writer);
     Ok(match planned {
         Some(plan) => Cut::Log(plan),
-        None => Cut::Materialize(cut.end_seq),
+        None => Cut::Materialize(end_seq),
     })
 }
 

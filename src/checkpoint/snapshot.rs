@@ -163,26 +163,26 @@ impl PendingSnapshot {
             None => (plan, planned_base.as_ref()),
         };
         let mut new_shared = Vec::new();
-        let (mut log, log_bytes, segments_reused) = changelog::log_part(plan, base, |segment| {
-            let name = layout::new_log_name(id, cp.clock.now_ms());
-            cp.protect(id, std::slice::from_ref(&name));
-            // The sync phase wrote the segment without syncing it (a device flush there would
-            // hold up processing); `put_file` needs it durable, and a storage on the same
-            // filesystem links the file itself rather than copying it.
-            let path = segment.file.path();
-            fs::File::open(path)
-                .and_then(|f| f.sync_data())
-                .map_err(|e| Error::io(path, e))?;
-            let digest = put_recorded(uploaded, &name, || cp.storage.put_file(&name, path))?;
-            if (digest.size, digest.crc32) != (segment.size, segment.crc32) {
-                return Err(Error::CheckpointCorrupt {
-                    file: segment.file.path().display().to_string(),
-                    detail: "log segment changed on local disk before its upload".into(),
-                });
-            }
-            new_shared.push(name.clone());
-            Ok((name, digest.size, digest.crc32))
-        })?;
+        let (mut log, log_bytes, segments_reused) =
+            changelog::log_part(cp, plan, base, |segment, stored| {
+                let name = layout::new_log_name(id, cp.clock.now_ms());
+                cp.protect(id, std::slice::from_ref(&name));
+                // The segment was written without syncing it; `put_file` needs it durable, and a
+                // storage on the same filesystem links the file itself rather than copying it.
+                let path = segment.file.path();
+                fs::File::open(path)
+                    .and_then(|f| f.sync_data())
+                    .map_err(|e| Error::io(path, e))?;
+                let digest = put_recorded(uploaded, &name, || cp.storage.put_file(&name, path))?;
+                if (digest.size, digest.crc32) != (stored.size, stored.crc32) {
+                    return Err(Error::CheckpointCorrupt {
+                        file: segment.file.path().display().to_string(),
+                        detail: "log segment changed on local disk before its upload".into(),
+                    });
+                }
+                new_shared.push(name.clone());
+                Ok((name, digest.size, digest.crc32))
+            })?;
         let (tables_built, table_bytes) =
             self.log_tables(plan, base, &mut log, log_bytes, uploaded, &mut new_shared)?;
         let mut private_files = Vec::new();
@@ -257,8 +257,8 @@ impl PendingSnapshot {
             let segments = crate::replay::fetch(cp.storage.as_ref(), sources, 1, |s| {
                 locals
                     .get(&s.first_seq)
-                    .filter(|(_, size, crc32)| (*size, *crc32) == (s.size, s.crc32))
-                    .map(|(path, _, _)| path.clone())
+                    .filter(|(_, stored)| (stored.size, stored.crc32) == (s.size, s.crc32))
+                    .map(|(path, _)| path.clone())
             })?;
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;

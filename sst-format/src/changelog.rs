@@ -153,6 +153,19 @@ impl LogSegmentBuilder {
         self.entries.len()
     }
 
+    /// An upper bound on the length of [`LogSegmentBuilder::finish`]'s output for the same
+    /// column families and compression (what a writer can plan with before encoding).
+    pub fn encoded_len_bound(&self, column_families: &[String], compress: bool) -> u64 {
+        let names: usize = column_families.iter().map(|n| 10 + n.len()).sum();
+        let raw = 10 + names + self.entries.len();
+        let body = if compress {
+            zstd::zstd_safe::compress_bound(raw).max(raw)
+        } else {
+            raw
+        };
+        (LOG_SEGMENT_HEADER_LEN + LOG_SEGMENT_TRAILER_LEN) as u64 + body as u64
+    }
+
     /// Encodes the segment: entries numbered from `first_seq`, column family `i` named
     /// `column_families[i]`, the body zstd-compressed when `compress`. Every index used must
     /// name a column family; the body must stay within [`MAX_LOG_SEGMENT_BODY_BYTES`].
@@ -475,6 +488,33 @@ mod tests {
         b.delete_range(1, b"a", b"b");
         b.finish(42, &["default".into(), "state:s".into()], false)
             .unwrap()
+    }
+
+    #[test]
+    fn the_encoded_length_stays_within_its_bound() {
+        let names = ["default".to_string(), "state:s".to_string()];
+        let mut incompressible = LogSegmentBuilder::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..2000u32 {
+            let value: Vec<u8> = (0..100)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            incompressible.put(1, &i.to_be_bytes(), &value);
+        }
+        let mut empty_names = LogSegmentBuilder::new();
+        empty_names.delete(0, b"k");
+        for (b, names) in [(&incompressible, &names[..]), (&empty_names, &names[..1])] {
+            for compress in [false, true] {
+                let len = b.finish(7, names, compress).unwrap().len() as u64;
+                let bound = b.encoded_len_bound(names, compress);
+                assert!(len <= bound, "{len} > {bound} (compress {compress})");
+            }
+        }
     }
 
     #[test]
