@@ -57,7 +57,7 @@ fn key_outside_range_is_refused_and_nothing_written() {
     let mut entries = Vec::new();
     for cf in cfs.iter().filter(|c| c.starts_with("state:")) {
         let handle = db.cf_handle(cf).unwrap();
-        for e in db.iterator_cf(handle, rocksdb::IteratorMode::Start) {
+        for e in db.iterator_cf(&handle, rocksdb::IteratorMode::Start) {
             entries.push((cf.clone(), e.unwrap().0));
         }
     }

@@ -4,7 +4,6 @@
 //! files written by *other* databases with their sequence numbers and the rebuild of a column
 //! family without some of its files.
 
-use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -363,17 +362,11 @@ impl FileSurgery {
                 &mut err,
             );
         }
-        if err.is_null() {
-            return Ok(Ok(()));
+        // SAFETY: `err` is null or RocksDB's malloc'ed message, taken once.
+        match unsafe { super::raw::take_message(err) } {
+            None => Ok(Ok(())),
+            Some(message) => Ok(Err(message)),
         }
-        // SAFETY: non-null `err` is a NUL-terminated C string RocksDB allocated with malloc;
-        // it is read once and freed once with `rocksdb_free`.
-        let message = unsafe {
-            let m = CStr::from_ptr(err).to_string_lossy().into_owned();
-            librocksdb_sys::rocksdb_free(err.cast());
-            m
-        };
-        Ok(Err(message))
     }
 
     /// Rebuilds column family `cf` without its files `drop`: its files are hard-linked into

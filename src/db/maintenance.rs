@@ -100,6 +100,13 @@ impl Db {
 
     /// Creates a RocksDB checkpoint in `dir` (which must not exist): memtables are flushed, SST
     /// files hard-linked, MANIFEST/CURRENT/OPTIONS copied.
+    ///
+    /// Without a WAL the memtables are flushed first by [`super::raw::flush_now`], which does
+    /// not wait for compactions to clear a write stall as RocksDB's own flush does (a sync
+    /// phase behind a compaction backlog waited seconds for it), and the checkpoint then
+    /// flushes nothing. No write lands in between: drains wait for `at_rest`, and a write
+    /// made straight through meanwhile is one made after the checkpoint. With a WAL, the
+    /// checkpoint flushes itself (a checkpoint not flushing would copy the WAL files).
     pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {
         let open = self.opened()?;
         // The checkpoint flushes: not during an ingestion.
@@ -109,10 +116,17 @@ impl Db {
         drained.release_kept_iterators();
         // Not while another thread's drain is half written.
         let _at_rest = drained.at_rest();
-        rocksdb::checkpoint::Checkpoint::new(drained.rocks())
-            .map_err(rocks_error)?
-            .create_checkpoint(dir)
-            .map_err(rocks_error)?;
+        let checkpoint =
+            rocksdb::checkpoint::Checkpoint::new(drained.rocks()).map_err(rocks_error)?;
+        if self.options().wal {
+            checkpoint.create_checkpoint(dir).map_err(rocks_error)?;
+        } else {
+            super::raw::flush_now(drained.rocks(), &drained.handles())?;
+            // `u64::MAX`: RocksDB's checkpoint flushes no memtable (it would wait as above).
+            checkpoint
+                .create_checkpoint_with_log_size(dir, u64::MAX)
+                .map_err(rocks_error)?;
+        }
         Ok(())
     }
 }

@@ -24,6 +24,7 @@ mod l0_triggers;
 mod maintenance;
 mod options;
 mod quiet;
+mod raw;
 mod scan_iters;
 mod sst_writer;
 

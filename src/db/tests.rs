@@ -849,3 +849,36 @@ fn a_restores_database_compacts_only_once_the_restore_is_done() {
     db.wait_for_compactions().unwrap();
     assert_eq!(level0(&old), 0);
 }
+
+/// A RocksDB checkpoint holds what the memtables held: without a WAL the memtables of every
+/// column family are flushed first (`raw::flush_now`, one atomic flush), and the checkpoint
+/// then flushes nothing itself. With the write cache on, its writes are drained into it too.
+#[test]
+fn a_checkpoint_holds_every_column_familys_memtable_and_cached_writes() {
+    for write_cache_bytes in [0, 2 << 20] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_bounded(&dir.path().join("db"), write_cache_bytes);
+        let a = db.create_cf("a").unwrap();
+        let b = db.create_cf("b").unwrap();
+        a.put(b"\x01k", b"in a").unwrap();
+        b.put(b"\x02k", b"in b").unwrap();
+        let copy = dir.path().join("copy");
+        db.checkpoint(&copy).unwrap();
+        for cf in [&a, &b] {
+            assert_eq!(
+                open_of(&db).level0_files(cf.slot).unwrap(),
+                1,
+                "one flush each (write cache {write_cache_bytes})"
+            );
+        }
+        drop((a, b));
+        db.close().unwrap();
+        let copy = open_bounded(&copy, write_cache_bytes);
+        let (a, b) = (
+            copy.cf("a").unwrap().unwrap(),
+            copy.cf("b").unwrap().unwrap(),
+        );
+        assert_eq!(read(&a, b"\x01k"), Some(b"in a".to_vec()));
+        assert_eq!(read(&b, b"\x02k"), Some(b"in b".to_vec()));
+    }
+}
