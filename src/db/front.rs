@@ -1034,13 +1034,11 @@ impl<'a> Drained<'a> {
         self.open.all_handles().collect()
     }
 
-    /// Flushes every column family's memtable to SST files.
+    /// Flushes every column family's memtable to SST files, without waiting for compactions
+    /// to clear a write stall first ([`super::raw::flush_now`]).
     pub(super) fn flush_all(&self) -> Result<()> {
         self.release_kept_iterators();
-        self.open
-            .rocks
-            .flush_cfs_opt(&self.handles(), &rocksdb::FlushOptions::default())
-            .map_err(rocks_error)
+        super::raw::flush_now(&self.open.rocks, &self.handles())
     }
 
     /// An iterator over column family `slot` for a scan that stops at its upper bound itself:

@@ -101,10 +101,10 @@ impl Db {
     /// Creates a RocksDB checkpoint in `dir` (which must not exist): memtables are flushed, SST
     /// files hard-linked, MANIFEST/CURRENT/OPTIONS copied.
     ///
-    /// Without a WAL the memtables are flushed first by [`super::raw::flush_now`], which does
-    /// not wait for compactions to clear a write stall as RocksDB's own flush does (a sync
-    /// phase behind a compaction backlog waited seconds for it), and the checkpoint then
-    /// flushes nothing. No write lands in between: drains wait for `at_rest`, and a write
+    /// Without a WAL the memtables are flushed first (`Drained::flush_all`, which does not
+    /// wait for compactions to clear a write stall as RocksDB's own flush does: a sync phase
+    /// behind a compaction backlog waited seconds for it), and the checkpoint then flushes
+    /// nothing. No write lands in between: drains wait for `at_rest`, and a write
     /// made straight through meanwhile is one made after the checkpoint. With a WAL, the
     /// checkpoint flushes itself (a checkpoint not flushing would copy the WAL files).
     pub(crate) fn checkpoint(&self, dir: &Path) -> Result<()> {
@@ -121,7 +121,7 @@ impl Db {
         if self.options().wal {
             checkpoint.create_checkpoint(dir).map_err(rocks_error)?;
         } else {
-            super::raw::flush_now(drained.rocks(), &drained.handles())?;
+            drained.flush_all()?;
             // `u64::MAX`: RocksDB's checkpoint flushes no memtable (it would wait as above).
             checkpoint
                 .create_checkpoint_with_log_size(dir, u64::MAX)

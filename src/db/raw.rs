@@ -6,8 +6,8 @@
 //! until one more level-0 file would not slow writes down, that is for compactions to bring
 //! level 0 under `level0_slowdown_writes_trigger`. Behind a compaction backlog (state loaded
 //! faster than two cores compact it) a checkpoint's sync phase waited for that, 1.8–15 s at
-//! 20M keys (decision 0049). [`flush_now`] flushes at once; the next writes meet RocksDB's
-//! write controller as any write does.
+//! 20M keys (decision 0049). [`flush_now`], which every flush of the crate goes through,
+//! flushes at once; the next writes meet RocksDB's write controller as any write does.
 
 use std::ffi::{c_char, c_int, CStr};
 
@@ -58,8 +58,7 @@ pub(super) fn message_error(message: String) -> Error {
     }
 }
 
-/// Owned `rocksdb_flushoptions_t`: wait for the flush, allow a write stall, one atomic flush
-/// of every column family named.
+/// Owned `rocksdb_flushoptions_t`: wait for the flush, allow a write stall.
 struct FlushNowOptions(*mut librocksdb_sys::rocksdb_flushoptions_t);
 
 impl Drop for FlushNowOptions {
@@ -69,9 +68,10 @@ impl Drop for FlushNowOptions {
     }
 }
 
-/// Flushes the memtables of `handles` in one atomic flush (all switched at the same point of
-/// the write sequence), without waiting for compactions to clear a write stall first; returns
-/// once the flush is done.
+/// Flushes the memtables of `handles`, one column family after another as RocksDB's own
+/// flushes do, without waiting for compactions to clear a write stall first; returns once
+/// the flushes are done. (Not RocksDB's atomic flush: after a flush failed for want of disk
+/// space, its error recovery retried the atomic flush's file and failed for good.)
 pub(super) fn flush_now(rocks: &Rocks, handles: &[&Handle]) -> Result<()> {
     // SAFETY: creates a fresh options object; null (allocation failure) is checked below.
     let opts = FlushNowOptions(unsafe { librocksdb_sys::rocksdb_flushoptions_create() });
@@ -82,7 +82,6 @@ pub(super) fn flush_now(rocks: &Rocks, handles: &[&Handle]) -> Result<()> {
     unsafe {
         librocksdb_sys::rocksdb_flushoptions_set_wait(opts.0, 1);
         librocksdb_sys::rocksdb_flushoptions_set_allow_write_stall(opts.0, 1);
-        librocksdb_sys::rocksdb_flushoptions_set_force_atomic_flush(opts.0, 1);
     }
     let mut cfs: Vec<*mut librocksdb_sys::rocksdb_column_family_handle_t> =
         handles.iter().map(|h| h.inner()).collect();

@@ -851,7 +851,7 @@ fn a_restores_database_compacts_only_once_the_restore_is_done() {
 }
 
 /// A RocksDB checkpoint holds what the memtables held: without a WAL the memtables of every
-/// column family are flushed first (`raw::flush_now`, one atomic flush), and the checkpoint
+/// column family are flushed first (`raw::flush_now`), and the checkpoint
 /// then flushes nothing itself. With the write cache on, its writes are drained into it too.
 #[test]
 fn a_checkpoint_holds_every_column_familys_memtable_and_cached_writes() {
