@@ -162,6 +162,8 @@ struct Run<'a> {
     cumulative: u64,
     /// Uploaded bytes of each checkpoint, in order (for the chart).
     uploaded: Vec<u64>,
+    /// Sync phase of each checkpoint, in order.
+    syncs: Vec<Duration>,
     bar: indicatif::ProgressBar,
 }
 
@@ -190,6 +192,7 @@ impl Run<'_> {
         self.backend.notify_checkpoint_complete(id)?;
         self.cumulative += stats.bytes_uploaded;
         self.uploaded.push(stats.bytes_uploaded);
+        self.syncs.push(stats.sync_duration);
         if !self.bar.is_finished() {
             self.bar.inc(1);
         }
@@ -253,6 +256,7 @@ fn open_run<'a>(
             mode,
             cumulative: 0,
             uploaded: Vec::new(),
+            syncs: Vec::new(),
             bar: crate::progress::bar(4 + args.rounds, "checkpoints", mode),
         },
         storage,
@@ -284,10 +288,23 @@ fn workload<'a>(
         run.checkpoint()?;
     }
     run.bar.finish_and_clear();
+    // The rounds' sync phases: what processing waits for at each checkpoint, stalls included.
+    let mut syncs = run.syncs[run.syncs.len() - args.rounds as usize..].to_vec();
+    syncs.sort();
     Line::header()
         .text("mode", mode)
         .int("rounds", args.rounds)
         .int("cumulative_uploaded_bytes", run.cumulative)
+        .num(
+            "rounds_sync_ms_median",
+            syncs.get(syncs.len() / 2).map_or(0.0, |d| ms(*d)),
+            1,
+        )
+        .num(
+            "rounds_sync_ms_max",
+            syncs.last().map_or(0.0, |d| ms(*d)),
+            1,
+        )
         .note(format!(
             "cp1..cp4: {after_cp4}, rounds: {}",
             run.cumulative - after_cp4
