@@ -16,8 +16,9 @@
 //!
 //! This module owns the backend's side of it: the local segment files (cut in every sync
 //! phase, written by the first async phase that needs them, kept until a completed
-//! materialization covers them, so a failed attempt loses no change), the private files of recent materializations, the choice between the two kinds,
-//! and the log checkpoint's upload. Restore replays the segments (`crate::restore`);
+//! materialization covers them, so a failed attempt loses no change), the private files of
+//! recent materializations, the choice between the two kinds, and the log checkpoint's
+//! upload. Restore replays the segments (`crate::restore`);
 //! docs/changelog-format.md has the segment format, docs/checkpoint-format.md the layout.
 
 use std::collections::{BTreeMap, HashMap};
@@ -64,8 +65,9 @@ pub struct ChangelogOptions {
     /// batch is downloaded, sorted and written into SST files on disk before the next is
     /// downloaded (all batches are ingested in order once the materialization is there), so
     /// the memory a restore holds for the log stays near twice this (segments and their
-    /// sorted order) however long the log is. Smaller batches cost restore time: each is one more set of files ingested into
-    /// level 0, and compactions start while later batches replay (a 54 MB log in 7 batches of
+    /// sorted order) however long the log is. Smaller batches cost restore time: each is one
+    /// more set of files ingested into level 0, and compactions start while later batches
+    /// replay (a 54 MB log in 7 batches of
     /// 8 MiB restored in 763–989 ms against 252–321 ms in one batch: `rockstate-bench
     /// checkpoint --keys 1000000 --value-bytes 100 --rounds 50 --mode changelog --changelog
     /// '{"replay_batch_bytes":8388608}'`). Read by the restoring backend. Default 256 MiB.
