@@ -71,8 +71,16 @@ const SCAN_RESTART_INTERVAL: u32 = 2;
 
 /// RocksDB's error as rockstate's, its status code mapped to a kind.
 pub(crate) fn rocks_error(e: rocksdb::Error) -> Error {
+    Error::RocksDb {
+        kind: error_kind(e.kind()),
+        detail: e.into_string(),
+    }
+}
+
+/// Rockstate's kind of a RocksDB status code.
+fn error_kind(code: rocksdb::ErrorKind) -> ErrorKind {
     use rocksdb::ErrorKind as R;
-    let kind = match e.kind() {
+    match code {
         R::NotFound => ErrorKind::NotFound,
         R::Corruption => ErrorKind::Corruption,
         R::NotSupported => ErrorKind::Unsupported,
@@ -86,10 +94,6 @@ pub(crate) fn rocks_error(e: rocksdb::Error) -> Error {
         | R::ShutdownInProgress => ErrorKind::Transient,
         R::Aborted | R::ColumnFamilyDropped => ErrorKind::Conflict,
         R::IOError | R::CompactionTooLarge | R::Unknown => ErrorKind::Io,
-    };
-    Error::RocksDb {
-        kind,
-        detail: e.into_string(),
     }
 }
 

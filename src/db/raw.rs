@@ -14,7 +14,7 @@ use std::ffi::{c_char, c_int, CStr};
 use rocksdb::{AsColumnFamilyRef, AsRawPtr};
 
 use super::{Handle, Rocks};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 
 /// The message RocksDB set in `err` (null: none), freed.
 ///
@@ -34,26 +34,31 @@ pub(super) unsafe fn take_message(err: *mut c_char) -> Option<String> {
     Some(m)
 }
 
-/// A RocksDB status message as rockstate's error, its status code (the message's prefix, as
-/// rust-rocksdb's `Error::kind` reads it) mapped as [`super::rocks_error`] maps it.
+/// A RocksDB status message as rockstate's error: its status code, the message's prefix as
+/// rust-rocksdb's `Error::kind` reads it (which has no constructor from a message), mapped
+/// as [`super::rocks_error`] maps it.
 pub(super) fn message_error(message: String) -> Error {
-    let kind = match message.split(':').next().unwrap_or("") {
-        "NotFound" => ErrorKind::NotFound,
-        "Corruption" => ErrorKind::Corruption,
-        "Not implemented" => ErrorKind::Unsupported,
-        "Invalid argument" => ErrorKind::InvalidInput,
-        "Resource busy"
-        | "Operation timed out"
-        | "Operation failed. Try again."
-        | "Result incomplete"
-        | "Merge in progress"
-        | "Operation expired"
-        | "Shutdown in progress" => ErrorKind::Transient,
-        "Operation aborted" | "Column family dropped" => ErrorKind::Conflict,
-        _ => ErrorKind::Io,
+    use rocksdb::ErrorKind as R;
+    let code = match message.split(':').next().unwrap_or("") {
+        "NotFound" => R::NotFound,
+        "Corruption" => R::Corruption,
+        "Not implemented" => R::NotSupported,
+        "Invalid argument" => R::InvalidArgument,
+        "IO error" => R::IOError,
+        "Merge in progress" => R::MergeInProgress,
+        "Result incomplete" => R::Incomplete,
+        "Shutdown in progress" => R::ShutdownInProgress,
+        "Operation timed out" => R::TimedOut,
+        "Operation aborted" => R::Aborted,
+        "Resource busy" => R::Busy,
+        "Operation expired" => R::Expired,
+        "Operation failed. Try again." => R::TryAgain,
+        "Compaction too large" => R::CompactionTooLarge,
+        "Column family dropped" => R::ColumnFamilyDropped,
+        _ => R::Unknown,
     };
     Error::RocksDb {
-        kind,
+        kind: super::error_kind(code),
         detail: message,
     }
 }
@@ -110,6 +115,7 @@ pub(super) fn flush_now(rocks: &Rocks, handles: &[&Handle]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn status_messages_map_to_the_kinds_rust_rocksdb_errors_map_to() {
