@@ -456,9 +456,12 @@ impl KeyedBackend {
     /// its mark covers them, so a blind `update`'s head outlives the entries it replaced. Only
     /// a list whose reads never return expired entries gets one, and only if the mark has
     /// covered it since it was created (a new state gets its mark now; a state written before
-    /// marks existed has none and keeps the reading `update`). A list registering with a
-    /// visibility that returns expired entries but holding a mark may hold heads written
-    /// under another setting: they are folded into ordinary runs first and the mark dropped.
+    /// marks existed has none and keeps the reading `update`). A list holding a mark may hold
+    /// heads written under other settings: registering with a visibility that returns expired
+    /// entries, or in another time domain than its mark's (whose times say nothing of this
+    /// domain's clock, so stamping with the mark would keep every write alive for as long as
+    /// the two clocks differ), its heads are folded into ordinary runs first and the mark
+    /// dropped. A mark whose domain is not recorded is taken as this registration's.
     fn list_floor(
         &self,
         name: &str,
@@ -469,11 +472,14 @@ impl KeyedBackend {
     ) -> Result<Option<Arc<StampFloor>>> {
         let meta = &self.inner.meta;
         let key = crate::meta::ttl_floor_key(name);
-        let marked = crate::meta::read_ttl_floor(meta, &key)?.is_some();
+        let mark = crate::meta::read_ttl_mark(meta, &key)?;
         let heads = config.visibility == crate::ttl::Visibility::NeverReturnExpired
             || config.update_type == UpdateType::Disabled;
-        if !heads {
-            if marked {
+        let other_domain = mark
+            .and_then(|m| m.domain)
+            .is_some_and(|d| d != config.time_domain);
+        if !heads || other_domain {
+            if mark.is_some() {
                 let folded = crate::state::fold_list_heads(
                     table,
                     self.inner.max_parallelism,
@@ -484,15 +490,23 @@ impl KeyedBackend {
             }
             return Ok(None);
         }
-        if created {
-            meta.put(&key, &0u64.to_be_bytes())?;
-        } else if !marked {
-            return Ok(None);
+        let stamp = match (created, mark) {
+            (true, _) => 0,
+            (false, None) => return Ok(None),
+            (false, Some(m)) => m.stamp,
+        };
+        if created || mark.is_some_and(|m| m.domain.is_none()) {
+            let mark = crate::meta::TtlMark {
+                stamp,
+                domain: Some(config.time_domain),
+            };
+            meta.put(&key, &mark.encode())?;
         }
         Ok(Some(Arc::new(StampFloor::open(
             meta.clone(),
             name,
             Arc::clone(clock),
+            config.time_domain,
         )?)))
     }
 
@@ -1057,10 +1071,17 @@ impl KeyedBackend {
     /// registered no state).
     fn raise_ttl_floor(&self, name: &str, stamp: u64) -> Result<()> {
         let key = crate::meta::ttl_floor_key(name);
-        if crate::meta::read_ttl_floor(&self.inner.meta, &key)?.is_none_or(|m| m < stamp) {
-            self.inner.meta.put(&key, &stamp.to_be_bytes())?;
-        }
-        Ok(())
+        // The savepoint does not record the time domain: the mark keeps the one it has, if
+        // any, and the next registration takes it as its own otherwise.
+        let mark = match crate::meta::read_ttl_mark(&self.inner.meta, &key)? {
+            Some(m) if m.stamp >= stamp => return Ok(()),
+            Some(m) => crate::meta::TtlMark { stamp, ..m },
+            None => crate::meta::TtlMark {
+                stamp,
+                domain: None,
+            },
+        };
+        self.inner.meta.put(&key, &mark.encode())
     }
 
     /// Writes every state of this backend into a canonical savepoint at `path` (created; an

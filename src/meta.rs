@@ -15,6 +15,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::store::Table;
+use crate::ttl::TimeDomain;
 
 /// Version of the metadata layout in the default column family.
 pub const BACKEND_META_VERSION: u32 = 1;
@@ -24,7 +25,8 @@ pub(crate) const META_LIST_SEQ: &[u8] = b"list-seq";
 /// Key of the event-time watermark the backend had reached when it last persisted it (a
 /// checkpoint's sync phase, a close): 8 bytes big-endian.
 pub(crate) const META_WATERMARK: &[u8] = b"watermark";
-/// Prefix of the key of a TTL list state's timestamp high-water mark (`ttl-floor/<name>`).
+/// Prefix of the key of a TTL list state's timestamp high-water mark (`ttl-floor/<name>`):
+/// [`TtlMark`], 8 bytes big-endian and a byte naming its time domain.
 pub(crate) const META_TTL_FLOOR_PREFIX: &str = "ttl-floor/";
 pub(crate) const STATE_CF_PREFIX: &str = "state:";
 /// Longest accepted state name in bytes.
@@ -130,10 +132,69 @@ pub(crate) fn read_list_seq(meta: &Table) -> Result<u64> {
     Ok(read_u64(meta, META_LIST_SEQ, "list sequence")?.unwrap_or(0))
 }
 
+/// A TTL list state's timestamp high-water mark as stored under `ttl-floor/<name>`: every
+/// timestamp the state holds is at or below `stamp`, a time of `domain`. Stored as the stamp,
+/// 8 bytes big-endian, then one byte: 0 processing time, 1 event time. A mark of 8 bytes alone
+/// (written before the domain was recorded, or by a savepoint restore, whose file does not
+/// record it) has no domain: the next registration of the state takes it as its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TtlMark {
+    /// The highest timestamp the state may hold.
+    pub(crate) stamp: u64,
+    /// The time domain of `stamp`, when known.
+    pub(crate) domain: Option<TimeDomain>,
+}
+
+impl TtlMark {
+    /// The stored form.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = self.stamp.to_be_bytes().to_vec();
+        match self.domain {
+            Some(TimeDomain::ProcessingTime) => out.push(0),
+            Some(TimeDomain::EventTime) => out.push(1),
+            None => {}
+        }
+        out
+    }
+
+    /// Parses the stored form.
+    pub(crate) fn decode(b: &[u8]) -> Result<Self> {
+        let what = "TTL timestamp mark";
+        let (stamp, rest) = b
+            .split_first_chunk::<8>()
+            .ok_or_else(|| Error::decode(what, "shorter than 8 bytes"))?;
+        let domain = match rest {
+            [] => None,
+            [0] => Some(TimeDomain::ProcessingTime),
+            [1] => Some(TimeDomain::EventTime),
+            [d] => return Err(Error::decode(what, format!("unknown time domain {d}"))),
+            _ => return Err(Error::decode(what, "longer than 9 bytes")),
+        };
+        Ok(TtlMark {
+            stamp: u64::from_be_bytes(*stamp),
+            domain,
+        })
+    }
+
+    /// The mark covering the timestamps of two sources of one state (a rescale): the higher
+    /// stamp, in their common domain (a source whose domain is unknown takes the other's);
+    /// `None` when their domains differ, since then no time covers both.
+    pub(crate) fn joined(self, other: TtlMark) -> Option<TtlMark> {
+        let domain = match (self.domain, other.domain) {
+            (Some(a), Some(b)) if a != b => return None,
+            (a, b) => a.or(b),
+        };
+        Some(TtlMark {
+            stamp: self.stamp.max(other.stamp),
+            domain,
+        })
+    }
+}
+
 /// Reads the timestamp high-water mark stored under `key` in `meta` (`None` when absent: a
 /// state whose timestamps no mark covers).
-pub(crate) fn read_ttl_floor(meta: &Table, key: &[u8]) -> Result<Option<u64>> {
-    read_u64(meta, key, "TTL timestamp mark")
+pub(crate) fn read_ttl_mark(meta: &Table, key: &[u8]) -> Result<Option<TtlMark>> {
+    meta.get_with(key, TtlMark::decode)?.transpose()
 }
 
 /// Hands out the TTL timestamps of one list state: the clock's time, but never below a
@@ -155,6 +216,8 @@ pub(crate) struct StampFloor {
     persisting: Mutex<()>,
     meta: Table,
     key: Vec<u8>,
+    /// The time domain of the clock, stored with each mark.
+    domain: TimeDomain,
 }
 
 impl std::fmt::Debug for StampFloor {
@@ -166,11 +229,17 @@ impl std::fmt::Debug for StampFloor {
 }
 
 impl StampFloor {
-    /// The floor of state `name`, reading its persisted mark from `meta` (which the caller
-    /// checked is there, or wrote for a new state).
-    pub(crate) fn open(meta: Table, name: &str, clock: Arc<dyn Clock>) -> Result<Self> {
+    /// The floor of state `name` taking its times from `clock`, of `domain`, reading its
+    /// persisted mark from `meta` (which the caller checked is there and of `domain`, or wrote
+    /// for a new state).
+    pub(crate) fn open(
+        meta: Table,
+        name: &str,
+        clock: Arc<dyn Clock>,
+        domain: TimeDomain,
+    ) -> Result<Self> {
         let key = ttl_floor_key(name);
-        let mark = read_ttl_floor(&meta, &key)?.unwrap_or(0);
+        let mark = read_ttl_mark(&meta, &key)?.map_or(0, |m| m.stamp);
         Ok(StampFloor {
             clock,
             high: AtomicU64::new(mark),
@@ -178,6 +247,7 @@ impl StampFloor {
             persisting: Mutex::new(()),
             meta,
             key,
+            domain,
         })
     }
 
@@ -200,7 +270,11 @@ impl StampFloor {
         let _guard = self.persisting.lock();
         // Another thread may have persisted past `stamp` while we waited.
         if stamp > self.persisted.load(Ordering::Acquire) {
-            self.meta.put(&self.key, &stamp.to_be_bytes())?;
+            let mark = TtlMark {
+                stamp,
+                domain: Some(self.domain),
+            };
+            self.meta.put(&self.key, &mark.encode())?;
             self.persisted.store(stamp, Ordering::Release);
         }
         Ok(())
@@ -228,7 +302,9 @@ mod tests {
         let meta = Table::Heap(HeapTable::new(std::path::Path::new("meta")));
         let clock = Arc::new(Settable::default());
         clock.0.store(1_000, Ordering::SeqCst);
-        let floor = Arc::new(StampFloor::open(meta.clone(), "l", clock.clone()).unwrap());
+        let floor = Arc::new(
+            StampFloor::open(meta.clone(), "l", clock.clone(), TimeDomain::EventTime).unwrap(),
+        );
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let (floor, meta) = (Arc::clone(&floor), meta.clone());
@@ -237,8 +313,9 @@ mod tests {
                     for _ in 0..2_000 {
                         let stamp = floor.next().unwrap();
                         assert!(stamp >= last, "{stamp} after {last}");
-                        let stored = read_ttl_floor(&meta, &ttl_floor_key("l")).unwrap();
-                        assert!(stored >= Some(stamp), "{stored:?} below {stamp}");
+                        let stored = read_ttl_mark(&meta, &ttl_floor_key("l")).unwrap().unwrap();
+                        assert!(stored.stamp >= stamp, "{stored:?} below {stamp}");
+                        assert_eq!(stored.domain, Some(TimeDomain::EventTime));
                         last = stamp;
                     }
                 })
@@ -257,8 +334,55 @@ mod tests {
         clock.0.store(3_000, Ordering::SeqCst);
         assert_eq!(floor.next().unwrap(), 12_000);
         // A floor opened again reads the mark.
-        let again = StampFloor::open(meta, "l", Arc::new(ManualClock::new(0))).unwrap();
+        let again = StampFloor::open(
+            meta,
+            "l",
+            Arc::new(ManualClock::new(0)),
+            TimeDomain::EventTime,
+        )
+        .unwrap();
         assert_eq!(again.next().unwrap(), 12_000);
+    }
+
+    #[test]
+    fn a_ttl_mark_round_trips_with_or_without_its_domain_and_refuses_other_lengths() {
+        for domain in [
+            None,
+            Some(TimeDomain::ProcessingTime),
+            Some(TimeDomain::EventTime),
+        ] {
+            let m = TtlMark {
+                stamp: 0x0102_0304_0506_0708,
+                domain,
+            };
+            assert_eq!(TtlMark::decode(&m.encode()).unwrap(), m);
+        }
+        assert_eq!(
+            TtlMark::decode(&[0, 0, 0, 0, 0, 0, 0, 9, 1]).unwrap(),
+            TtlMark {
+                stamp: 9,
+                domain: Some(TimeDomain::EventTime)
+            }
+        );
+        for bad in [&[0u8; 7][..], &[0; 10], &[0, 0, 0, 0, 0, 0, 0, 9, 2]] {
+            assert!(
+                matches!(TtlMark::decode(bad), Err(Error::Decode { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn joined_marks_take_the_higher_stamp_in_their_common_domain() {
+        let at = |stamp, domain| TtlMark { stamp, domain };
+        let (p, e) = (
+            Some(TimeDomain::ProcessingTime),
+            Some(TimeDomain::EventTime),
+        );
+        assert_eq!(at(5, p).joined(at(9, p)), Some(at(9, p)));
+        assert_eq!(at(5, None).joined(at(3, e)), Some(at(5, e)));
+        assert_eq!(at(5, None).joined(at(3, None)), Some(at(5, None)));
+        assert_eq!(at(5, p).joined(at(3, e)), None);
     }
 
     #[test]

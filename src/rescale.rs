@@ -84,8 +84,8 @@ use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, group_prefix, KeyGroupRange};
 use crate::meta::{
-    read_list_seq, read_watermark, ttl_floor_key, BackendMeta, BACKEND_META_VERSION, META_BACKEND,
-    META_LIST_SEQ, META_STATE_PREFIX, META_WATERMARK, STATE_CF_PREFIX,
+    read_list_seq, read_watermark, ttl_floor_key, BackendMeta, TtlMark, BACKEND_META_VERSION,
+    META_BACKEND, META_LIST_SEQ, META_STATE_PREFIX, META_WATERMARK, STATE_CF_PREFIX,
 };
 use crate::options::DbOptions;
 use crate::parallel::run_parallel;
@@ -234,8 +234,9 @@ pub(crate) fn rescale(
 
     // A TTL list's timestamp mark: the maximum over the sources that hold the state, so no
     // head written after the rescale sorts as older than an entry of any source it
-    // replaces; none if a source lacks it (that source's timestamps no mark covers).
-    let mut marks: BTreeMap<String, Option<u64>> = BTreeMap::new();
+    // replaces; none if a source lacks it (that source's timestamps no mark covers) or if
+    // two sources' marks are of different time domains (`TtlMark::joined`).
+    let mut marks: BTreeMap<String, Option<TtlMark>> = BTreeMap::new();
     for (name, st) in &base_states {
         if st.kind == StateKind::List && st.ttl {
             marks.insert(name.clone(), read_ttl_floor(db.default_cf()?, name)?);
@@ -262,7 +263,7 @@ pub(crate) fn rescale(
                 let theirs = read_ttl_floor(odb.default_cf()?, name)?;
                 marks
                     .entry(name.clone())
-                    .and_modify(|m| *m = m.zip(theirs).map(|(a, b)| a.max(b)))
+                    .and_modify(|m| *m = m.zip(theirs).and_then(|(a, b)| a.joined(b)))
                     .or_insert(theirs);
             }
         }
@@ -507,7 +508,7 @@ pub(crate) fn rescale(
     }
     for (name, mark) in &marks {
         match mark {
-            Some(stamp) => meta.put(&ttl_floor_key(name), &stamp.to_be_bytes())?,
+            Some(mark) => meta.put(&ttl_floor_key(name), &mark.encode())?,
             None => meta.delete(&ttl_floor_key(name))?,
         }
     }
@@ -894,8 +895,8 @@ fn state_cf(db: &Arc<Db>, src: &Source<'_>, name: &str) -> Result<Cf> {
 }
 
 /// The timestamp mark of TTL list state `name` in a source's metadata (`None` when absent).
-fn read_ttl_floor(meta: Cf, name: &str) -> Result<Option<u64>> {
-    crate::meta::read_ttl_floor(&crate::store::Table::Rocks(meta), &ttl_floor_key(name))
+fn read_ttl_floor(meta: Cf, name: &str) -> Result<Option<TtlMark>> {
+    crate::meta::read_ttl_mark(&crate::store::Table::Rocks(meta), &ttl_floor_key(name))
 }
 
 /// Step 1: checks a freshly opened source against its manifest; returns its states by name.
