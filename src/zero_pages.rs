@@ -50,10 +50,11 @@ impl<T: ZeroValid> ZeroPages<T> {
         }
     }
 
-    /// `len` zeroed elements, with the kernel asked to back them with huge pages (the value
-    /// cache reads and writes them at random, so with 4 KiB pages nearly every access would
-    /// also miss the TLB, and filling them would take a page fault per 4 KiB). Out of
-    /// memory aborts, as a `Vec` allocation does.
+    /// `len` zeroed elements, in ordinary pages: no huge pages are asked for, since on the
+    /// virtual machines measured the first touch of a huge page cost 10 to 20 times that of
+    /// the same bytes in 4 KiB pages, and gave no faster access after
+    /// (docs/decisions/0050-value-cache-in-ordinary-pages.md). Out of memory aborts, as a
+    /// `Vec` allocation does.
     pub(crate) fn new(len: usize) -> Self {
         let Ok(layout) = Layout::array::<T>(len) else {
             // More bytes than the address space: `Vec` panics the same way.
@@ -62,9 +63,10 @@ impl<T: ZeroValid> ZeroPages<T> {
         if layout.size() == 0 {
             return Self::empty();
         }
-        let ptr: NonNull<T> = map(layout);
-        hint_huge_pages(ptr.as_ptr().cast(), layout.size());
-        ZeroPages { ptr, len }
+        ZeroPages {
+            ptr: map(layout),
+            len,
+        }
     }
 }
 
@@ -94,24 +96,6 @@ fn map<T>(layout: Layout) -> NonNull<T> {
     let p = unsafe { std::alloc::alloc_zeroed(layout) };
     NonNull::new(p.cast()).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
 }
-
-#[cfg(target_os = "linux")]
-fn hint_huge_pages(start: *mut u8, bytes: usize) {
-    const HUGE: usize = 2 << 20;
-    let first = (start as usize).next_multiple_of(HUGE);
-    let end = (start as usize + bytes) / HUGE * HUGE;
-    if end > first {
-        // SAFETY: `first..end` lies within the mapping and is page-aligned; MADV_HUGEPAGE
-        // only changes how the kernel backs those pages, never their contents, and a
-        // refusal (no THP support) leaves them as they were.
-        unsafe {
-            libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn hint_huge_pages(_start: *mut u8, _bytes: usize) {}
 
 impl<T: ZeroValid> Drop for ZeroPages<T> {
     fn drop(&mut self) {
