@@ -34,6 +34,26 @@ fn open(dir: &std::path::Path) -> KeyedBackend {
         .unwrap()
 }
 
+/// A first run of the job: list `k` gets `old` in `domain` (with the watermark at
+/// `watermark`), then the backend closes.
+fn first_run(dir: &std::path::Path, domain: TimeDomain, watermark: u64) {
+    let b = open(dir);
+    b.advance_watermark(watermark);
+    let l = list(&b, domain);
+    l.update(b"k", b"", [&b"old"[..]]).unwrap();
+    l.add(b"k", b"", b"older-run").unwrap();
+    b.close().unwrap();
+}
+
+/// The closed database at `dir` opened raw, and the stored TTL timestamp mark of state `l`.
+fn stored_mark(dir: &std::path::Path) -> (rocksdb::DB, Vec<u8>) {
+    let opts = rocksdb::Options::default();
+    let cfs = rocksdb::DB::list_cf(&opts, dir).unwrap();
+    let db = rocksdb::DB::open_cf(&opts, dir, &cfs).unwrap();
+    let mark = db.get(b"ttl-floor/l").unwrap().unwrap();
+    (db, mark)
+}
+
 /// The TTL timestamps of the stored entries of key `k` of state `l`.
 fn stamps(b: &KeyedBackend, k: &[u8]) -> Vec<u64> {
     let mut out = Vec::new();
@@ -52,13 +72,7 @@ fn stamps(b: &KeyedBackend, k: &[u8]) -> Vec<u64> {
 #[test]
 fn a_list_moved_to_event_time_is_stamped_by_the_watermark_not_its_processing_time_mark() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let b = open(dir.path());
-        let l = list(&b, TimeDomain::ProcessingTime);
-        l.update(b"k", b"", [&b"old"[..]]).unwrap();
-        l.add(b"k", b"", b"older-run").unwrap();
-        b.close().unwrap();
-    }
+    first_run(dir.path(), TimeDomain::ProcessingTime, 0);
     let b = open(dir.path());
     b.advance_watermark(EVENT);
     let l = list(&b, TimeDomain::EventTime);
@@ -88,15 +102,9 @@ fn a_list_moved_to_event_time_is_stamped_by_the_watermark_not_its_processing_tim
 #[test]
 fn a_list_moved_back_to_processing_time_is_stamped_by_the_clock() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        // Event times far ahead of the processing clock (a replay of future-dated input, or
-        // event times in another unit than the clock's).
-        let b = open(dir.path());
-        b.advance_watermark(WALL * 2);
-        let l = list(&b, TimeDomain::EventTime);
-        l.update(b"k", b"", [&b"old"[..]]).unwrap();
-        b.close().unwrap();
-    }
+    // Event times far ahead of the processing clock (a replay of future-dated input, or
+    // event times in another unit than the clock's).
+    first_run(dir.path(), TimeDomain::EventTime, WALL * 2);
     let b = open(dir.path());
     let l = list(&b, TimeDomain::ProcessingTime);
     l.update(b"k", b"", [&b"new"[..]]).unwrap();
@@ -108,18 +116,10 @@ fn a_list_moved_back_to_processing_time_is_stamped_by_the_clock() {
 #[test]
 fn a_mark_stored_without_its_domain_is_taken_as_the_registering_ones() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let b = open(dir.path());
-        let l = list(&b, TimeDomain::ProcessingTime);
-        l.update(b"k", b"", [&b"old"[..]]).unwrap();
-        b.close().unwrap();
-    }
+    first_run(dir.path(), TimeDomain::ProcessingTime, 0);
     {
         // The mark as stored before its domain was: 8 bytes alone.
-        let opts = rocksdb::Options::default();
-        let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
-        let stored = db.get(b"ttl-floor/l").unwrap().unwrap();
+        let (db, stored) = stored_mark(dir.path());
         assert_eq!(stored.len(), 9, "the mark and its domain byte");
         assert_eq!(stored[8], 0, "processing time");
         db.put(b"ttl-floor/l", &stored[..8]).unwrap();
@@ -130,10 +130,7 @@ fn a_mark_stored_without_its_domain_is_taken_as_the_registering_ones() {
     l.update(b"k", b"", [&b"new"[..]]).unwrap();
     assert_eq!(l.get(b"k", b"").unwrap(), vec![b"new".to_vec()]);
     b.close().unwrap();
-    let opts = rocksdb::Options::default();
-    let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
-    let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
-    let stored = db.get(b"ttl-floor/l").unwrap().unwrap();
+    let (_db, stored) = stored_mark(dir.path());
     assert_eq!(
         stored.len(),
         9,
