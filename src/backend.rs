@@ -502,12 +502,13 @@ impl KeyedBackend {
             };
             meta.put(&key, &mark.encode())?;
         }
-        Ok(Some(Arc::new(StampFloor::open(
+        Ok(Some(Arc::new(StampFloor::new(
             meta.clone(),
             name,
             Arc::clone(clock),
+            stamp,
             config.time_domain,
-        )?)))
+        ))))
     }
 
     /// A handle core for persisted state `meta`: the registered one if registered in this

@@ -229,26 +229,24 @@ impl std::fmt::Debug for StampFloor {
 }
 
 impl StampFloor {
-    /// The floor of state `name` taking its times from `clock`, of `domain`, reading its
-    /// persisted mark from `meta` (which the caller checked is there and of `domain`, or wrote
-    /// for a new state).
-    pub(crate) fn open(
+    /// The floor of state `name` taking its times from `clock`, of `domain`, starting at
+    /// `stamp`: the mark the caller read from (or wrote to) `meta`, of `domain`.
+    pub(crate) fn new(
         meta: Table,
         name: &str,
         clock: Arc<dyn Clock>,
+        stamp: u64,
         domain: TimeDomain,
-    ) -> Result<Self> {
-        let key = ttl_floor_key(name);
-        let mark = read_ttl_mark(&meta, &key)?.map_or(0, |m| m.stamp);
-        Ok(StampFloor {
+    ) -> Self {
+        StampFloor {
             clock,
-            high: AtomicU64::new(mark),
-            persisted: AtomicU64::new(mark),
+            high: AtomicU64::new(stamp),
+            persisted: AtomicU64::new(stamp),
             persisting: Mutex::new(()),
             meta,
-            key,
+            key: ttl_floor_key(name),
             domain,
-        })
+        }
     }
 
     /// The timestamp of a write made now: the clock's time, or the largest timestamp handed
@@ -302,9 +300,13 @@ mod tests {
         let meta = Table::Heap(HeapTable::new(std::path::Path::new("meta")));
         let clock = Arc::new(Settable::default());
         clock.0.store(1_000, Ordering::SeqCst);
-        let floor = Arc::new(
-            StampFloor::open(meta.clone(), "l", clock.clone(), TimeDomain::EventTime).unwrap(),
-        );
+        let floor = Arc::new(StampFloor::new(
+            meta.clone(),
+            "l",
+            clock.clone(),
+            0,
+            TimeDomain::EventTime,
+        ));
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let (floor, meta) = (Arc::clone(&floor), meta.clone());
@@ -333,14 +335,15 @@ mod tests {
         assert_eq!(floor.next().unwrap(), 12_000);
         clock.0.store(3_000, Ordering::SeqCst);
         assert_eq!(floor.next().unwrap(), 12_000);
-        // A floor opened again reads the mark.
-        let again = StampFloor::open(
+        // A floor started again from the stored mark goes on from it.
+        let stored = read_ttl_mark(&meta, &ttl_floor_key("l")).unwrap().unwrap();
+        let again = StampFloor::new(
             meta,
             "l",
             Arc::new(ManualClock::new(0)),
+            stored.stamp,
             TimeDomain::EventTime,
-        )
-        .unwrap();
+        );
         assert_eq!(again.next().unwrap(), 12_000);
     }
 

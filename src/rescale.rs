@@ -239,7 +239,7 @@ pub(crate) fn rescale(
     let mut marks: BTreeMap<String, Option<TtlMark>> = BTreeMap::new();
     for (name, st) in &base_states {
         if st.kind == StateKind::List && st.ttl {
-            marks.insert(name.clone(), read_ttl_floor(db.default_cf()?, name)?);
+            marks.insert(name.clone(), read_ttl_mark(db.default_cf()?, name)?);
         }
     }
 
@@ -260,7 +260,7 @@ pub(crate) fn rescale(
         watermark = watermark.max(read_watermark(&Table::Rocks(odb.default_cf()?))?);
         for (name, st) in &other_states {
             if st.kind == StateKind::List && st.ttl {
-                let theirs = read_ttl_floor(odb.default_cf()?, name)?;
+                let theirs = read_ttl_mark(odb.default_cf()?, name)?;
                 marks
                     .entry(name.clone())
                     .and_modify(|m| *m = m.zip(theirs).and_then(|(a, b)| a.joined(b)))
@@ -895,7 +895,7 @@ fn state_cf(db: &Arc<Db>, src: &Source<'_>, name: &str) -> Result<Cf> {
 }
 
 /// The timestamp mark of TTL list state `name` in a source's metadata (`None` when absent).
-fn read_ttl_floor(meta: Cf, name: &str) -> Result<Option<TtlMark>> {
+fn read_ttl_mark(meta: Cf, name: &str) -> Result<Option<TtlMark>> {
     crate::meta::read_ttl_mark(&crate::store::Table::Rocks(meta), &ttl_floor_key(name))
 }
 
