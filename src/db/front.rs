@@ -25,6 +25,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use rocksdb::{BoundColumnFamily, Options, ReadOptions, WriteBatch, WriteOptions};
 
+use super::block_sizes::{block_size_option, BlockSizes};
 use super::budget::{BloomGrant, MemoryBudget, ValueShare, WriteShare};
 use super::l0_triggers::{Base, L0Triggers};
 use super::quiet::{Held, Quiet};
@@ -138,6 +139,8 @@ pub(super) struct Open {
     logging: AtomicBool,
     /// Column families whose level-0 stall triggers an ingestion raised.
     l0: L0Triggers,
+    /// Each column family's first puts, counted to choose its block size.
+    block_sizes: BlockSizes,
     /// Flushes and compactions held off while files are ingested.
     quiet: Quiet,
     path: std::path::PathBuf,
@@ -176,6 +179,9 @@ pub(super) struct FrontSettings {
     /// Whether every column family was opened with automatic compactions off, until the
     /// restore that opened it is done ([`super::quiet`]).
     pub(super) compactions_off: bool,
+    /// The block size given to a column family whose first puts carry large entries
+    /// ([`super::block_sizes`]); `None`: every column family keeps the shared one.
+    pub(super) large_entry_block_size: Option<usize>,
 }
 
 impl Open {
@@ -240,6 +246,7 @@ impl Open {
                 names_len,
             ),
             quiet: Quiet::new(settings.compactions_off),
+            block_sizes: BlockSizes::new(MAX_COLUMN_FAMILIES, settings.large_entry_block_size),
             #[cfg(test)]
             writes_before_failing: std::sync::atomic::AtomicUsize::new(usize::MAX),
             #[cfg(test)]
@@ -413,6 +420,29 @@ impl Open {
                 Ok(false) => {}
                 Err(e) => tracing::warn!(slot, error = %e, "level-0 triggers stay raised"),
             }
+        }
+    }
+
+    /// Counts a put of `bytes` to the column family in `slot` towards its block size, and
+    /// gives the column family the block size for large entries when this put completes a
+    /// sample of them ([`super::block_sizes`]). A refused change is logged and leaves the
+    /// shared block size: it costs speed, never data.
+    #[inline]
+    fn note_put(&self, slot: usize, bytes: usize) {
+        if let Some(size) = self.block_sizes.note(slot, bytes) {
+            self.give_block_size(slot, size);
+        }
+    }
+
+    /// Gives the column family in `slot` data blocks of `size` bytes from its next flush or
+    /// compaction on.
+    #[cold]
+    fn give_block_size(&self, slot: usize, size: usize) {
+        let option = block_size_option(size);
+        let pairs = option.each_ref().map(|(k, v)| (*k, v.as_str()));
+        match self.set_options_cf(slot, &pairs) {
+            Ok(()) => tracing::debug!(slot, size, "large entries: block size set"),
+            Err(e) => tracing::warn!(slot, size, error = %e, "block size for large entries not set"),
         }
     }
 
@@ -599,9 +629,15 @@ impl Open {
         // write the cache keeps them and the next drain records them again, after, and
         // replaying a put or delete twice in order leaves what the later one left.
         let mut run: Option<(usize, &[u8])> = None;
+        let mut sized: Vec<(usize, usize)> = Vec::new();
         let writes = cache.sorted().inspect(|&(slot, key, value)| {
             if let Some(log) = log.as_mut() {
                 log.record(slot, key, value);
+            }
+            if let Some(v) = value {
+                if let Some(size) = self.block_sizes.note(slot, key.len() + v.len()) {
+                    sized.push((slot, size));
+                }
             }
             let Some(b) = bounds.as_mut() else { return };
             if let Some((s, k)) = run {
@@ -614,7 +650,12 @@ impl Open {
                 run = Some((slot, key));
             }
         });
-        self.write_in_batches(writes)?;
+        let written = self.write_in_batches(writes);
+        // Given whether or not the writes went in: the sample is of puts made.
+        for (slot, size) in sized {
+            self.give_block_size(slot, size);
+        }
+        written?;
         if let (Some(b), Some((slot, key))) = (bounds.as_mut(), run) {
             b.raise(slot, key);
         }
@@ -688,6 +729,11 @@ impl Open {
             .iter()
             .map(|op| (op.slot, &*op.key, op.value.as_deref()));
         let wb = self.write_batch(ops)?;
+        for op in batch {
+            if let Some(v) = &op.value {
+                self.note_put(op.slot, op.key.len() + v.len());
+            }
+        }
         let mut front = self.tracking_front();
         if let Some(front) = &mut front {
             for op in batch.iter().filter(|op| op.value.is_some()) {
@@ -764,6 +810,7 @@ impl Open {
             .put_cf_opt(handle, key, value, &self.write.0)
             .map_err(rocks_error)?;
         self.after_write(key.len() + value.len());
+        self.note_put(slot, key.len() + value.len());
         if let Some(front) = &mut front {
             if let Some(log) = front.log.as_mut() {
                 log.record(slot, key, Some(value));

@@ -6,6 +6,7 @@
 //! | module | owns |
 //! |---|---|
 //! | `baseline` | [`RawRocksDb`], raw RocksDB for benchmarks to compare against |
+//! | `block_sizes` | each column family's data block size, chosen from the entries its first puts carry |
 //! | `budget` | [`MemoryBudget`] and the shares of it granted to open databases |
 //! | `options` | RocksDB options built from [`DbOptions`] |
 //! | `compaction_filter` | the compaction filter: TTL expiry, dead list entries |
@@ -16,6 +17,7 @@
 //! | `sst_writer` | writing SST files with the database's table options |
 
 mod baseline;
+mod block_sizes;
 mod budget;
 mod compaction_filter;
 mod files;
@@ -348,6 +350,10 @@ impl Db {
             scan_sweep_bytes: options.write_buffer_size / 8,
             read_only,
             compactions_off,
+            large_entry_block_size: (!read_only
+                && options.large_entry_block_size != 0
+                && options.large_entry_block_size != options.block_size)
+                .then_some(options.large_entry_block_size),
         };
         let open = Open::new(rocks, existing, blooms, budget, settings, path)?;
         Ok(Arc::new(Db {
