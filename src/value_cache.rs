@@ -91,8 +91,10 @@ fn index_slot(pos: u64, hash: u64) -> u64 {
 }
 
 /// TinyLFU's doorkeeper, the admission filter of values read from RocksDB
-/// ([`ValueCacheAdmission::SecondRead`]): one bit per hash bucket, set by the first read of a
-/// key the cache did not hold; a read's value is admitted when its bit was set already. The
+/// ([`ValueCacheAdmission::SecondRead`]) and of values written to it
+/// ([`ValueCacheWrites::SecondWrite`], a doorkeeper of its own): one bit per hash bucket, set
+/// by the first read (write) of a key the cache did not hold; a value is admitted when its
+/// bit was set already. The
 /// bits are atomics, so the check runs under the front's read lock and the exclusive lock is
 /// taken only for values that will be kept. When an eighth of the bits are set they are all
 /// cleared, so it remembers about the last `bits / 8` keys read (for 100-byte values about as
@@ -174,6 +176,9 @@ pub(crate) struct ValueCache {
     writes: ValueCacheWrites,
     /// Empty unless `admission` is [`ValueCacheAdmission::SecondRead`] and the cache is on.
     door: Doorkeeper,
+    /// The keys written lately, for [`ValueCacheWrites::SecondWrite`]: empty unless `writes`
+    /// says so and the cache is on.
+    write_door: Doorkeeper,
 }
 
 impl ValueCache {
@@ -197,11 +202,17 @@ impl ValueCache {
             ValueCacheAdmission::SecondRead if max_slots > 0 => Doorkeeper::new(max_slots),
             _ => Doorkeeper::default(),
         };
+        let write_door = match writes {
+            ValueCacheWrites::SecondWrite if max_slots > 0 => Doorkeeper::new(max_slots),
+            _ => Doorkeeper::default(),
+        };
         let ring_len = if max_slots == 0 {
             0
         } else {
-            // The doorkeeper's byte per four slots fits in the quarter's spare eighth.
-            (limit - max_slots * std::mem::size_of::<u64>() - door.bytes()) / ALIGN * ALIGN
+            // The doorkeepers' byte per four slots each fit in the quarter's spare eighth.
+            (limit - max_slots * std::mem::size_of::<u64>() - door.bytes() - write_door.bytes())
+                / ALIGN
+                * ALIGN
         };
         ValueCache {
             ring: ZeroPages::empty(),
@@ -219,6 +230,7 @@ impl ValueCache {
             admission,
             writes,
             door,
+            write_door,
         }
     }
 
@@ -339,14 +351,24 @@ impl ValueCache {
     }
 
     /// [`ValueCache::store`] for a write: under [`ValueCacheWrites::Refresh`] a put of a key
-    /// the cache does not hold leaves it out (the probe that finds it absent is all it costs).
+    /// the cache does not hold leaves it out (the probe that finds it absent is all it costs),
+    /// under [`ValueCacheWrites::SecondWrite`] too unless the key was written before within
+    /// the doorkeeper's memory.
     /// A cached key is probed again by the store, after its append: the append may sweep the
     /// index, so the slot the lookup found is not kept across it.
     fn store_written(&mut self, hash: u64, slot: usize, key: &[u8], value: Option<&[u8]>) {
-        if self.writes == ValueCacheWrites::Refresh
-            && value.is_some()
-            && self.find(hash, slot, key).is_none()
-        {
+        let leave_out = match self.writes {
+            ValueCacheWrites::Fill => false,
+            ValueCacheWrites::Refresh => value.is_some() && self.find(hash, slot, key).is_none(),
+            // The bit is tested only for a key the cache does not hold: a cached key is
+            // refreshed whatever the doorkeeper says.
+            ValueCacheWrites::SecondWrite => {
+                value.is_some()
+                    && self.find(hash, slot, key).is_none()
+                    && !self.write_door.seen(hash)
+            }
+        };
+        if leave_out {
             return;
         }
         self.store(hash, slot, key, value);
@@ -444,7 +466,10 @@ impl ValueCache {
 
     /// Bytes held: the ring, the index and the doorkeeper as allocated; at most the limit.
     pub(crate) fn bytes(&self) -> usize {
-        self.ring.len() + self.index.len() * std::mem::size_of::<u64>() + self.door.bytes()
+        self.ring.len()
+            + self.index.len() * std::mem::size_of::<u64>()
+            + self.door.bytes()
+            + self.write_door.bytes()
     }
 
     /// Number of keys cached (counted over the index).

@@ -77,7 +77,10 @@ impl BlockSizes {
 
 /// RocksDB's `SetOptions` pair that gives a column family data blocks of `bytes`.
 pub(super) fn block_size_option(bytes: usize) -> [(&'static str, String); 1] {
-    [("block_based_table_factory", format!("{{block_size={bytes}}}"))]
+    [(
+        "block_based_table_factory",
+        format!("{{block_size={bytes}}}"),
+    )]
 }
 
 #[cfg(test)]
@@ -94,7 +97,9 @@ mod tests {
     fn large_entries_get_the_large_block_size_once_the_sample_is_complete() {
         let sizes = BlockSizes::new(4, Some(4096));
         let decided = fill(&sizes, 1, 1040);
-        let at: Vec<usize> = (0..decided.len()).filter(|&i| decided[i].is_some()).collect();
+        let at: Vec<usize> = (0..decided.len())
+            .filter(|&i| decided[i].is_some())
+            .collect();
         assert_eq!(at, vec![SAMPLE_WRITES as usize - 1]);
         assert_eq!(decided[at[0]], Some(4096));
     }

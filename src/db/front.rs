@@ -442,7 +442,9 @@ impl Open {
         let pairs = option.each_ref().map(|(k, v)| (*k, v.as_str()));
         match self.set_options_cf(slot, &pairs) {
             Ok(()) => tracing::debug!(slot, size, "large entries: block size set"),
-            Err(e) => tracing::warn!(slot, size, error = %e, "block size for large entries not set"),
+            Err(e) => {
+                tracing::warn!(slot, size, error = %e, "block size for large entries not set")
+            }
         }
     }
 

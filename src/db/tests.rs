@@ -249,7 +249,7 @@ fn value_cached(cf: &Cf, key: &[u8]) -> Option<Vec<u8>> {
 #[test]
 fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
     use crate::options::ValueCacheAdmission::{EveryRead, SecondRead};
-    use crate::options::ValueCacheWrites::{Fill, Refresh};
+    use crate::options::ValueCacheWrites::{Fill, Refresh, SecondWrite};
     for (cache, wal, admission, writes) in [
         (2 << 20, false, EveryRead, Fill),
         (0, false, EveryRead, Fill),
@@ -259,6 +259,9 @@ fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
         (2 << 20, false, EveryRead, Refresh),
         (0, true, EveryRead, Refresh),
         (2 << 20, false, SecondRead, Refresh),
+        (2 << 20, false, EveryRead, SecondWrite),
+        (0, true, EveryRead, SecondWrite),
+        (2 << 20, false, SecondRead, SecondWrite),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let options = DbOptions {
@@ -332,6 +335,16 @@ fn writes_and_reads_fill_the_value_cache_and_keep_it_true() {
         db.drain().unwrap();
         assert_eq!(value_cached(&cf, b"\x05a"), None, "{case}");
         assert_eq!(read(&cf, b"\x05a"), None, "{case}");
+        // A key written again (a later drain, or a later write straight to RocksDB) before
+        // any read: cached under SecondWrite, as under Fill.
+        cf.put(b"\x05d", b"5").unwrap();
+        db.drain().unwrap();
+        assert_eq!(value_cached(&cf, b"\x05d"), filled(b"5"), "{case}");
+        cf.put(b"\x05d", b"6").unwrap();
+        db.drain().unwrap();
+        let again = (writes != Refresh).then(|| b"6".to_vec());
+        assert_eq!(value_cached(&cf, b"\x05d"), again, "{case}: a second write");
+        assert_eq!(read(&cf, b"\x05d"), Some(b"6".to_vec()), "{case}");
     }
 }
 
