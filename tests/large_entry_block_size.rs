@@ -11,22 +11,19 @@ use rockstate::{CodecId, DbOptions, KeyedBackend, StateDescriptor};
 /// Puts per state: more than the sample of 1,024 that decides.
 const PUTS: u32 = 3000;
 
-/// Data bytes per data block of each column family's SSTs under `dir`, summed over its files.
+/// Data bytes per data block of each column family's SSTs in the database directory `dir`,
+/// summed over its files.
 fn bytes_per_block(dir: &Path) -> BTreeMap<String, u64> {
     let mut sums: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "sst") {
-                let props = sst_format::read_sst_meta(&p).unwrap().properties;
-                let s = sums.entry(props.column_family_name).or_default();
-                s.0 += props.data_size;
-                s.1 += props.num_data_blocks;
-            }
-        }
+    let ssts = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sst"));
+    for path in ssts {
+        let props = sst_format::read_sst_meta(&path).unwrap().properties;
+        let s = sums.entry(props.column_family_name).or_default();
+        s.0 += props.data_size;
+        s.1 += props.num_data_blocks;
     }
     sums.into_iter()
         .filter(|(_, (_, blocks))| *blocks > 0)
