@@ -1,5 +1,5 @@
 //! A column family whose first puts carry large entries writes its SSTs in blocks of
-//! `DbOptions::large_entry_block_size`; one of small entries keeps `block_size`
+//! `DbOptions::large_entry_block_size`; one of small entries, and a list's, keep `block_size`
 //! (docs/decisions/0051-block-size-follows-entry-size.md). Checked in the SSTs RocksDB wrote
 //! (their table properties: data bytes per data block), on a new backend and after a reopen.
 
@@ -31,9 +31,9 @@ fn bytes_per_block(dir: &Path) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// Opens a backend on `dir`, writes `PUTS` values of 1,000 bytes to state `big` and of 100
-/// bytes to state `small` (fresh keys, after any earlier run's `offset`), and closes it (which
-/// flushes both).
+/// Opens a backend on `dir`, writes `PUTS` values of 1,000 bytes to state `big`, of 100
+/// bytes to state `small` and runs of 150 elements to list state `list` (fresh keys, after any
+/// earlier run's `offset`), and closes it (which flushes them).
 fn write_states(dir: &Path, options: &DbOptions, offset: u32) {
     let b = KeyedBackend::builder(dir)
         .options(options.clone())
@@ -44,12 +44,19 @@ fn write_states(dir: &Path, options: &DbOptions, offset: u32) {
         .raw_value_state(StateDescriptor::new("big"), codec.clone())
         .unwrap();
     let small = b
-        .raw_value_state(StateDescriptor::new("small"), codec)
+        .raw_value_state(StateDescriptor::new("small"), codec.clone())
         .unwrap();
+    let list = b
+        .raw_list_state(StateDescriptor::new("list"), codec)
+        .unwrap();
+    let elements: Vec<[u8; 8]> = (0..150u64).map(u64::to_be_bytes).collect();
     for i in offset..offset + PUTS {
         let key = i.to_be_bytes();
         big.put(&key, b"", &[i as u8; 1000]).unwrap();
         small.put(&key, b"", &[i as u8; 100]).unwrap();
+        // One entry of about 1.2 KB per call: a run of 150 elements.
+        list.add_all(&key, b"", elements.iter().map(|e| &e[..]))
+            .unwrap();
     }
     b.close().unwrap();
 }
@@ -77,6 +84,12 @@ fn large_entries_get_smaller_blocks_small_ones_keep_the_shared_size() {
         assert!(
             small >= 14 << 10,
             "run {run}: {small} bytes per block of 100-byte values"
+        );
+        // Lists are read by seeks and keep the shared size, however large their runs.
+        let list = sizes["state:list"];
+        assert!(
+            list >= 14 << 10,
+            "run {run}: {list} bytes per block of list runs"
         );
     }
 }

@@ -10,7 +10,9 @@
 //! average at least [`LARGE_ENTRY_BYTES`], the column family gets
 //! `DbOptions::large_entry_block_size` through RocksDB's `SetOptions` (flushes and compactions
 //! from then on write blocks of that size; files already written keep theirs until compacted).
-//! Each open decides again: RocksDB opens every column family with the shared options.
+//! Each open decides again: RocksDB opens every column family with the shared options. List
+//! column families are kept out ([`BlockSizes::keep`]): their entries are runs of elements,
+//! read by iterator seeks, and wrote slower in smaller blocks without reading faster.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,6 +22,10 @@ pub(super) const SAMPLE_WRITES: u64 = 1024;
 /// Mean bytes of key and value per put from which a column family's entries count as large.
 /// At 512 B a 16 KiB block holds 32 entries or fewer.
 pub(super) const LARGE_ENTRY_BYTES: u64 = 512;
+
+/// A sample's put count once its column family keeps the shared block size: above
+/// [`SAMPLE_WRITES`], and far enough below `u64::MAX` that counting puts never wraps it.
+const KEPT: u64 = u64::MAX / 2;
 
 /// Bytes counted of one put at most, so a sample's sum cannot overflow (1024 puts of at most
 /// 2^32 bytes each).
@@ -72,6 +78,14 @@ impl BlockSizes {
         (total / SAMPLE_WRITES >= LARGE_ENTRY_BYTES)
             .then_some(self.large)
             .flatten()
+    }
+
+    /// Decides nothing for the column family in `slot` from now on: it keeps the shared block
+    /// size (called before its first put).
+    pub(super) fn keep(&self, slot: usize) {
+        if let Some(sample) = self.samples.get(slot) {
+            sample.puts.store(KEPT, Ordering::Relaxed);
+        }
     }
 }
 
@@ -131,6 +145,15 @@ mod tests {
         // A put counts at most 2^32 - 1 bytes: a sample of the largest puts does not overflow.
         let sizes = BlockSizes::new(1, Some(8192));
         assert_eq!(fill(&sizes, 0, usize::MAX).iter().flatten().count(), 1);
+    }
+
+    #[test]
+    fn a_kept_column_family_decides_nothing() {
+        let sizes = BlockSizes::new(2, Some(4096));
+        sizes.keep(1);
+        sizes.keep(7);
+        assert!(fill(&sizes, 1, 4096).iter().all(Option::is_none));
+        assert_eq!(fill(&sizes, 0, 4096).iter().flatten().count(), 1);
     }
 
     #[test]

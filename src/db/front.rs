@@ -434,6 +434,12 @@ impl Open {
         }
     }
 
+    /// Keeps the shared block size for the column family in `slot`, whatever its puts carry
+    /// (a list's, read by iterator seeks).
+    pub(super) fn keep_block_size(&self, slot: usize) {
+        self.block_sizes.keep(slot);
+    }
+
     /// Gives the column family in `slot` data blocks of `size` bytes from its next flush or
     /// compaction on.
     #[cold]
