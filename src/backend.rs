@@ -634,7 +634,7 @@ impl KeyedBackend {
                 // entries there would only take the room of values that point reads find
                 // (docs/decisions/0033-list-runs.md).
                 cf.keep_out_of_value_cache()?;
-                cf.restart_for_scans()?;
+                cf.tune_for_scans()?;
                 // Every list may hold heads (one written under other settings too), so its
                 // compactions drop what they made dead; not in changelog mode, where such a
                 // drop is not logged and a restore replays the log onto a materialization

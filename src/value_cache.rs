@@ -209,7 +209,8 @@ impl ValueCache {
         let ring_len = if max_slots == 0 {
             0
         } else {
-            // The doorkeepers' byte per four slots each fit in the quarter's spare eighth.
+            // Each doorkeeper takes a byte per four index slots (1/32 of the index), out of
+            // the ring.
             (limit - max_slots * std::mem::size_of::<u64>() - door.bytes() - write_door.bytes())
                 / ALIGN
                 * ALIGN

@@ -67,7 +67,7 @@ use crate::keygroup::{self, KeyGroupRange};
 use crate::options::DbOptions;
 
 /// Entries between restart points in the data blocks of a state read by iterator seeks
-/// ([`Cf::restart_for_scans`]); RocksDB's default, which every other column family keeps, is
+/// ([`Cf::tune_for_scans`]); RocksDB's default, which every other column family keeps, is
 /// 16.
 const SCAN_RESTART_INTERVAL: u32 = 2;
 
@@ -553,14 +553,14 @@ impl Cf {
         Ok(())
     }
 
-    /// Gives the SSTs this column family writes from now on a restart point every
-    /// [`SCAN_RESTART_INTERVAL`] entries instead of every 16: for a state read by iterator
-    /// seeks (lists), whose entries are large, so a seek decodes fewer of them after its
-    /// binary search (docs/decisions/0041-list-restart-interval.md). Such a column family
-    /// keeps the shared block size whatever its entries' size: lists of runs of about 900
+    /// Shapes the SSTs this column family writes from now on for a state read by iterator
+    /// seeks (lists), whose entries are large: a restart point every
+    /// [`SCAN_RESTART_INTERVAL`] entries instead of every 16, so a seek decodes fewer of them
+    /// after its binary search (docs/decisions/0041-list-restart-interval.md), and the shared
+    /// block size whatever its entries' size: lists of runs of about 900
     /// bytes filled 29 % and updated 14 % slower in 4 KiB blocks, and read no faster
     /// (docs/decisions/0051-block-size-follows-entry-size.md).
-    pub(crate) fn restart_for_scans(&self) -> Result<()> {
+    pub(crate) fn tune_for_scans(&self) -> Result<()> {
         let open = self.db.opened()?;
         open.keep_block_size(self.slot);
         let interval = format!("{{block_restart_interval={SCAN_RESTART_INTERVAL}}}");
