@@ -1,6 +1,7 @@
 //! `rockstate-bench states`: list and map state operations in the shape of Flink's own state
 //! benchmarks (apache/flink-benchmarks `ListStateBenchmark`, `MapStateBenchmark`: 8-byte
-//! `Long` keys, lists of 100 `Long` elements, maps of 10 `Long` → `Double` entries per key),
+//! `Long` keys, lists of 100 `Long` elements, maps of 10 `Long` → `Double` entries per key;
+//! `--map-value-bytes` makes the map values larger),
 //! through rockstate alone, one line per phase. `scripts/flink-bench.sh --states` runs the
 //! same phases through Flink's RocksDB backend (`benches/flink/FlinkStates.java`) in turns
 //! with this and prints rockstate / Flink per phase.
@@ -44,6 +45,11 @@ pub struct StatesArgs {
     /// Entries of each map (8-byte user keys and values).
     #[arg(long, default_value_t = 10)]
     map_len: u64,
+    /// Bytes of each map value (at least 8; Flink's benchmark stores 8-byte `Double`s):
+    /// the value's first 8 bytes, then bytes of a random pool that differ from entry to
+    /// entry, so that compression does not shrink them.
+    #[arg(long, default_value_t = 8)]
+    map_value_bytes: usize,
     /// Operations of each phase after the fills.
     #[arg(long, default_value_t = 200_000)]
     ops: u64,
@@ -93,10 +99,12 @@ fn descriptor(name: &str, ttl: bool) -> rockstate::StateDescriptor {
 
 /// Runs the phases and prints one line per phase.
 pub fn run(args: &StatesArgs) -> rockstate::Result<()> {
-    if args.keys == 0 || args.list_len == 0 || args.map_len == 0 {
+    if args.keys == 0 || args.list_len == 0 || args.map_len == 0 || args.map_value_bytes < 8 {
         return Err(rockstate::Error::InvalidOption {
             name: "states",
-            detail: "--keys, --list-len and --map-len must be at least 1".into(),
+            detail: "--keys, --list-len and --map-len must be at least 1, --map-value-bytes \
+                     at least 8"
+                .into(),
         });
     }
     let dir = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
@@ -114,15 +122,21 @@ pub fn run(args: &StatesArgs) -> rockstate::Result<()> {
         .int("keys", args.keys)
         .int("list_len", args.list_len)
         .int("map_len", args.map_len)
+        .int("map_value_bytes", args.map_value_bytes as u64)
         .int("ops", args.ops)
         .text("ttl", if args.ttl { "week" } else { "off" })
         .note(
             "list and map state in the shape of flink-benchmarks' ListStateBenchmark and \
-             MapStateBenchmark (8-byte keys, elements, user keys and values); each phase starts \
-             after a flush and a wait for compactions",
+             MapStateBenchmark (8-byte keys, elements and user keys, map values of \
+             map_value_bytes); each phase starts after a flush and a wait for compactions",
         )
         .print();
-    let w = Work { args, list, map };
+    let w = Work {
+        args,
+        list,
+        map,
+        pool: MapValues::new(args.map_value_bytes, args.seed),
+    };
     for phase in LIST_PHASES.iter().chain(MAP_PHASES.iter()) {
         let fill = phase.ends_with("_fill");
         if !fill && !args.only.as_deref().is_none_or(|o| phase.contains(o)) {
@@ -160,6 +174,42 @@ struct Work<'a> {
     args: &'a StatesArgs,
     list: RawListState,
     map: RawMapState,
+    pool: MapValues,
+}
+
+/// Map values of `--map-value-bytes`: the 8 bytes a phase puts, then a window of a random
+/// pool chosen by them, so entries side by side in a block do not repeat each other's bytes.
+struct MapValues {
+    bytes: usize,
+    pool: Vec<u8>,
+}
+
+impl MapValues {
+    /// Bytes of the random pool the windows are taken from.
+    const POOL: usize = 1 << 20;
+
+    fn new(bytes: usize, seed: u64) -> Self {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6d61_7076);
+        let pool = if bytes > 8 {
+            (0..Self::POOL + bytes)
+                .map(|_| rng.random::<u8>())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        MapValues { bytes, pool }
+    }
+
+    /// Writes the value whose first 8 bytes are `head` into `buf` and returns it.
+    fn value<'b>(&self, head: [u8; 8], buf: &'b mut Vec<u8>) -> &'b [u8] {
+        buf.clear();
+        buf.extend_from_slice(&head);
+        if self.bytes > 8 {
+            let at = (u64::from_be_bytes(head) % Self::POOL as u64) as usize;
+            buf.extend_from_slice(&self.pool[at..at + self.bytes - 8]);
+        }
+        buf
+    }
 }
 
 impl Work<'_> {
@@ -174,6 +224,7 @@ impl Work<'_> {
         let element = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
         let elements: Vec<[u8; 8]> = (0..a.list_len).map(element).collect();
         let mut visited = 0u64;
+        let mut buf = Vec::with_capacity(a.map_value_bytes);
         let start = Instant::now();
         let ops = match phase {
             "list_fill" => {
@@ -208,8 +259,8 @@ impl Work<'_> {
             "map_fill" => {
                 for k in 0..a.keys {
                     for u in 0..a.map_len {
-                        self.map
-                            .put(&k.to_be_bytes(), &[], &u.to_be_bytes(), &element(u))?;
+                        let v = self.pool.value(element(u), &mut buf);
+                        self.map.put(&k.to_be_bytes(), &[], &u.to_be_bytes(), v)?;
                     }
                 }
                 a.keys * a.map_len
@@ -217,8 +268,8 @@ impl Work<'_> {
             "map_update" => {
                 for &(k, r) in &draws {
                     let u = r % a.map_len;
-                    self.map
-                        .put(&k.to_be_bytes(), &[], &u.to_be_bytes(), &r.to_be_bytes())?;
+                    let v = self.pool.value(r.to_be_bytes(), &mut buf);
+                    self.map.put(&k.to_be_bytes(), &[], &u.to_be_bytes(), v)?;
                 }
                 a.ops
             }
@@ -226,7 +277,7 @@ impl Work<'_> {
                 for &(k, r) in &draws {
                     let u = r % a.map_len;
                     let v = self.map.get(&k.to_be_bytes(), &[], &u.to_be_bytes())?;
-                    visited += u64::from(v.is_some());
+                    visited += u64::from(v.is_some_and(|v| v.len() == a.map_value_bytes));
                 }
                 a.ops
             }
@@ -242,7 +293,7 @@ impl Work<'_> {
             "map_iterate" => {
                 for &(k, _) in &draws {
                     self.map.for_each(&k.to_be_bytes(), &[], |_, v| {
-                        visited += u64::from(v.len() == 8);
+                        visited += u64::from(v.len() == a.map_value_bytes);
                         Ok(true)
                     })?;
                 }
@@ -259,7 +310,7 @@ impl Work<'_> {
                     self.list
                         .add(&(r % a.keys).to_be_bytes(), &[], &r.to_be_bytes())?;
                     self.map.for_each(&k.to_be_bytes(), &[], |_, v| {
-                        visited += u64::from(v.len() == 8);
+                        visited += u64::from(v.len() == a.map_value_bytes);
                         Ok(true)
                     })?;
                 }
