@@ -10,11 +10,15 @@
 //! average at least [`LARGE_ENTRY_BYTES`], the column family gets
 //! `DbOptions::large_entry_block_size` through RocksDB's `SetOptions` (flushes and compactions
 //! from then on write blocks of that size; files already written keep theirs until compacted).
-//! Each open decides again: RocksDB opens every column family with the shared options. List
-//! column families are kept out ([`BlockSizes::keep`]): their entries are runs of elements,
-//! read by iterator seeks, and wrote slower in smaller blocks without reading faster.
+//! RocksDB opens every column family with the shared options, so each open decides again:
+//! from the entries the column family's files hold when they are [`SAMPLE_WRITES`] or more
+//! ([`BlockSizes::decide_stored`], from RocksDB's aggregated table properties: a reopened or
+//! restored state that is only read, or written fewer times, still writes its compactions in
+//! the size its entries call for), and otherwise from its first puts. List column families are
+//! kept out ([`BlockSizes::keep`]): their entries are runs of elements, read by iterator
+//! seeks, and wrote slower in smaller blocks without reading faster.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Puts of a column family counted before its block size is decided.
 pub(super) const SAMPLE_WRITES: u64 = 1024;
@@ -31,11 +35,40 @@ const KEPT: u64 = u64::MAX / 2;
 /// 2^32 bytes each).
 const MAX_COUNTED_BYTES: u64 = u32::MAX as u64;
 
-/// The sample of one column family: its puts counted so far and their bytes.
+/// The sample of one column family: its puts counted so far and their bytes, and whether it
+/// was given the block size for large entries.
 #[derive(Debug, Default)]
 struct Sample {
     puts: AtomicU64,
     bytes: AtomicU64,
+    given: AtomicBool,
+}
+
+/// What a column family's files hold, from RocksDB's `rocksdb.aggregated-table-properties`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct StoredEntries {
+    /// Entries (puts, deletions and merge operands) of every file.
+    pub(super) entries: u64,
+    /// Their key and value bytes, as written.
+    pub(super) bytes: u64,
+}
+
+impl StoredEntries {
+    /// Reads the property's text (`# entries=N; ... raw key size=N; ... raw value size=N;
+    /// ...`, RocksDB's `TableProperties::ToString`); `None` when a figure is missing or not
+    /// a number.
+    pub(super) fn parse(text: &str) -> Option<StoredEntries> {
+        let figure = |name: &str| {
+            text.split(';')
+                .filter_map(|pair| pair.split_once('='))
+                .find(|(k, _)| k.trim() == name)
+                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        };
+        Some(StoredEntries {
+            entries: figure("# entries")?,
+            bytes: figure("raw key size")?.saturating_add(figure("raw value size")?),
+        })
+    }
 }
 
 /// The block-size samples of every column family of one open database, by slot.
@@ -75,17 +108,52 @@ impl BlockSizes {
         }
         // Another thread's put may have added its bytes without yet counting itself, or the
         // other way round: the mean is of about SAMPLE_WRITES puts either way.
-        (total / SAMPLE_WRITES >= LARGE_ENTRY_BYTES)
+        self.give(sample, total / SAMPLE_WRITES)
+    }
+
+    /// Whether the column family in `slot` is still to be decided (neither its puts nor its
+    /// files decided it, and it is not kept).
+    pub(super) fn deciding(&self, slot: usize) -> bool {
+        self.samples
+            .get(slot)
+            .is_some_and(|s| s.puts.load(Ordering::Relaxed) < SAMPLE_WRITES)
+    }
+
+    /// Decides the block size of the column family in `slot` from what its files hold,
+    /// unless it is decided already (by its puts, by an earlier call, or kept) or they hold
+    /// fewer than [`SAMPLE_WRITES`] entries (its puts decide then). Returns the block size to
+    /// give it, as [`BlockSizes::note`] does; from then on its puts are not counted.
+    pub(super) fn decide_stored(&self, slot: usize, stored: StoredEntries) -> Option<usize> {
+        let sample = self.samples.get(slot)?;
+        if stored.entries < SAMPLE_WRITES {
+            return None;
+        }
+        // Exactly one decision: a put completing the sample at the same time sees a count
+        // past SAMPLE_WRITES, or this sees the count it completed.
+        if sample.puts.fetch_max(SAMPLE_WRITES, Ordering::Relaxed) >= SAMPLE_WRITES {
+            return None;
+        }
+        self.give(sample, stored.bytes / stored.entries)
+    }
+
+    /// The block size for a column family whose entries average `mean` bytes, noted as given.
+    fn give(&self, sample: &Sample, mean: u64) -> Option<usize> {
+        let size = (mean >= LARGE_ENTRY_BYTES)
             .then_some(self.large)
-            .flatten()
+            .flatten()?;
+        sample.given.store(true, Ordering::Relaxed);
+        Some(size)
     }
 
     /// Decides nothing for the column family in `slot` from now on: it keeps the shared block
-    /// size (called before its first put).
-    pub(super) fn keep(&self, slot: usize) {
-        if let Some(sample) = self.samples.get(slot) {
-            sample.puts.store(KEPT, Ordering::Relaxed);
-        }
+    /// size. Returns whether it had been given the block size for large entries (from its
+    /// files, when the database opened): the caller sets the shared size back.
+    pub(super) fn keep(&self, slot: usize) -> bool {
+        let Some(sample) = self.samples.get(slot) else {
+            return false;
+        };
+        sample.puts.store(KEPT, Ordering::Relaxed);
+        sample.given.swap(false, Ordering::Relaxed)
     }
 }
 
@@ -154,6 +222,79 @@ mod tests {
         sizes.keep(7);
         assert!(fill(&sizes, 1, 4096).iter().all(Option::is_none));
         assert_eq!(fill(&sizes, 0, 4096).iter().flatten().count(), 1);
+    }
+
+    /// The property's text as RocksDB 11.8 writes it (shortened after the sizes).
+    const PROPERTIES: &str = "# data blocks=4114; # data blocks compression rejected=0; \
+        # data blocks compression bypassed=0; # uniform blocks=0; # entries=588160; \
+        # deletions=0; # merge operands=0; # range deletions=0; raw key size=9410560; \
+        raw average key size=16.000000; raw value size=58816000; raw average value \
+        size=100.000000; data block size=67114475; ";
+
+    #[test]
+    fn stored_entries_are_read_from_the_aggregated_table_properties() {
+        assert_eq!(
+            StoredEntries::parse(PROPERTIES),
+            Some(StoredEntries {
+                entries: 588_160,
+                bytes: 9_410_560 + 58_816_000
+            })
+        );
+        assert_eq!(StoredEntries::parse(""), None);
+        assert_eq!(StoredEntries::parse("# entries=12; raw key size=3"), None);
+        assert_eq!(
+            StoredEntries::parse("# entries=x; raw key size=3; raw value size=4"),
+            None
+        );
+    }
+
+    fn stored(entries: u64, mean: u64) -> StoredEntries {
+        StoredEntries {
+            entries,
+            bytes: entries * mean,
+        }
+    }
+
+    #[test]
+    fn stored_entries_decide_once_and_before_the_puts() {
+        let sizes = BlockSizes::new(4, Some(4096));
+        // Large stored entries: decided, and the puts decide nothing more.
+        assert_eq!(
+            sizes.decide_stored(0, stored(SAMPLE_WRITES, 1000)),
+            Some(4096)
+        );
+        assert_eq!(sizes.decide_stored(0, stored(SAMPLE_WRITES, 1000)), None);
+        assert!(fill(&sizes, 0, 4096).iter().all(Option::is_none));
+        // Small stored entries: decided too (the shared size), large puts change nothing.
+        assert_eq!(sizes.decide_stored(1, stored(1 << 20, 100)), None);
+        assert!(fill(&sizes, 1, 4096).iter().all(Option::is_none));
+        // Too few stored entries: the puts decide.
+        assert_eq!(
+            sizes.decide_stored(2, stored(SAMPLE_WRITES - 1, 4096)),
+            None
+        );
+        assert_eq!(fill(&sizes, 2, 4096).iter().flatten().count(), 1);
+        // Decided by its puts already: the files change nothing.
+        assert_eq!(fill(&sizes, 3, 100).iter().flatten().count(), 0);
+        assert_eq!(sizes.decide_stored(3, stored(1 << 20, 4096)), None);
+        // Off: nothing.
+        let off = BlockSizes::new(1, None);
+        assert_eq!(off.decide_stored(0, stored(1 << 20, 4096)), None);
+    }
+
+    #[test]
+    fn keeping_a_column_family_given_the_large_size_asks_for_the_shared_one_back() {
+        let sizes = BlockSizes::new(3, Some(4096));
+        assert_eq!(sizes.decide_stored(0, stored(1 << 20, 1000)), Some(4096));
+        assert!(sizes.keep(0));
+        assert!(!sizes.keep(0));
+        // Given by its puts: the same.
+        assert_eq!(fill(&sizes, 1, 1000).iter().flatten().count(), 1);
+        assert!(sizes.keep(1));
+        // Never given: nothing to set back.
+        assert_eq!(sizes.decide_stored(2, stored(1 << 20, 100)), None);
+        assert!(!sizes.keep(2));
+        assert!(!sizes.keep(9));
     }
 
     #[test]

@@ -154,6 +154,13 @@ impl Cf {
         }
         drop(changing);
         let released = held.release();
+        if ingested.is_ok() {
+            // Files of large entries (a restore's, a savepoint's) size the blocks of the
+            // column family's compactions before any put could.
+            for &slot in &slots {
+                open.size_blocks_from_files(slot);
+            }
+        }
         ingested.and(released)
     }
 

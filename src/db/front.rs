@@ -25,7 +25,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use rocksdb::{BoundColumnFamily, Options, ReadOptions, WriteBatch, WriteOptions};
 
-use super::block_sizes::{block_size_option, BlockSizes};
+use super::block_sizes::{block_size_option, BlockSizes, StoredEntries};
 use super::budget::{BloomGrant, MemoryBudget, ValueShare, WriteShare};
 use super::l0_triggers::{Base, L0Triggers};
 use super::quiet::{Held, Quiet};
@@ -141,6 +141,8 @@ pub(super) struct Open {
     l0: L0Triggers,
     /// Each column family's first puts, counted to choose its block size.
     block_sizes: BlockSizes,
+    /// `DbOptions::block_size`.
+    shared_block_size: usize,
     /// Flushes and compactions held off while files are ingested.
     quiet: Quiet,
     path: std::path::PathBuf,
@@ -182,6 +184,9 @@ pub(super) struct FrontSettings {
     /// The block size given to a column family whose first puts carry large entries
     /// ([`super::block_sizes`]); `None`: every column family keeps the shared one.
     pub(super) large_entry_block_size: Option<usize>,
+    /// The shared block size (`DbOptions::block_size`), set back on a column family that
+    /// is kept at it after its files gave it the one for large entries.
+    pub(super) block_size: usize,
 }
 
 impl Open {
@@ -227,7 +232,7 @@ impl Open {
             .then(|| budget.join_writes(&front, settings.write_cache_bytes));
         let value_share = (settings.value_cache_bytes > 0)
             .then(|| budget.join_values(&front, settings.value_cache_bytes));
-        Ok(Open {
+        let open = Open {
             scan_iters: ScanIters::new(
                 MAX_COLUMN_FAMILIES,
                 settings.scan_sweep_bytes,
@@ -257,7 +262,12 @@ impl Open {
             write: SharedWriteOptions(write),
             read: SharedReadOptions(ReadOptions::default()),
             path: path.to_path_buf(),
-        })
+            shared_block_size: settings.block_size,
+        };
+        for slot in 0..names_len {
+            open.size_blocks_from_files(slot);
+        }
+        Ok(open)
     }
 
     /// The slot of column family `name`, if it exists.
@@ -434,10 +444,38 @@ impl Open {
         }
     }
 
-    /// Keeps the shared block size for the column family in `slot`, whatever its puts carry
-    /// (a list's, read by iterator seeks).
+    /// Keeps the shared block size for the column family in `slot`, whatever its entries
+    /// (a list's, read by iterator seeks); sets it back if its files had given it the one for
+    /// large entries.
     pub(super) fn keep_block_size(&self, slot: usize) {
-        self.block_sizes.keep(slot);
+        if self.block_sizes.keep(slot) {
+            self.give_block_size(slot, self.shared_block_size);
+        }
+    }
+
+    /// Decides the block size of the column family in `slot` from the entries its files hold
+    /// (when the database opens, and after files are ingested into it), unless its puts or an
+    /// earlier look decided it ([`BlockSizes::decide_stored`]). A property RocksDB does not
+    /// give leaves the decision to the puts: it costs speed, never data.
+    pub(super) fn size_blocks_from_files(&self, slot: usize) {
+        if !self.block_sizes.deciding(slot) {
+            return;
+        }
+        let text = self.handle(slot).and_then(|h| {
+            self.rocks
+                .property_value_cf(h, "rocksdb.aggregated-table-properties")
+                .map_err(rocks_error)
+        });
+        let stored = match text {
+            Ok(text) => text.as_deref().and_then(StoredEntries::parse),
+            Err(e) => {
+                tracing::warn!(slot, error = %e, "stored entries not read for the block size");
+                None
+            }
+        };
+        if let Some(size) = stored.and_then(|s| self.block_sizes.decide_stored(slot, s)) {
+            self.give_block_size(slot, size);
+        }
     }
 
     /// Gives the column family in `slot` data blocks of `size` bytes from its next flush or

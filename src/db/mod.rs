@@ -354,6 +354,7 @@ impl Db {
                 && options.large_entry_block_size != 0
                 && options.large_entry_block_size != options.block_size)
                 .then_some(options.large_entry_block_size),
+            block_size: options.block_size,
         };
         let open = Open::new(rocks, existing, blooms, budget, settings, path)?;
         Ok(Arc::new(Db {
