@@ -58,12 +58,14 @@ pub struct DbOptions {
     /// Data block size in bytes. Default 16 KiB (4 KiB blocks make the index larger than it is worth
     /// for state that is mostly point-read).
     pub block_size: usize,
-    /// Data block size of a column family whose first puts after the backend opens (1,024 of
-    /// them) carry 512 bytes or more of key and value on average; 0 keeps `block_size` for
-    /// every column family. Default 4 KiB (Flink's block size): a point read that misses the
-    /// block cache reads one whole block, so large values read faster from smaller blocks
-    /// (gets of 1 KiB values beyond the budget +11–27 % in `bench matrix`), while 100-byte
-    /// entries keep 16 KiB (docs/decisions/0051-block-size-follows-entry-size.md).
+    /// Data block size of a column family whose entries carry 512 bytes or more of key and
+    /// value on average: those its files hold when the backend opens (1,024 or more), or else
+    /// its first 1,024 puts; list states keep `block_size`, and 0 keeps it for every column
+    /// family. Default 4 KiB (Flink's block size): a point read that misses the block cache
+    /// reads one whole block, so large values read faster from smaller blocks (gets of 1 KiB
+    /// values beyond the budget +11–27 % in `bench matrix`), while 100-byte entries keep
+    /// 16 KiB; iterating a map of large values runs 25–36 % slower
+    /// (docs/decisions/0051-block-size-follows-entry-size.md).
     pub large_entry_block_size: usize,
     /// Bloom filter bits per key; 0 disables filters. Default 10 (≈1% false positives), which makes
     /// reads of missing keys nearly free.
