@@ -5,13 +5,15 @@
 //! per data block) for a state of 1,000-byte values, one of 100-byte values and a list of
 //! 150-element runs (large entries that keep the shared size).
 
-use std::collections::{BTreeMap, BTreeSet};
+#[path = "block_size_common/mod.rs"]
+mod block_size_common;
+
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rockstate::{
-    CheckpointStorage, CodecId, DbOptions, KeyedBackend, LocalStorage, RestoreFrom, StateDescriptor,
-};
+use block_size_common::{bytes_per_block, ssts, write_states as write};
+use rockstate::{CheckpointStorage, DbOptions, KeyedBackend, LocalStorage, RestoreFrom};
 
 /// Puts per state before the reopen or restore: more than the 1,024 that decide.
 const PUTS: u32 = 3000;
@@ -25,53 +27,6 @@ fn options() -> DbOptions {
         // Stored sizes are the written sizes.
         compression: rockstate::Compression::None,
         ..DbOptions::default()
-    }
-}
-
-/// The SST files in the database directory `dir`.
-fn ssts(dir: &Path) -> BTreeSet<PathBuf> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "sst"))
-        .collect()
-}
-
-/// Data bytes per data block of `files`, by column family.
-fn bytes_per_block(files: &BTreeSet<PathBuf>) -> BTreeMap<String, u64> {
-    let mut sums: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for path in files {
-        let props = sst_format::read_sst_meta(path).unwrap().properties;
-        let s = sums.entry(props.column_family_name).or_default();
-        s.0 += props.data_size;
-        s.1 += props.num_data_blocks;
-    }
-    sums.into_iter()
-        .filter(|(_, (_, blocks))| *blocks > 0)
-        .map(|(cf, (bytes, blocks))| (cf, bytes / blocks))
-        .collect()
-}
-
-/// Registers states `big`, `small` and list `list` on `b` and writes `n` fresh keys to each
-/// from `offset`: 1,000-byte values, 100-byte values, runs of 150 elements.
-fn write(b: &KeyedBackend, offset: u32, n: u32) {
-    let codec = CodecId::new("bytes", 1);
-    let big = b
-        .raw_value_state(StateDescriptor::new("big"), codec.clone())
-        .unwrap();
-    let small = b
-        .raw_value_state(StateDescriptor::new("small"), codec.clone())
-        .unwrap();
-    let list = b
-        .raw_list_state(StateDescriptor::new("list"), codec)
-        .unwrap();
-    let elements: Vec<[u8; 8]> = (0..150u64).map(u64::to_be_bytes).collect();
-    for i in offset..offset + n {
-        let key = i.to_be_bytes();
-        big.put(&key, b"", &[i as u8; 1000]).unwrap();
-        small.put(&key, b"", &[i as u8; 100]).unwrap();
-        list.add_all(&key, b"", elements.iter().map(|e| &e[..]))
-            .unwrap();
     }
 }
 

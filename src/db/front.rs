@@ -139,7 +139,7 @@ pub(super) struct Open {
     logging: AtomicBool,
     /// Column families whose level-0 stall triggers an ingestion raised.
     l0: L0Triggers,
-    /// Each column family's first puts, counted to choose its block size.
+    /// Each column family's block size, decided from its files or its first puts.
     block_sizes: BlockSizes,
     /// `DbOptions::block_size`.
     shared_block_size: usize,
@@ -181,8 +181,8 @@ pub(super) struct FrontSettings {
     /// Whether every column family was opened with automatic compactions off, until the
     /// restore that opened it is done ([`super::quiet`]).
     pub(super) compactions_off: bool,
-    /// The block size given to a column family whose first puts carry large entries
-    /// ([`super::block_sizes`]); `None`: every column family keeps the shared one.
+    /// The block size given to a column family whose files or first puts carry large
+    /// entries ([`super::block_sizes`]); `None`: every column family keeps the shared one.
     pub(super) large_entry_block_size: Option<usize>,
     /// The shared block size (`DbOptions::block_size`), set back on a column family that
     /// is kept at it after its files gave it the one for large entries.

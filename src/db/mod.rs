@@ -6,7 +6,7 @@
 //! | module | owns |
 //! |---|---|
 //! | `baseline` | [`RawRocksDb`], raw RocksDB for benchmarks to compare against |
-//! | `block_sizes` | each column family's data block size, chosen from the entries its first puts carry |
+//! | `block_sizes` | each column family's data block size, chosen from the entries its files or its first puts carry |
 //! | `budget` | [`MemoryBudget`] and the shares of it granted to open databases |
 //! | `options` | RocksDB options built from [`DbOptions`] |
 //! | `compaction_filter` | the compaction filter: TTL expiry, dead list entries |
