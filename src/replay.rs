@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use sst_format::{Changelog, CheckpointManifest, LogEntry, LogSegment, LogSegmentFile, LogTable};
 
 use crate::catalog::{check_digest, named_fetch_error};
-use crate::db::{write_ssts, Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
+use crate::db::{write_ssts, BlockSizing, Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::meta::STATE_CF_PREFIX;
@@ -808,29 +808,37 @@ fn sort_batch(
                 // Stable: a key's changes stay in log order, and the last one wins.
                 run[w[0] - base..w[1] - base].sort_by(|a, b| a.1.cmp(b.1));
             }
-            let written = write_ssts(options, budget, &[file.as_path()], |sinks| {
-                let Some(sink) = sinks.first_mut() else {
-                    return Ok(());
-                };
-                for (j, (_, key, value, at)) in run.iter().enumerate() {
-                    if run.get(j + 1).is_some_and(|next| next.1 == *key) {
-                        continue; // a later change of the same key follows
+            // The log does not say which state is a list (whose runs keep the shared block
+            // size): the changes of a log are few beside the state, and the column family
+            // decides from its files after the ingestion.
+            let written = write_ssts(
+                options,
+                budget,
+                &[(file.as_path(), BlockSizing::Shared)],
+                |sinks| {
+                    let Some(sink) = sinks.first_mut() else {
+                        return Ok(());
+                    };
+                    for (j, (_, key, value, at)) in run.iter().enumerate() {
+                        if run.get(j + 1).is_some_and(|next| next.1 == *key) {
+                            continue; // a later change of the same key follows
+                        }
+                        if cleared_after(tombstones, key, *at) {
+                            continue; // its row was cleared after it: the tombstone deletes it
+                        }
+                        match value {
+                            Some(v) => sink.put(key, v)?,
+                            None => sink.delete(key)?,
+                        }
                     }
-                    if cleared_after(tombstones, key, *at) {
-                        continue; // its row was cleared after it: the tombstone deletes it
+                    // Deletes what the database holds there from before the log; not this
+                    // file's own entries (one sequence number: `SstSink::delete_range`).
+                    for t in tombstones.iter() {
+                        sink.delete_range(t.start, t.end)?;
                     }
-                    match value {
-                        Some(v) => sink.put(key, v)?,
-                        None => sink.delete(key)?,
-                    }
-                }
-                // Deletes what the database holds there from before the log; not this
-                // file's own entries (one sequence number: `SstSink::delete_range`).
-                for t in tombstones.iter() {
-                    sink.delete_range(t.start, t.end)?;
-                }
-                Ok(())
-            })?;
+                    Ok(())
+                },
+            )?;
             Ok(written.into_iter().next().flatten())
         })?;
         let state_files: Vec<PathBuf> = jobs
@@ -856,7 +864,7 @@ fn write_meta(
     }
     // Stable: a key's changes stay in log order, and the last one wins.
     meta.sort_by(|a, b| a.0.cmp(&b.0));
-    let written = write_ssts(options, budget, &[file], |sinks| {
+    let written = write_ssts(options, budget, &[(file, BlockSizing::Shared)], |sinks| {
         let Some(sink) = sinks.first_mut() else {
             return Ok(());
         };

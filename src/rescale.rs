@@ -80,7 +80,7 @@ use std::sync::Arc;
 use sst_format::{CheckpointManifest, SstUniqueId};
 
 use crate::codec;
-use crate::db::{self, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
+use crate::db::{self, BlockSizing, Cf, Db, ForeignFiles, KeyLayout, LiveSst, MemoryBudget};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, group_prefix, KeyGroupRange};
 use crate::meta::{
@@ -402,23 +402,28 @@ pub(crate) fn rescale(
     // 3d. The fallback: rewrite the key groups no linked file brings, per state and source,
     //     cut into up to `threads` slices scanned into SSTs in parallel; each (state, source)
     //     is ingested in one call.
-    let mut jobs: Vec<(usize, Cf, KeyGroupRange, PathBuf)> = Vec::new();
+    let mut jobs: Vec<(usize, Cf, KeyGroupRange, PathBuf, BlockSizing)> = Vec::new();
     for (p, plan) in plans.iter().enumerate() {
         let other = &others[plan.source];
         let src = state_cf(&opened[plan.source], other, &plan.name)?;
+        // A list's runs keep the shared block size, as its column family does.
+        let sizing = match states.get(&plan.name).map(|st| st.kind) {
+            Some(StateKind::List) | None => BlockSizing::Shared,
+            Some(_) => BlockSizing::FromEntries,
+        };
         for range in &plan.state.rewrite {
             for slice in split(*range, target.threads) {
                 let file = target
                     .scratch
                     .join(format!("ingest-{}-{p}-{}.sst", plan.source, slice.start));
-                jobs.push((p, src.clone(), slice, file));
+                jobs.push((p, src.clone(), slice, file, sizing));
             }
         }
     }
-    let counts = run_parallel(&jobs, target.threads, |(_, src, slice, file)| {
+    let counts = run_parallel(&jobs, target.threads, |(_, src, slice, file, sizing)| {
         let from = group_prefix(u32::from(slice.start), m);
         let to = group_prefix(u32::from(slice.end) + 1, m);
-        db.write_sst(file, |sink| {
+        db.write_sst(file, *sizing, |sink| {
             // Hides what the base holds in the slice (see `plan_state`); not this file's own
             // entries.
             sink.delete_range(&from, &to)?;
@@ -433,7 +438,7 @@ pub(crate) fn rescale(
     // which RocksDB marks for compaction (see step 4), so the tombstone goes through the
     // memtable after the ingestions instead (still newer than every linked file).
     let mut empty: Vec<(usize, KeyGroupRange)> = Vec::new();
-    for ((p, _, slice, file), n) in jobs.iter().zip(counts) {
+    for ((p, _, slice, file, _), n) in jobs.iter().zip(counts) {
         match n {
             Some(0) => {
                 let _ = std::fs::remove_file(file);
@@ -1048,7 +1053,7 @@ mod tests {
         });
         assert!(!ingestible(&tombstone));
         let written = dir.path().join("written.sst");
-        db.write_sst(&written, |sink| sink.put(b"e1", b"z"))
+        db.write_sst(&written, BlockSizing::Shared, |sink| sink.put(b"e1", b"z"))
             .unwrap();
         assert!(!ingestible(&written));
     }

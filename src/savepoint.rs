@@ -33,7 +33,7 @@ use sst_format::{
 
 use crate::clock::{Clock, ManualClock};
 use crate::codec;
-use crate::db::Db;
+use crate::db::{BlockSizing, Db};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::list_entry::{self, Entry, ListCursor};
@@ -418,7 +418,19 @@ fn restore_run(
     mut seqs: SeqRange,
 ) -> Result<RestoredRun> {
     let mut stats = SavepointStats::default();
-    let refs: Vec<&Path> = ssts.iter().map(|p| p.as_path()).collect();
+    // A list's runs keep the shared block size, as its column family does; every other
+    // state's file is sized by its entries (1 KiB values: 4 KiB blocks).
+    let files: Vec<(&Path, BlockSizing)> = ssts
+        .iter()
+        .zip(&reader.header().states)
+        .map(|(p, m)| {
+            let sizing = match m.kind {
+                StateKind::List => BlockSizing::Shared,
+                _ => BlockSizing::FromEntries,
+            };
+            (p.as_path(), sizing)
+        })
+        .collect();
     let ttl_lists: Vec<bool> = reader
         .header()
         .states
@@ -429,7 +441,7 @@ fn restore_run(
     // One sink per state of the header, and `restore_entries` passes only indices of the
     // header's states.
     let mut edges = RunEdges::default();
-    let written = db.write_ssts(&refs, |sinks| {
+    let written = db.write_ssts(&files, |sinks| {
         edges = restore_entries(
             reader,
             blocks,

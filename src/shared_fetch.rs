@@ -209,9 +209,12 @@ mod tests {
     fn sst_in(dir: &Path) -> PathBuf {
         let path = dir.join("written.sst");
         let budget = crate::db::MemoryBudget::new(crate::MemoryBudgetConfig::default()).unwrap();
-        crate::db::write_ssts(&Default::default(), &budget, &[&path], |sinks| {
-            sinks[0].put(b"a", b"1")
-        })
+        crate::db::write_ssts(
+            &Default::default(),
+            &budget,
+            &[(&path, crate::db::BlockSizing::Shared)],
+            |sinks| sinks[0].put(b"a", b"1"),
+        )
         .unwrap();
         path
     }

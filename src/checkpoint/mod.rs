@@ -290,10 +290,15 @@ pub(crate) fn identity_sst(
     path: &Path,
 ) -> Result<String> {
     let id = layout::new_backend_id();
-    crate::db::write_ssts(options, budget, &[path], |sinks| match sinks.first_mut() {
-        Some(sink) => sink.put(META_BACKEND_ID, id.as_bytes()),
-        None => Ok(()),
-    })?;
+    crate::db::write_ssts(
+        options,
+        budget,
+        &[(path, crate::db::BlockSizing::Shared)],
+        |sinks| match sinks.first_mut() {
+            Some(sink) => sink.put(META_BACKEND_ID, id.as_bytes()),
+            None => Ok(()),
+        },
+    )?;
     Ok(id)
 }
 

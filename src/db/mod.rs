@@ -14,7 +14,7 @@
 //! | `maintenance` | reads of whole column families and databases: scans, properties, flushes, compaction, metrics, RocksDB checkpoints |
 //! | `scan_iters` | the iterators kept between bounded scans of one column family |
 //! | `files` | file-level changes: dropping files, range deletion, ingestion, live files, ingestion of other databases' files |
-//! | `sst_writer` | writing SST files with the database's table options |
+//! | `sst_writer` | writing SST files with the database's table options, at the block size their entries call for |
 
 mod baseline;
 mod block_sizes;
@@ -49,7 +49,7 @@ pub(crate) use compaction_filter::{CfFilter, TtlFilter};
 pub(crate) use files::{FileSurgery, ForeignFiles, LiveSst};
 pub(crate) use maintenance::BulkCursor;
 pub use options::lower_compaction_priority;
-pub(crate) use sst_writer::write_ssts;
+pub(crate) use sst_writer::{write_ssts, BlockSizing};
 
 use compaction_filter::FilterRegistry;
 use front::{FrontSettings, Open};

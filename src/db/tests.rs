@@ -376,7 +376,7 @@ fn range_deletion_dropped_files_and_ingestion_empty_the_value_cache() {
     };
     read_all(&cf);
     let sst = dir.path().join("in.sst");
-    db.write_sst(&sst, |sink| sink.put(b"\x05a", b"new"))
+    db.write_sst(&sst, BlockSizing::Shared, |sink| sink.put(b"\x05a", b"new"))
         .unwrap();
     cf.ingest(&[sst]).unwrap();
     assert_eq!(read(&cf, b"\x05a"), Some(b"new".to_vec()));
@@ -399,7 +399,7 @@ fn ingested_keys_above_a_known_bound_are_found() {
     assert_eq!(read(&cf, b"\x09b"), None);
     assert!(ruled_out(&cf, b"\x09b"));
     let sst = dir.path().join("in.sst");
-    db.write_sst(&sst, |sink| {
+    db.write_sst(&sst, BlockSizing::Shared, |sink| {
         sink.put(b"\x09b", b"2")?;
         sink.put(b"\x0ab", b"3")
     })
@@ -476,7 +476,8 @@ fn ingestions_into_several_column_families_at_once_keep_each_ones_order() {
     assert_eq!(read(&b, b"\x02k"), None);
     let file = |name: &str, key: &[u8], value: &[u8]| {
         let path = dir.path().join(name);
-        db.write_sst(&path, |sink| sink.put(key, value)).unwrap();
+        db.write_sst(&path, BlockSizing::Shared, |sink| sink.put(key, value))
+            .unwrap();
         path
     };
     let a_files = [
@@ -514,7 +515,7 @@ fn an_ingested_level_0_raises_the_stall_triggers_until_compaction_takes_it() {
     let files: Vec<_> = (0..24u8)
         .map(|i| {
             let path = dir.path().join(format!("t{i}.sst"));
-            db.write_sst(&path, |sink| {
+            db.write_sst(&path, BlockSizing::Shared, |sink| {
                 sink.put(b"\x01a", &[i])?;
                 sink.put(b"\x01z", &[i])
             })
@@ -769,8 +770,10 @@ fn ingestions_begin_with_no_flush_or_compaction_running() {
         let files: Vec<Vec<PathBuf>> = (0..cfs.len())
             .map(|c| {
                 let path = dir.path().join(format!("r{round}-{c}.sst"));
-                db.write_sst(&path, |sink| sink.put(&key(5, c as u32), b"i"))
-                    .unwrap();
+                db.write_sst(&path, BlockSizing::Shared, |sink| {
+                    sink.put(&key(5, c as u32), b"i")
+                })
+                .unwrap();
                 vec![path]
             })
             .collect();
@@ -844,7 +847,7 @@ fn a_restores_database_compacts_only_once_the_restore_is_done() {
     fill(&old, 3);
     fill(&new, 3);
     let sst = dir.path().join("t.sst");
-    db.write_sst(&sst, |sink| sink.put(b"\x01k", b"in"))
+    db.write_sst(&sst, BlockSizing::Shared, |sink| sink.put(b"\x01k", b"in"))
         .unwrap();
     new.ingest(&[sst]).unwrap();
     db.wait_for_compactions().unwrap();
@@ -855,8 +858,10 @@ fn a_restores_database_compacts_only_once_the_restore_is_done() {
     assert_eq!(read(&new, b"\x01k"), Some(b"in".to_vec()));
     // A database opened otherwise keeps compacting across an ingestion.
     let sst = dir.path().join("u.sst");
-    db.write_sst(&sst, |sink| sink.put(b"\x01k", b"again"))
-        .unwrap();
+    db.write_sst(&sst, BlockSizing::Shared, |sink| {
+        sink.put(b"\x01k", b"again")
+    })
+    .unwrap();
     new.ingest(&[sst]).unwrap();
     fill(&old, 2);
     db.wait_for_compactions().unwrap();

@@ -35,6 +35,7 @@ pub fn bytes_per_block(files: &BTreeSet<PathBuf>) -> BTreeMap<String, u64> {
 /// Registers value states `big` and `small` and list state `list` on `b` and writes `n` fresh
 /// keys to each from `offset`: 1,000-byte values, 100-byte values, and one run of 150
 /// elements (an entry of about 1.2 KB) per key.
+#[allow(dead_code)] // not every test file that includes this module writes these states
 pub fn write_states(b: &KeyedBackend, offset: u32, n: u32) {
     let codec = CodecId::new("bytes", 1);
     let big = b

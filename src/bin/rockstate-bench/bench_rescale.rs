@@ -82,6 +82,18 @@ pub struct RescaleArgs {
     /// `{"key_group_files":false}`; fields not given keep their defaults.
     #[arg(long)]
     options: Option<String>,
+    /// Measures only a savepoint restore and the reads after it: the state of `--keys` keys
+    /// is written as a savepoint, restored `--repeat` times into a fresh backend on a budget
+    /// of `--budget-mib`, and each restored backend takes this many uniform random gets
+    /// (median printed as `restored_get_ops_s`, beside the restored state's data bytes per
+    /// block). Alternating `--options '{"large_entry_block_size":0}'` with the default
+    /// measures the block size a restore writes large values in
+    /// (docs/decisions/0051-block-size-follows-entry-size.md).
+    #[arg(long)]
+    savepoint_gets: Option<u64>,
+    /// Memory budget of every backend, MiB (default: the default budget, 512 MiB).
+    #[arg(long)]
+    budget_mib: Option<usize>,
     /// Checkpoint storage URL (`s3://bucket/prefix`, with the endpoint and credentials in
     /// `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`); the run uses
     /// `<url>/rescale-<process id>`. Default: a LocalStorage directory, from which restores
@@ -297,7 +309,13 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
             root,
             &format!("rescale-{}", std::process::id()),
         )?,
-        budget: MemoryBudget::new(MemoryBudgetConfig::default())?,
+        budget: MemoryBudget::new(match args.budget_mib {
+            Some(mib) => MemoryBudgetConfig {
+                total_bytes: mib << 20,
+                ..MemoryBudgetConfig::default()
+            },
+            None => MemoryBudgetConfig::default(),
+        })?,
         options: crate::bench_ops::parse_override("--options", args.options.as_deref())?,
     };
     Line::header()
@@ -326,6 +344,9 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         state.put(&k.to_be_bytes(), &[], &value)?;
     }
     drop(state);
+    if let Some(gets) = args.savepoint_gets {
+        return savepoint_gets(&env, &src, all, gets);
+    }
     if args.compact_source {
         src.flush()?;
         src.compact_state("bench")?;
@@ -612,4 +633,76 @@ fn savepoint_rounds(
         .note("median; MB/s of raw entry bytes incl. fsync; cpu = all threads of the process; target write >= 200")
         .print();
     Ok(())
+}
+
+/// `--savepoint-gets`: `src` written as a savepoint, restored `repeat` times into a fresh
+/// backend, `gets` uniform random gets of each restored backend; prints the medians.
+fn savepoint_gets(
+    env: &Env<'_>,
+    src: &KeyedBackend,
+    all: KeyGroupRange,
+    gets: u64,
+) -> rockstate::Result<()> {
+    let sp = env.root.join("savepoint");
+    let written = src.write_savepoint(&sp)?;
+    let mut rng = SmallRng::seed_from_u64(env.args.seed ^ 0x5eed);
+    let (mut restores, mut reads, mut per_block) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..env.args.repeat.max(1) {
+        let target = env.builder("fresh", all).open()?;
+        let t = Instant::now();
+        target.restore_savepoint(&sp)?;
+        restores.push(t.elapsed());
+        per_block = state_bytes_per_block(&env.root.join("fresh"))?;
+        let state = target.raw_value_state("bench", CodecId::new("bytes", 1))?;
+        let t = Instant::now();
+        let mut found = 0u64;
+        for _ in 0..gets {
+            let k = rng.next_u64() % env.args.keys.max(1);
+            found += u64::from(state.get(&k.to_be_bytes(), &[])?.is_some());
+        }
+        reads.push(t.elapsed());
+        if found != gets {
+            return Err(Error::Internal(format!(
+                "{found} of {gets} restored keys found"
+            )));
+        }
+        drop(state);
+        drop(target);
+        env.remove("fresh")?;
+    }
+    let (restore, read) = (median(restores), median(reads));
+    Line::new()
+        .label("savepoint-gets")
+        .num(
+            "read_mb_s",
+            written.raw_bytes as f64 / 1e6 / restore.as_secs_f64(),
+            1,
+        )
+        .num("restore_secs", restore.as_secs_f64(), 3)
+        .num("restored_get_ops_s", gets as f64 / read.as_secs_f64(), 0)
+        .int("restored_bytes_per_block", per_block)
+        .int("budget_mib", env.args.budget_mib.unwrap_or(512) as u64)
+        .note("median of --repeat restores; gets uniform over the restored keys")
+        .print();
+    Ok(())
+}
+
+/// Data bytes per data block over the SSTs in `dir` that are not the metadata column
+/// family's (a restore's ingested files carry no column family name).
+fn state_bytes_per_block(dir: &Path) -> rockstate::Result<u64> {
+    let (mut bytes, mut blocks) = (0u64, 0u64);
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = entry.map_err(io(dir))?.path();
+        if path.extension().is_none_or(|x| x != "sst") {
+            continue;
+        }
+        let props = sst_format::read_sst_meta(&path)
+            .map_err(|e| Error::Internal(format!("{}: {e}", path.display())))?
+            .properties;
+        if props.column_family_name != "default" {
+            bytes += props.data_size;
+            blocks += props.num_data_blocks;
+        }
+    }
+    Ok(bytes / blocks.max(1))
 }
