@@ -16,14 +16,20 @@ pub(crate) enum BlockSizing {
     /// `DbOptions::block_size`, the size every column family starts with: metadata, list
     /// states (their runs keep it, [`super::block_sizes`]) and entries of unknown kind.
     Shared,
-    /// From the file's first [`SAMPLE_WRITES`] puts (all of them if it has fewer), by the
-    /// rule a column family's block size follows ([`super::block_sizes`]): where they average
+    /// From the file's first [`SAMPLE_WRITES`] puts, or fewer if they reach
+    /// [`HELD_BYTES`] first (all of them if the file has fewer), by the rule a column
+    /// family's block size follows ([`super::block_sizes`]): where they average
     /// [`LARGE_ENTRY_BYTES`] or more, `DbOptions::large_entry_block_size`. An ingested file
     /// keeps its blocks until a compaction rewrites it, and files ingested into the bottom
     /// level often never are: a savepoint restore's file of 1 KiB values written at the
     /// shared 16 KiB would read 16 KiB per block-cache miss for as long as the job runs.
     FromEntries,
 }
+
+/// Bytes of key and value a sink holds at most (and the put that reaches them) before it
+/// decides its block size: puts averaging [`LARGE_ENTRY_BYTES`] decide after 128 of them, and
+/// a savepoint restore's sinks (one per state and reader thread) hold little each.
+const HELD_BYTES: u64 = 64 << 10;
 
 /// What a sink received before its file was opened, replayed into the file in order.
 enum Held {
@@ -35,8 +41,8 @@ enum Held {
 /// Receives the sorted entries of one SST file being written by [`Db::write_sst`]. The file
 /// is opened at its first entry (none is left behind without one), or, for a
 /// [`BlockSizing::FromEntries`] file, once its first entries decide its block size: until
-/// then they are held in memory (at most [`SAMPLE_WRITES`] puts, or their
-/// [`SAMPLE_WRITES`] × [`LARGE_ENTRY_BYTES`] bytes and the put that reaches them).
+/// then they are held in memory (at most [`SAMPLE_WRITES`] puts, or [`HELD_BYTES`] and the
+/// put that reaches them).
 pub(crate) struct SstSink<'o, 'p> {
     path: &'p Path,
     /// The options of a file at the shared block size.
@@ -67,7 +73,7 @@ impl<'o> SstSink<'o, '_> {
             .held_bytes
             .saturating_add((key.len() + value.len()) as u64);
         self.held.push(Held::Put(key.to_vec(), value.to_vec()));
-        if self.held_puts >= SAMPLE_WRITES || self.held_bytes >= SAMPLE_WRITES * LARGE_ENTRY_BYTES {
+        if self.held_puts >= SAMPLE_WRITES || self.held_bytes >= HELD_BYTES {
             self.open_held()?;
         }
         Ok(())
@@ -362,10 +368,10 @@ mod tests {
             &[(&path, BlockSizing::FromEntries)],
             |sinks| {
                 let sink = &mut sinks[0];
-                // 64 puts of 8 KiB reach the sample's 512 KiB before its 1,024 puts.
-                puts(sink, 63, 8192);
-                assert_eq!(sink.held.len(), 63);
-                puts_from(sink, 63, 1, 8192);
+                // 8 puts of 8 KiB reach the 64 KiB held at most before 1,024 puts.
+                puts(sink, 7, 8192);
+                assert_eq!(sink.held.len(), 7);
+                puts_from(sink, 7, 1, 8192);
                 assert!(sink.held.is_empty() && sink.writer.is_some());
                 Ok(())
             },
