@@ -118,20 +118,16 @@ impl<'o> SstSink<'o, '_> {
     }
 
     /// Opens the file at the block size the held puts call for and writes what is held.
-    fn open_held(&mut self) -> Result<()> {
+    fn open_held(&mut self) -> Result<&mut rocksdb::SstFileWriter<'o>> {
         let large = self.held_puts > 0 && self.held_bytes >= self.held_puts * LARGE_ENTRY_BYTES;
         let opts = match self.large {
             Some(large_opts) if large => large_opts,
             _ => self.shared,
         };
         self.large = None;
-        self.open(opts)?;
-        let Some(writer) = self.writer.as_mut() else {
-            return Err(crate::Error::Internal(
-                "an SST writer missing right after its open".into(),
-            ));
-        };
-        for held in std::mem::take(&mut self.held) {
+        let held = std::mem::take(&mut self.held);
+        let writer = self.open(opts)?;
+        for held in held {
             match held {
                 Held::Put(k, v) => writer.put(k, v),
                 Held::Delete(k) => writer.delete(k),
@@ -139,14 +135,14 @@ impl<'o> SstSink<'o, '_> {
             }
             .map_err(rocks_error)?;
         }
-        Ok(())
+        Ok(writer)
     }
 
-    fn open(&mut self, opts: &'o rocksdb::Options) -> Result<()> {
+    /// Creates the file with `opts`.
+    fn open(&mut self, opts: &'o rocksdb::Options) -> Result<&mut rocksdb::SstFileWriter<'o>> {
         let writer = rocksdb::SstFileWriter::create(opts);
         writer.open(self.path).map_err(rocks_error)?;
-        self.writer = Some(writer);
-        Ok(())
+        Ok(self.writer.insert(writer))
     }
 
     /// Finishes the file: `Some(puts)` if one was written, `None` (and no file) without
@@ -155,17 +151,11 @@ impl<'o> SstSink<'o, '_> {
         if self.entries == 0 && self.tombstones == 0 {
             return Ok(None);
         }
-        if self.writer.is_none() {
-            self.open_held()?;
-        }
-        match self.writer.as_mut() {
-            Some(writer) => writer.finish().map_err(rocks_error)?,
-            None => {
-                return Err(crate::Error::Internal(
-                    "an SST writer missing at its finish".into(),
-                ))
-            }
-        }
+        let writer = match self.writer.as_mut() {
+            Some(writer) => writer,
+            None => self.open_held()?,
+        };
+        writer.finish().map_err(rocks_error)?;
         Ok(Some(self.entries))
     }
 }
@@ -190,9 +180,10 @@ impl Db {
     }
 
     /// Writes one SST file per `(path, sizing)` at once, filled by `fill` through one sink
-    /// per file (in the same order); returns per file what [`Db::write_sst`] returns. Every
-    /// writer is open until `fill` returns: one file descriptor each, and each holds its
-    /// filter's key hashes (about 8 bytes per key) until it finishes.
+    /// per file (in the same order); returns per file what [`Db::write_sst`] returns. A file
+    /// is open from its first entry (or the decision of its block size) until `fill`
+    /// returns: one file descriptor each, and each holds its filter's key hashes (about 8
+    /// bytes per key) until it finishes.
     pub(crate) fn write_ssts(
         &self,
         files: &[(&Path, BlockSizing)],
