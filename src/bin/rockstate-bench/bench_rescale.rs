@@ -29,6 +29,9 @@
 //!   parallelism 2 has them (no shared SSTs; Flink's rescale benchmarks build their state this
 //!   way): the other half's SSTs are linked as they are.
 //!
+//! - `--savepoint-gets N` runs only a savepoint write, its restores and N uniform gets of
+//!   each restored backend in three passes (cold, warm, device: [`savepoint_gets`]).
+//!
 //! `ratio` = throughput of the rescale / throughput of the plain restore of the same bytes
 //! = `plain_restore_secs / secs` (target ≥ 0.5). For 1 -> 2 each new instance needs the
 //! source checkpoint's files but the SSTs lying wholly in the other half (the manifest records
@@ -84,10 +87,12 @@ pub struct RescaleArgs {
     options: Option<String>,
     /// Measures only a savepoint restore and the reads after it: the state of `--keys` keys
     /// is written as a savepoint, restored `--repeat` times into a fresh backend on a budget
-    /// of `--budget-mib`, and each restored backend takes this many uniform random gets
-    /// (median printed as `restored_get_ops_s`, beside the restored state's data bytes per
-    /// block). Alternating `--options '{"large_entry_block_size":0}'` with the default
-    /// measures the block size a restore writes large values in
+    /// of `--budget-mib`, and each restored backend takes this many uniform random gets in
+    /// each of three passes (`cold_get_ops_s`: as the restore left its files;
+    /// `warm_get_ops_s`: the files read into the page cache first; `device_get_ops_s`: the
+    /// files dropped from the page cache every 1,000 gets), beside the restored state's data
+    /// bytes per block. Alternating `--options '{"large_entry_block_size":0}'` with the
+    /// default measures the block size a restore writes large values in
     /// (docs/decisions/0051-block-size-follows-entry-size.md).
     #[arg(long)]
     savepoint_gets: Option<u64>,
@@ -636,11 +641,13 @@ fn savepoint_rounds(
 }
 
 /// `--savepoint-gets`: `src` written as a savepoint, restored `repeat` times into a fresh
-/// backend, and each restored backend read twice by `gets` uniform random gets: first as the
+/// backend, and each restored backend read three times by `gets` uniform random gets: as the
 /// restore leaves its files (RocksDB's SST writer drops what it writes from the page cache,
-/// so the reads go to the device until the page cache holds the files), then with every
-/// restored file read into the page cache beforehand (state beyond the budget but within the
-/// machine's memory, as `bench matrix` measures it). Prints the medians.
+/// so the reads go to the device until the page cache holds the files); with every restored
+/// file read into the page cache beforehand (state beyond the budget but within the
+/// machine's memory, as `bench matrix` measures it); and with the files dropped from the page
+/// cache every [`DROP_EVERY`] gets (state far beyond the machine's memory). Prints the
+/// medians.
 fn savepoint_gets(
     env: &Env<'_>,
     src: &KeyedBackend,
