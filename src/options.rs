@@ -62,11 +62,11 @@ pub struct DbOptions {
     /// value on average: those its files hold when the backend opens (1,024 or more), or else
     /// its first 1,024 puts; the files a savepoint restore or a rescale's rewrite writes are
     /// sized the same way, each from its own first entries. List states keep `block_size`,
-    /// and 0 keeps it for every column family and file. Default 4 KiB (Flink's block size): a point read that misses the block cache
-    /// reads one whole block, so large values read faster from smaller blocks (gets of 1 KiB
-    /// values beyond the budget +11–27 % in `bench matrix`), while 100-byte entries keep
-    /// 16 KiB; iterating a map of large values runs 25–36 % slower
-    /// (docs/decisions/0051-block-size-follows-entry-size.md).
+    /// and 0 keeps it for every column family and file. Default 4 KiB (Flink's block size):
+    /// a point read that misses the block cache reads one whole block, so large values read
+    /// faster from smaller blocks (gets of 1 KiB values beyond the budget +11–27 % in
+    /// `bench matrix`), while 100-byte entries keep 16 KiB; iterating a map of large values
+    /// runs 25–36 % slower (docs/decisions/0051-block-size-follows-entry-size.md).
     pub large_entry_block_size: usize,
     /// Bloom filter bits per key; 0 disables filters. Default 10 (≈1% false positives), which makes
     /// reads of missing keys nearly free.

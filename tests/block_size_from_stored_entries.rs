@@ -12,7 +12,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use block_size_common::{bytes_per_block, ssts, write_states as write};
+use block_size_common::{
+    bytes_per_block, ssts, write_states as write, LARGE_ENTRY_BLOCKS, SHARED_BLOCKS_AT_LEAST,
+};
 use rockstate::{CheckpointStorage, DbOptions, KeyedBackend, LocalStorage, RestoreFrom};
 
 /// Puts per state before the reopen or restore: more than the 1,024 that decide.
@@ -40,18 +42,21 @@ fn few_puts_write_the_stored_entries_block_sizes(b: KeyedBackend, dir: &Path) {
     let sizes = bytes_per_block(&new);
     let big = sizes["state:big"];
     assert!(
-        (3000..5200).contains(&big),
+        LARGE_ENTRY_BLOCKS.contains(&big),
         "{big} bytes per block of 1 KB values"
     );
     let small = sizes["state:small"];
     assert!(
-        small >= 14 << 10,
+        small >= SHARED_BLOCKS_AT_LEAST,
         "{small} bytes per block of 100-byte values"
     );
     // The list's files gave it the size for large entries when the database opened; its
     // registration as a list set the shared size back.
     let list = sizes["state:list"];
-    assert!(list >= 14 << 10, "{list} bytes per block of list runs");
+    assert!(
+        list >= SHARED_BLOCKS_AT_LEAST,
+        "{list} bytes per block of list runs"
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod block_size_common;
 
 use std::path::Path;
 
-use block_size_common::{bytes_per_block, ssts};
+use block_size_common::{bytes_per_block, ssts, LARGE_ENTRY_BLOCKS, SHARED_BLOCKS_AT_LEAST};
 use rockstate::{DbOptions, KeyedBackend};
 
 /// Puts per state: more than the sample of 1,024 that decides.
@@ -43,17 +43,17 @@ fn large_entries_get_smaller_blocks_small_ones_keep_the_shared_size() {
         let big = sizes["state:big"];
         let small = sizes["state:small"];
         assert!(
-            (3000..5200).contains(&big),
+            LARGE_ENTRY_BLOCKS.contains(&big),
             "run {run}: {big} bytes per block of 1 KB values"
         );
         assert!(
-            small >= 14 << 10,
+            small >= SHARED_BLOCKS_AT_LEAST,
             "run {run}: {small} bytes per block of 100-byte values"
         );
         // Lists are read by seeks and keep the shared size, however large their runs.
         let list = sizes["state:list"];
         assert!(
-            list >= 14 << 10,
+            list >= SHARED_BLOCKS_AT_LEAST,
             "run {run}: {list} bytes per block of list runs"
         );
     }
@@ -69,5 +69,5 @@ fn zero_keeps_the_shared_block_size_for_large_entries_too() {
     };
     write_states(dir.path(), &options, 0);
     let sizes = bytes_per_block(&ssts(dir.path()));
-    assert!(sizes["state:big"] >= 14 << 10, "{sizes:?}");
+    assert!(sizes["state:big"] >= SHARED_BLOCKS_AT_LEAST, "{sizes:?}");
 }

@@ -7,8 +7,12 @@
 
 mod rescale_common;
 
+#[path = "block_size_common/mod.rs"]
+mod block_size_common;
+
 use std::sync::Arc;
 
+use block_size_common::{ssts, LARGE_ENTRY_BLOCKS};
 use rescale_common::*;
 use rockstate::{CheckpointOptions, CheckpointStorage, DbOptions, LocalStorage, RestoreFrom};
 
@@ -69,11 +73,7 @@ fn a_merge_rewrites_large_values_in_blocks_of_the_large_entry_size() {
 
     // The files the rewrite wrote: no column family name, entries of 1 KB values.
     let (mut bytes, mut blocks, mut files) = (0, 0, 0);
-    for entry in std::fs::read_dir(dir.path().join("merged")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|x| x != "sst") {
-            continue;
-        }
+    for path in ssts(&dir.path().join("merged")) {
         let props = sst_format::read_sst_meta(&path).unwrap().properties;
         let large = props.num_entries > 0 && props.raw_value_size / props.num_entries >= 900;
         if props.column_family_name.is_empty() && large {
@@ -85,7 +85,7 @@ fn a_merge_rewrites_large_values_in_blocks_of_the_large_entry_size() {
     assert!(files > 0, "no rewritten file of large values");
     let per_block = bytes / blocks;
     assert!(
-        (3000..5200).contains(&per_block),
+        LARGE_ENTRY_BLOCKS.contains(&per_block),
         "{per_block} bytes per block of 1 KB values in {files} rewritten files"
     );
 }

@@ -10,7 +10,7 @@ mod block_size_common;
 
 use std::path::Path;
 
-use block_size_common::{bytes_per_block, ssts};
+use block_size_common::{bytes_per_block, ssts, LARGE_ENTRY_BLOCKS, SHARED_BLOCKS_AT_LEAST};
 use rockstate::{CodecId, DbOptions, KeyedBackend, StateDescriptor};
 
 /// The three kinds of entries the test restores.
@@ -107,7 +107,7 @@ fn large_values_are_restored_in_blocks_of_the_large_entry_size() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = restored_bytes_per_block(dir.path(), Entries::Large, 3000, 4096);
     assert!(
-        (3000..5200).contains(&bytes),
+        LARGE_ENTRY_BLOCKS.contains(&bytes),
         "{bytes} bytes per block of 1 KB values"
     );
 }
@@ -117,7 +117,7 @@ fn a_file_of_fewer_puts_than_the_sample_is_sized_by_all_of_them() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = restored_bytes_per_block(dir.path(), Entries::Large, 300, 4096);
     assert!(
-        (3000..5200).contains(&bytes),
+        LARGE_ENTRY_BLOCKS.contains(&bytes),
         "{bytes} bytes per block of 1 KB values"
     );
 }
@@ -127,7 +127,7 @@ fn small_values_keep_the_shared_block_size() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = restored_bytes_per_block(dir.path(), Entries::Small, 3000, 4096);
     assert!(
-        bytes >= 14 << 10,
+        bytes >= SHARED_BLOCKS_AT_LEAST,
         "{bytes} bytes per block of 100-byte values"
     );
 }
@@ -136,12 +136,18 @@ fn small_values_keep_the_shared_block_size() {
 fn list_runs_keep_the_shared_block_size() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = restored_bytes_per_block(dir.path(), Entries::ListRuns, 3000, 4096);
-    assert!(bytes >= 14 << 10, "{bytes} bytes per block of list runs");
+    assert!(
+        bytes >= SHARED_BLOCKS_AT_LEAST,
+        "{bytes} bytes per block of list runs"
+    );
 }
 
 #[test]
 fn large_values_keep_the_shared_block_size_with_the_option_off() {
     let dir = tempfile::tempdir().unwrap();
     let bytes = restored_bytes_per_block(dir.path(), Entries::Large, 3000, 0);
-    assert!(bytes >= 14 << 10, "{bytes} bytes per block of 1 KB values");
+    assert!(
+        bytes >= SHARED_BLOCKS_AT_LEAST,
+        "{bytes} bytes per block of 1 KB values"
+    );
 }

@@ -20,6 +20,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::options::DbOptions;
+
 /// Puts of a column family counted before its block size is decided.
 pub(super) const SAMPLE_WRITES: u64 = 1024;
 
@@ -108,7 +110,7 @@ impl BlockSizes {
         }
         // Another thread's put may have added its bytes without yet counting itself, or the
         // other way round: the mean is of about SAMPLE_WRITES puts either way.
-        self.give(sample, total / SAMPLE_WRITES)
+        self.give(sample, SAMPLE_WRITES, total)
     }
 
     /// Whether the column family in `slot` is still to be decided (neither its puts nor its
@@ -133,12 +135,12 @@ impl BlockSizes {
         if sample.puts.fetch_max(SAMPLE_WRITES, Ordering::Relaxed) >= SAMPLE_WRITES {
             return None;
         }
-        self.give(sample, stored.bytes / stored.entries)
+        self.give(sample, stored.entries, stored.bytes)
     }
 
-    /// The block size for a column family whose entries average `mean` bytes, noted as given.
-    fn give(&self, sample: &Sample, mean: u64) -> Option<usize> {
-        let size = (mean >= LARGE_ENTRY_BYTES)
+    /// The block size for a column family whose `entries` carry `bytes`, noted as given.
+    fn give(&self, sample: &Sample, entries: u64, bytes: u64) -> Option<usize> {
+        let size = entries_are_large(entries, bytes)
             .then_some(self.large)
             .flatten()?;
         sample.given.store(true, Ordering::Relaxed);
@@ -155,6 +157,20 @@ impl BlockSizes {
         sample.puts.store(KEPT, Ordering::Relaxed);
         sample.given.swap(false, Ordering::Relaxed)
     }
+}
+
+/// Whether `entries` carrying `bytes` of key and value average [`LARGE_ENTRY_BYTES`] or more
+/// (none: not large). The one rule of column families and of the files written outside
+/// RocksDB's flushes (`super::sst_writer`).
+pub(super) fn entries_are_large(entries: u64, bytes: u64) -> bool {
+    entries > 0 && bytes / entries >= LARGE_ENTRY_BYTES
+}
+
+/// The block size `options` give large entries: `None` when they keep the shared
+/// `block_size` (`large_entry_block_size` 0, or equal to `block_size`).
+pub(super) fn large_entry_block_size(options: &DbOptions) -> Option<usize> {
+    let size = options.large_entry_block_size;
+    (size != 0 && size != options.block_size).then_some(size)
 }
 
 /// RocksDB's `SetOptions` pair that gives a column family data blocks of `bytes`.

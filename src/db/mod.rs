@@ -350,10 +350,8 @@ impl Db {
             scan_sweep_bytes: options.write_buffer_size / 8,
             read_only,
             compactions_off,
-            large_entry_block_size: (!read_only
-                && options.large_entry_block_size != 0
-                && options.large_entry_block_size != options.block_size)
-                .then_some(options.large_entry_block_size),
+            large_entry_block_size: block_sizes::large_entry_block_size(options)
+                .filter(|_| !read_only),
             block_size: options.block_size,
         };
         let open = Open::new(rocks, existing, blooms, budget, settings, path)?;

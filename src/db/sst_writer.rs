@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::block_sizes::{LARGE_ENTRY_BYTES, SAMPLE_WRITES};
+use super::block_sizes::{entries_are_large, large_entry_block_size, SAMPLE_WRITES};
 use super::rocks_error;
 use super::{options, Db, MemoryBudget};
 use crate::error::Result;
@@ -19,7 +19,7 @@ pub(crate) enum BlockSizing {
     /// From the file's first [`SAMPLE_WRITES`] puts, or fewer if they reach
     /// [`HELD_BYTES`] first (all of them if the file has fewer), by the rule a column
     /// family's block size follows ([`super::block_sizes`]): where they average
-    /// [`LARGE_ENTRY_BYTES`] or more, `DbOptions::large_entry_block_size`. An ingested file
+    /// [`LARGE_ENTRY_BYTES`](super::block_sizes::LARGE_ENTRY_BYTES) or more, `DbOptions::large_entry_block_size`. An ingested file
     /// keeps its blocks until a compaction rewrites it, and files ingested into the bottom
     /// level often never are: a savepoint restore's file of 1 KiB values written at the
     /// shared 16 KiB would read 16 KiB per block-cache miss for as long as the job runs.
@@ -27,7 +27,7 @@ pub(crate) enum BlockSizing {
 }
 
 /// Bytes of key and value a sink holds at most (and the put that reaches them) before it
-/// decides its block size: puts averaging [`LARGE_ENTRY_BYTES`] decide after 128 of them, and
+/// decides its block size: puts averaging [`LARGE_ENTRY_BYTES`](super::block_sizes::LARGE_ENTRY_BYTES) decide after 128 of them, and
 /// a savepoint restore's sinks (one per state and reader thread) hold little each.
 const HELD_BYTES: u64 = 64 << 10;
 
@@ -47,9 +47,9 @@ pub(crate) struct SstSink<'o, 'p> {
     path: &'p Path,
     /// The options of a file at the shared block size.
     shared: &'o rocksdb::Options,
-    /// The options of a file of large entries; `None` when large entries keep the shared
-    /// size (`large_entry_block_size` 0 or equal to `block_size`), or the file is
-    /// [`BlockSizing::Shared`].
+    /// The options of a file of large entries while its block size is undecided: `None`
+    /// once decided, for a [`BlockSizing::Shared`] file, and where large entries keep the
+    /// shared size (`large_entry_block_size` 0 or equal to `block_size`).
     large: Option<&'o rocksdb::Options>,
     writer: Option<rocksdb::SstFileWriter<'o>>,
     /// Entries held while the block size is undecided.
@@ -119,9 +119,8 @@ impl<'o> SstSink<'o, '_> {
 
     /// Opens the file at the block size the held puts call for and writes what is held.
     fn open_held(&mut self) -> Result<&mut rocksdb::SstFileWriter<'o>> {
-        let large = self.held_puts > 0 && self.held_bytes >= self.held_puts * LARGE_ENTRY_BYTES;
         let opts = match self.large {
-            Some(large_opts) if large => large_opts,
+            Some(large_opts) if entries_are_large(self.held_puts, self.held_bytes) => large_opts,
             _ => self.shared,
         };
         self.large = None;
@@ -202,10 +201,7 @@ pub(crate) fn write_ssts(
     fill: impl FnOnce(&mut [SstSink<'_, '_>]) -> Result<()>,
 ) -> Result<Vec<Option<u64>>> {
     let shared = options::cf_options(options, budget)?;
-    let large_size = (options.large_entry_block_size != 0
-        && options.large_entry_block_size != options.block_size)
-        .then_some(options.large_entry_block_size);
-    let large = match large_size {
+    let large = match large_entry_block_size(options) {
         Some(size) if files.iter().any(|(_, s)| *s == BlockSizing::FromEntries) => {
             let large_options = DbOptions {
                 block_size: size,

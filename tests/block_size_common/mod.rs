@@ -2,10 +2,20 @@
 //! the data bytes per block of the SSTs RocksDB wrote for them
 //! (docs/decisions/0051-block-size-follows-entry-size.md).
 
+// Each test file that includes this module uses a part of it.
+#![allow(dead_code)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use rockstate::{CodecId, KeyedBackend, StateDescriptor};
+
+/// Data bytes per data block of files of 1 KB entries written in 4 KiB blocks (a block
+/// closes once it passes the size: 4 or 5 entries).
+pub const LARGE_ENTRY_BLOCKS: std::ops::Range<u64> = 3000..5200;
+
+/// Data bytes per data block that files written in the shared 16 KiB blocks reach at least.
+pub const SHARED_BLOCKS_AT_LEAST: u64 = 14 << 10;
 
 /// The SST files in the database directory `dir`.
 pub fn ssts(dir: &Path) -> BTreeSet<PathBuf> {
@@ -35,7 +45,6 @@ pub fn bytes_per_block(files: &BTreeSet<PathBuf>) -> BTreeMap<String, u64> {
 /// Registers value states `big` and `small` and list state `list` on `b` and writes `n` fresh
 /// keys to each from `offset`: 1,000-byte values, 100-byte values, and one run of 150
 /// elements (an entry of about 1.2 KB) per key.
-#[allow(dead_code)] // not every test file that includes this module writes these states
 pub fn write_states(b: &KeyedBackend, offset: u32, n: u32) {
     let codec = CodecId::new("bytes", 1);
     let big = b

@@ -314,13 +314,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
             root,
             &format!("rescale-{}", std::process::id()),
         )?,
-        budget: MemoryBudget::new(match args.budget_mib {
-            Some(mib) => MemoryBudgetConfig {
-                total_bytes: mib << 20,
-                ..MemoryBudgetConfig::default()
-            },
-            None => MemoryBudgetConfig::default(),
-        })?,
+        budget: MemoryBudget::new(budget_config(args))?,
         options: crate::bench_ops::parse_override("--options", args.options.as_deref())?,
     };
     Line::header()
@@ -640,6 +634,18 @@ fn savepoint_rounds(
     Ok(())
 }
 
+/// The memory budget of every backend: `--budget-mib`, or the default.
+fn budget_config(args: &RescaleArgs) -> MemoryBudgetConfig {
+    let default = MemoryBudgetConfig::default();
+    match args.budget_mib {
+        Some(mib) => MemoryBudgetConfig {
+            total_bytes: mib << 20,
+            ..default
+        },
+        None => default,
+    }
+}
+
 /// `--savepoint-gets`: `src` written as a savepoint, restored `repeat` times into a fresh
 /// backend, and each restored backend read three times by `gets` uniform random gets: as the
 /// restore leaves its files (RocksDB's SST writer drops what it writes from the page cache,
@@ -724,7 +730,7 @@ fn savepoint_gets(
         .int("cold_read_bytes_per_get", cold_per_get)
         .int("warm_read_bytes_per_get", warm_per_get)
         .text("files_before", files_before)
-        .int("budget_mib", env.args.budget_mib.unwrap_or(512) as u64)
+        .int("budget_mib", (budget_config(env.args).total_bytes >> 20) as u64)
         .note("median of --repeat restores; gets uniform over the restored keys; cold: as the restore left the files, warm: every SST in the page cache, device: the SSTs dropped from the page cache every 1,000 gets")
         .print();
     Ok(())
@@ -736,16 +742,24 @@ fn savepoint_gets(
 /// memory.
 const DROP_EVERY: u64 = 1000;
 
-/// The SST files in `dir`, open for reading.
-fn ssts_in(dir: &Path) -> rockstate::Result<Vec<std::fs::File>> {
-    let mut files = Vec::new();
+/// The SST files in `dir`.
+fn sst_paths(dir: &Path) -> rockstate::Result<Vec<std::path::PathBuf>> {
+    let mut paths = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io(dir))? {
         let path = entry.map_err(io(dir))?.path();
         if path.extension().is_some_and(|x| x == "sst") {
-            files.push(std::fs::File::open(&path).map_err(io(&path))?);
+            paths.push(path);
         }
     }
-    Ok(files)
+    Ok(paths)
+}
+
+/// The SST files in `dir`, open for reading.
+fn ssts_in(dir: &Path) -> rockstate::Result<Vec<std::fs::File>> {
+    sst_paths(dir)?
+        .iter()
+        .map(|path| std::fs::File::open(path).map_err(io(path)))
+        .collect()
 }
 
 /// Asks the kernel to drop `files` from the page cache (clean pages: the files were synced).
@@ -759,12 +773,9 @@ fn drop_from_page_cache(files: &[std::fs::File]) {
 
 /// Reads every SST in `dir` once, so the page cache holds them.
 fn read_ssts(dir: &Path) -> rockstate::Result<()> {
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
-        if path.extension().is_some_and(|x| x == "sst") {
-            let mut file = std::fs::File::open(&path).map_err(io(&path))?;
-            std::io::copy(&mut file, &mut std::io::sink()).map_err(io(&path))?;
-        }
+    for path in sst_paths(dir)? {
+        let mut file = std::fs::File::open(&path).map_err(io(&path))?;
+        std::io::copy(&mut file, &mut std::io::sink()).map_err(io(&path))?;
     }
     Ok(())
 }
@@ -773,11 +784,7 @@ fn read_ssts(dir: &Path) -> rockstate::Result<()> {
 /// family's (a restore's ingested files carry no column family name).
 fn state_bytes_per_block(dir: &Path) -> rockstate::Result<u64> {
     let (mut bytes, mut blocks) = (0u64, 0u64);
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
-        if path.extension().is_none_or(|x| x != "sst") {
-            continue;
-        }
+    for path in sst_paths(dir)? {
         let props = sst_format::read_sst_meta(&path)
             .map_err(|e| Error::Internal(format!("{}: {e}", path.display())))?
             .properties;
