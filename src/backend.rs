@@ -866,6 +866,16 @@ impl KeyedBackend {
         }
     }
 
+    /// Waits until the files of the savepoint restores and rescale rewrites into this backend
+    /// so far are read into the page cache (`DbOptions::warm_restored_files`; reads and
+    /// writes do not wait for it): for a job that wants its state's first reads served from
+    /// memory, and for benchmarks and tests. Returns at once where nothing is being warmed.
+    pub fn wait_for_page_cache_warming(&self) {
+        if let Engine::Rocks(db) = &self.inner.engine {
+            db.wait_for_warming();
+        }
+    }
+
     /// Closes the backend: writes out every cached write, flushes the memtables and closes
     /// RocksDB, releasing its directory lock and the backend's shares of the memory budget, so
     /// the same path can be opened again at once. It closes the backend for every clone and
@@ -1150,7 +1160,10 @@ impl KeyedBackend {
     /// groups in this backend's range are loaded, so any parallelism works; the max parallelism
     /// must match. The file's header and index, and every block of this backend's key groups,
     /// are verified before anything is written (blocks of other key groups are not read): a
-    /// corrupt savepoint is a typed error and leaves the backend's data untouched.
+    /// corrupt savepoint is a typed error and leaves the backend's data untouched. The
+    /// restored files are then read into the page cache beside the job where they fit in
+    /// memory (`DbOptions::warm_restored_files`,
+    /// [`KeyedBackend::wait_for_page_cache_warming`]).
     pub fn restore_savepoint(&self, path: &Path) -> Result<SavepointStats> {
         self.restore_savepoints(&[path])
     }

@@ -205,6 +205,14 @@ pub struct DbOptions {
     /// writes, before any read, lost up to 19 % in the Zipf cells that fit the budget
     /// (docs/decisions/0036-value-cache-refreshed-by-writes.md).
     pub value_cache_writes: ValueCacheWrites,
+    /// Whether the SST files a savepoint restore or a rescale's rewrite writes are read
+    /// back into the page cache on a thread of their own after they are ingested, where they
+    /// fit in memory (at most half of the memory the kernel reports available, less what
+    /// the process's other open backends warmed). RocksDB's SST writer drops what it writes
+    /// from the page cache, so without it every block-cache miss right after such a restore
+    /// reads the device. Default on
+    /// (docs/decisions/0053-restored-files-read-into-the-page-cache.md).
+    pub warm_restored_files: bool,
 }
 
 impl Default for DbOptions {
@@ -234,6 +242,7 @@ impl Default for DbOptions {
             value_cache_bytes: 128 << 20,
             value_cache_admission: ValueCacheAdmission::EveryRead,
             value_cache_writes: ValueCacheWrites::Refresh,
+            warm_restored_files: true,
         }
     }
 }

@@ -452,10 +452,13 @@ pub(crate) fn rescale(
             None => {}
         }
     }
+    // Opened before the ingestions move them (see `Db::warm_restored`).
+    let warm = db.open_for_warming(by_plan.values().flatten());
     for (p, files) in &by_plan {
         let dst = state_cf(&db, base, &plans[*p].name)?;
         dst.ingest(files)?;
     }
+    db.warm_restored(warm);
     for (p, slice) in &empty {
         let dst = state_cf(&db, base, &plans[*p].name)?;
         let to = group_prefix(u32::from(slice.end) + 1, m);

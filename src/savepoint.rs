@@ -393,6 +393,9 @@ fn restore_into_rocksdb(
     }
     let batches: Vec<(&crate::db::Cf, &[std::path::PathBuf])> =
         cfs.iter().map(|(cf, paths)| (cf, &paths[..])).collect();
+    // Opened before the ingestion moves them: the SST writer dropped them from the page
+    // cache, and a handle reads them wherever they now lie.
+    let warm = db.open_for_warming(ingest.values().flat_map(|(_, paths)| paths));
     crate::db::Cf::ingest_each(&batches)?;
     let watermark = watermark.max(t.watermark.now_ms());
     if watermark > 0 {
@@ -402,7 +405,10 @@ fn restore_into_rocksdb(
     // The metadata written above (states, list-sequence and TTL marks, the watermark) sits
     // in the memtable with the WAL off: durable before the marker goes.
     db.flush_all()?;
-    crate::restore::unmark_restore(t.path)
+    crate::restore::unmark_restore(t.path)?;
+    // The restore is complete: its files are read back beside the job from here on.
+    db.warm_restored(warm);
+    Ok(())
 }
 
 /// Most threads one savepoint file is restored on.

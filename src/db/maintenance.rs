@@ -80,6 +80,7 @@ impl Db {
             estimated_keys: sum("rocksdb.estimate-num-keys")?,
             pending_compaction_bytes: sum("rocksdb.estimate-pending-compaction-bytes")?,
             levels: Vec::new(),
+            restored_bytes_warmed: self.warmed_bytes(),
         };
         let mut levels: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
         for f in rocks.live_files().map_err(rocks_error)? {

@@ -15,6 +15,7 @@
 //! | `scan_iters` | the iterators kept between bounded scans of one column family |
 //! | `files` | file-level changes: dropping files, range deletion, ingestion, live files, ingestion of other databases' files |
 //! | `sst_writer` | writing SST files with the database's table options, at the block size their entries call for |
+//! | `page_cache` | reading the files a restore wrote back into the page cache, where they fit in memory |
 
 mod baseline;
 mod block_sizes;
@@ -25,6 +26,7 @@ mod front;
 mod l0_triggers;
 mod maintenance;
 mod options;
+mod page_cache;
 mod quiet;
 mod raw;
 mod scan_iters;
@@ -53,6 +55,7 @@ pub(crate) use sst_writer::{write_ssts, BlockSizing};
 
 use compaction_filter::FilterRegistry;
 use front::{FrontSettings, Open};
+use page_cache::ToWarm;
 
 /// The RocksDB handle type rockstate uses.
 type Rocks = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;
@@ -115,6 +118,8 @@ pub(crate) struct Db {
     /// Key bytes at which compaction cuts files of state column families (0: none).
     partition_prefix: usize,
     path: PathBuf,
+    /// Reads the files restores wrote into the page cache; stopped by `close` and on drop.
+    warmer: page_cache::Warmer,
 }
 
 /// How the keys of a database's state column families begin: with their key-group prefix.
@@ -363,6 +368,7 @@ impl Db {
             budget: budget.clone(),
             partition_prefix,
             path: path.to_path_buf(),
+            warmer: page_cache::Warmer::default(),
         }))
     }
 
@@ -391,6 +397,7 @@ impl Db {
     pub(crate) fn close(&self) -> Result<()> {
         use std::sync::atomic::Ordering;
         self.closing.store(true, Ordering::Release);
+        self.warmer.stop();
         let mut open = self.open.write();
         if let Some(o) = open.as_ref() {
             if let Err(e) = o.drain_and_flush() {
@@ -401,6 +408,37 @@ impl Db {
         // Dropping the `Open` closes RocksDB.
         *open = None;
         Ok(())
+    }
+
+    /// Reads `files` a restore wrote with [`write_ssts`] (opened by
+    /// [`Db::open_for_warming`] before an ingestion moved them) into the page cache on a
+    /// thread of its own, where they fit in memory ([`page_cache`]); the job's reads do not
+    /// wait for it. Returns the bytes it warms.
+    pub(crate) fn warm_restored(&self, files: ToWarm) -> u64 {
+        self.warmer.warm(files, None)
+    }
+
+    /// `paths` of files [`write_ssts`] wrote, open for [`Db::warm_restored`] (none where
+    /// `DbOptions::warm_restored_files` is off); a file that cannot be opened is left out
+    /// (its ingestion will report it).
+    pub(crate) fn open_for_warming<'p>(
+        &self,
+        paths: impl IntoIterator<Item = &'p PathBuf>,
+    ) -> ToWarm {
+        if !self.options.warm_restored_files {
+            return ToWarm::default();
+        }
+        ToWarm::open(paths)
+    }
+
+    /// Waits until the files handed to [`Db::warm_restored`] so far have been read.
+    pub(crate) fn wait_for_warming(&self) {
+        self.warmer.wait();
+    }
+
+    /// Bytes of restored files read into the page cache since the database opened.
+    pub(crate) fn warmed_bytes(&self) -> u64 {
+        self.warmer.warmed()
     }
 
     /// The directory of the database.
