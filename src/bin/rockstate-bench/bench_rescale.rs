@@ -649,7 +649,8 @@ fn budget_config(args: &RescaleArgs) -> MemoryBudgetConfig {
 /// `--savepoint-gets`: `src` written as a savepoint, restored `repeat` times into a fresh
 /// backend, and each restored backend read three times by `gets` uniform random gets: as the
 /// restore leaves its files (RocksDB's SST writer drops what it writes from the page cache,
-/// so the reads go to the device until the page cache holds the files); with every restored
+/// so the reads go to the device until the page cache holds the files, or until the
+/// backend's own warming has read them back: `DbOptions::warm_restored_files`); with every restored
 /// file read into the page cache beforehand (state beyond the budget but within the
 /// machine's memory, as `bench matrix` measures it); and with the files dropped from the page
 /// cache every [`DROP_EVERY`] gets (state far beyond the machine's memory). Prints the
@@ -664,6 +665,9 @@ fn savepoint_gets(
     let written = src.write_savepoint(&sp)?;
     let mut rng = SmallRng::seed_from_u64(env.args.seed ^ 0x5eed);
     let (mut restores, mut per_block, mut files_before) = (Vec::new(), 0, String::new());
+    let mut warmed = 0;
+    // Per restore: how long the warming went on after the cold pass.
+    let mut warm_waits = Vec::new();
     // Per pass (cold, warm, device): durations and bytes read per get.
     let mut passes: [(Vec<Duration>, u64); 3] = Default::default();
     let dir = env.root.join("fresh");
@@ -672,6 +676,7 @@ fn savepoint_gets(
         let t = Instant::now();
         target.restore_savepoint(&sp)?;
         restores.push(t.elapsed());
+        warmed = target.metrics()?.rocksdb.restored_bytes_warmed;
         per_block = state_bytes_per_block(&dir)?;
         let state = target.raw_value_state("bench", CodecId::new("bytes", 1))?;
         files_before =
@@ -683,6 +688,9 @@ fn savepoint_gets(
         unsafe { libc::sync() };
         for (pass, (times, per_get)) in passes.iter_mut().enumerate() {
             if pass == 1 {
+                let t = Instant::now();
+                target.wait_for_page_cache_warming();
+                warm_waits.push(t.elapsed());
                 read_ssts(&dir)?;
             }
             let dropped = if pass == 2 {
@@ -714,6 +722,7 @@ fn savepoint_gets(
     }
     let restore = median(restores);
     let [(cold, cold_per_get), (warm, warm_per_get), (device, _)] = passes;
+    let cold_secs = median(cold.clone()).as_secs_f64();
     let ops = |times: Vec<Duration>| gets as f64 / median(times).as_secs_f64();
     Line::new()
         .label("savepoint-gets")
@@ -727,11 +736,14 @@ fn savepoint_gets(
         .num("warm_get_ops_s", ops(warm), 0)
         .num("device_get_ops_s", ops(device), 0)
         .int("restored_bytes_per_block", per_block)
+        .int("restored_bytes_warmed", warmed)
+        .num("warming_after_cold_secs", median(warm_waits).as_secs_f64(), 3)
+        .num("cold_secs", cold_secs, 3)
         .int("cold_read_bytes_per_get", cold_per_get)
         .int("warm_read_bytes_per_get", warm_per_get)
         .text("files_before", files_before)
         .int("budget_mib", (budget_config(env.args).total_bytes >> 20) as u64)
-        .note("median of --repeat restores; gets uniform over the restored keys; cold: as the restore left the files, warm: every SST in the page cache, device: the SSTs dropped from the page cache every 1,000 gets")
+        .note("median of --repeat restores; gets uniform over the restored keys; cold: as the restore left the files (and warming reads them back), warm: every SST in the page cache, device: the SSTs dropped from the page cache every 1,000 gets")
         .print();
     Ok(())
 }
