@@ -52,6 +52,7 @@ mod shared_fetch;
 pub mod state;
 pub mod storage;
 mod store;
+mod system_memory;
 pub mod ttl;
 mod value_cache;
 #[cfg(test)]

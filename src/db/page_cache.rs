@@ -12,9 +12,10 @@
 //! keeps its pages cached.
 //!
 //! So a database reads such files once, sequentially, on a thread of its own, while the job
-//! runs, where they fit in memory: at most half of what the kernel reports available
-//! (`MemAvailable` of `/proc/meminfo`, which counts reclaimable page cache), less the bytes
-//! the open databases of this process have warmed already. State beyond that would only
+//! runs, where they fit in memory: at most half of what the process can still fill with page
+//! cache ([`crate::system_memory`]: the kernel's `MemAvailable`, which counts reclaimable
+//! page cache, bounded by the process's cgroup limit), less the bytes the open databases of
+//! this process have warmed already. State beyond that would only
 //! evict itself (and the rest of the machine's page cache) while it is read, and its reads
 //! go to the device anyway. Where the kernel reports no figure, nothing is warmed.
 
@@ -45,25 +46,11 @@ pub(crate) struct Warmer {
     total: AtomicU64,
 }
 
-/// Whether `bytes` more of restored files fit in memory: at most half of `available` (the
-/// kernel's `MemAvailable`, `None` where unknown) less `warmed`, what the open databases of
-/// the process have warmed.
+/// Whether `bytes` more of restored files fit in memory: at most half of `available`
+/// ([`crate::system_memory::available`], `None` where unknown) less `warmed`, what the open
+/// databases of the process have warmed.
 pub(crate) fn fits(bytes: u64, available: Option<u64>, warmed: u64) -> bool {
     available.is_some_and(|a| bytes <= (a / 2).saturating_sub(warmed))
-}
-
-/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
-fn mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?;
-    let kib = line.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
-    kib.checked_mul(1024)
-}
-
-/// The memory the kernel reports available (`MemAvailable`), or `None` where it reports none.
-fn available_memory() -> Option<u64> {
-    mem_available(&std::fs::read_to_string("/proc/meminfo").ok()?)
 }
 
 /// Files to warm, open for reading, with their sizes: opened while they still lie where
@@ -89,14 +76,15 @@ impl ToWarm {
 
 impl Warmer {
     /// Reads `files` into the page cache on a thread of its own, if they fit
-    /// in memory ([`fits`]) with `available` bytes of memory (`None`: the kernel's figure).
+    /// in memory ([`fits`]) with `available` bytes of memory (`None`:
+    /// [`crate::system_memory::available`]).
     /// Returns the bytes it warms (0 when they do not fit, or once stopped).
     pub(crate) fn warm(&self, ToWarm(files): ToWarm, available: Option<u64>) -> u64 {
         let bytes: u64 = files.iter().map(|(_, len)| len).sum();
         if bytes == 0 || self.stop.load(Ordering::Acquire) {
             return 0;
         }
-        let available = available.or_else(available_memory);
+        let available = available.or_else(crate::system_memory::available);
         // Reserved in the process's count before the thread starts, so two databases
         // restoring at once cannot both take the same memory.
         let reserved = WARMED_BY_OPEN.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
@@ -181,15 +169,6 @@ fn read_all(files: Vec<(File, u64)>, stop: &AtomicBool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mem_available_is_read_in_bytes() {
-        let meminfo = "MemTotal:       24573452 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\nBuffers: 1 kB\n";
-        assert_eq!(mem_available(meminfo), Some(20_000_000 * 1024));
-        assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
-        assert_eq!(mem_available("MemAvailable: lots\n"), None);
-        assert_eq!(mem_available("MemAvailable: 5 MB\n"), None);
-    }
 
     #[test]
     fn files_fit_in_half_the_available_memory_less_what_is_warmed() {
