@@ -81,6 +81,10 @@ impl Warmer {
     /// Returns the bytes it warms (0 when they do not fit, or once stopped).
     pub(crate) fn warm(&self, ToWarm(files): ToWarm, available: Option<u64>) -> u64 {
         let bytes: u64 = files.iter().map(|(_, len)| len).sum();
+        // Held until the thread is listed, so a `stop` on another thread (a close beside
+        // the restore's end) either comes first and is seen here, or joins this thread and
+        // takes its bytes off the count.
+        let mut threads = self.threads.lock();
         if bytes == 0 || self.stop.load(Ordering::Acquire) {
             return 0;
         }
@@ -93,20 +97,20 @@ impl Warmer {
         if reserved.is_err() {
             return 0;
         }
-        self.counted.fetch_add(bytes, Ordering::AcqRel);
         let stop = Arc::clone(&self.stop);
         let spawned = std::thread::Builder::new()
             .name("rockstate-warm".into())
             .spawn(move || read_all(files, &stop));
         match spawned {
             Ok(handle) => {
-                self.threads.lock().push(handle);
+                threads.push(handle);
+                self.counted.fetch_add(bytes, Ordering::AcqRel);
                 self.total.fetch_add(bytes, Ordering::AcqRel);
                 bytes
             }
             // Warming only saves reads: without a thread, the job's reads fill the cache.
             Err(_) => {
-                self.uncount(bytes);
+                uncount(bytes);
                 0
             }
         }
@@ -132,15 +136,15 @@ impl Warmer {
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.wait();
-        self.uncount(self.counted.swap(0, Ordering::AcqRel));
+        uncount(self.counted.swap(0, Ordering::AcqRel));
     }
+}
 
-    fn uncount(&self, bytes: u64) {
-        // Only bytes added by this warmer are taken off, so the count never goes below 0.
-        let _ = WARMED_BY_OPEN.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-            Some(w.saturating_sub(bytes))
-        });
-    }
+/// Takes `bytes` a warmer added off the process's count (never below 0).
+fn uncount(bytes: u64) {
+    let _ = WARMED_BY_OPEN.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+        Some(w.saturating_sub(bytes))
+    });
 }
 
 impl Drop for Warmer {
