@@ -866,10 +866,11 @@ impl KeyedBackend {
         }
     }
 
-    /// Waits until the files of the savepoint restores and rescale rewrites into this backend
-    /// so far are read into the page cache (`DbOptions::warm_restored_files`; reads and
-    /// writes do not wait for it): for a job that wants its state's first reads served from
-    /// memory, and for benchmarks and tests. Returns at once where nothing is being warmed.
+    /// Waits until the files the savepoint restores, rescale rewrites and changelog replays
+    /// into this backend wrote so far are read into the page cache
+    /// (`DbOptions::warm_restored_files`; reads and writes do not wait for it): for a job that
+    /// wants its state's first reads served from memory, and for benchmarks and tests.
+    /// Returns at once where nothing is being warmed.
     pub fn wait_for_page_cache_warming(&self) {
         if let Engine::Rocks(db) = &self.inner.engine {
             db.wait_for_warming();

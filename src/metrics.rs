@@ -53,9 +53,9 @@ pub struct RocksDbMetrics {
     pub pending_compaction_bytes: u64,
     /// SST files per level, ascending, only levels that hold files.
     pub levels: Vec<LevelMetrics>,
-    /// Bytes of the files savepoint restores and rescale rewrites wrote that were handed to
-    /// the thread reading them into the page cache since the backend opened
-    /// (`DbOptions::warm_restored_files`; 0 where they did not fit in memory).
+    /// Bytes of the files savepoint restores, rescale rewrites and changelog replays wrote
+    /// that were handed to the thread reading them into the page cache since the backend
+    /// opened (`DbOptions::warm_restored_files`; 0 where they did not fit in memory).
     pub restored_bytes_warmed: u64,
 }
 

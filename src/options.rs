@@ -205,9 +205,9 @@ pub struct DbOptions {
     /// writes, before any read, lost up to 19 % in the Zipf cells that fit the budget
     /// (docs/decisions/0036-value-cache-refreshed-by-writes.md).
     pub value_cache_writes: ValueCacheWrites,
-    /// Whether the SST files a savepoint restore or a rescale's rewrite writes are read
-    /// back into the page cache on a thread of their own after they are ingested, where they
-    /// fit in memory (at most half of the memory the kernel reports available, bounded by
+    /// Whether the SST files a savepoint restore, a rescale's rewrite or a changelog
+    /// restore's replay writes are read back into the page cache on a thread of their own
+    /// after they are ingested, where they fit in memory (at most half of the memory the kernel reports available, bounded by
     /// the process's cgroup memory limit, less what the process's other open backends
     /// warmed). RocksDB's SST writer drops what it writes from the page cache, so without it
     /// every block-cache miss right after such a restore reads the device: the first 300,000

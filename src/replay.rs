@@ -28,7 +28,9 @@ use parking_lot::Mutex;
 use sst_format::{Changelog, CheckpointManifest, LogEntry, LogSegment, LogSegmentFile, LogTable};
 
 use crate::catalog::{check_digest, named_fetch_error};
-use crate::db::{write_ssts, BlockSizing, Cf, Db, KeyLayout, MemoryBudget, DEFAULT_CF_NAME};
+use crate::db::{
+    write_ssts, BlockSizing, Cf, Db, KeyLayout, MemoryBudget, ToWarm, DEFAULT_CF_NAME,
+};
 use crate::error::{Error, Result};
 use crate::keygroup::{self, KeyGroupRange};
 use crate::meta::STATE_CF_PREFIX;
@@ -194,9 +196,10 @@ pub(crate) fn apply(
         budget,
         Some(KeyLayout::new(prepared.max_parallelism, prepared.source)),
     )?;
+    // The database closes right after: its files are not warmed.
     let result = apply_onto(prepared, &db, name, None);
     let closed = db.close();
-    let counts = result?;
+    let (counts, _) = result?;
     closed?;
     Ok(counts)
 }
@@ -208,14 +211,27 @@ pub(crate) fn apply(
 /// deletion through the memtable); and `last`, a file of the metadata column family, above
 /// everything in that column family: with the tables when no batch follows them, else after
 /// the batches. A plain restore applies the log onto the database it hands to the backend, so
-/// RocksDB opens once.
+/// RocksDB opens once. Returns the sorted batches' files, opened before their ingestion moved
+/// them, for [`Db::warm_restored`] (RocksDB's SST writer dropped them from the page cache).
 pub(crate) fn apply_onto(
     prepared: Prepared,
     db: &Arc<Db>,
     name: &str,
     last: Option<&Path>,
-) -> Result<ReplayCounts> {
+) -> Result<(ReplayCounts, ToWarm)> {
     let mut counts = prepared.counts;
+    let sorted: Vec<&PathBuf> = prepared
+        .batches
+        .iter()
+        .flat_map(|batch| match batch {
+            Batch::Sorted { meta, states } => meta
+                .iter()
+                .chain(states.iter().flat_map(|(_, files)| files))
+                .collect(),
+            Batch::Entries(_) => Vec::new(),
+        })
+        .collect();
+    let warm = db.open_for_warming(sorted);
     let result = (|| {
         // Per column family its tables' files, in log order, in one ingestion: RocksDB gives
         // files that overlap one another levels and sequence numbers that let a later file
@@ -279,7 +295,7 @@ pub(crate) fn apply_onto(
     })();
     drop(prepared.scratch);
     result?;
-    Ok(counts)
+    Ok((counts, warm))
 }
 
 /// Checks the sequence numbers of `log`'s segments (the manifest object `name`): the first

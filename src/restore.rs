@@ -525,7 +525,8 @@ fn restore_pinned<T>(
                 let counts = match (i, &base_db) {
                     (0, Some(db)) => {
                         let last = identity_file.as_ref().map(|(_, f)| f.as_path());
-                        let counts = crate::replay::apply_onto(prepared, db, name, last)?;
+                        let (counts, warm) = crate::replay::apply_onto(prepared, db, name, last)?;
+                        db.warm_restored(warm);
                         // Otherwise not all by ingestion: the backend's open writes another
                         // identity and flushes.
                         if counts.memtable_writes == 0 {

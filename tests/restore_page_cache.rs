@@ -1,5 +1,5 @@
-//! The files a savepoint restore and a rescale's rewrite write are read back into the page
-//! cache after their ingestion (`DbOptions::warm_restored_files`,
+//! The files a savepoint restore, a rescale's rewrite and a changelog restore's replay write
+//! are read back into the page cache after their ingestion (`DbOptions::warm_restored_files`,
 //! docs/decisions/0053-restored-files-read-into-the-page-cache.md): RocksDB's SST writer drops
 //! what it writes from the page cache, so without it the first reads of a restored state go
 //! to the device. Checked with `mincore(2)` on the restored SSTs, before anything reads the
@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use rescale_common::*;
 use rockstate::{
-    CheckpointOptions, CheckpointStorage, CodecId, DbOptions, KeyedBackend, LocalStorage,
-    RestoreFrom, StateDescriptor,
+    ChangelogOptions, CheckpointOptions, CheckpointStorage, CodecId, DbOptions, KeyedBackend,
+    LocalStorage, RestoreFrom, StateDescriptor,
 };
 
 /// Values of the savepoint's state: 8 MB of SST data, over a megabyte per reader thread.
@@ -238,5 +238,84 @@ fn without_warming_the_files_a_merge_rewrote_stay_out_of_the_page_cache() {
     assert!(
         share < COLD_BELOW,
         "{share:.3} of the rewritten pages cached"
+    );
+}
+
+/// Writes [`KEYS`] values into a changelog-mode backend, checkpoints them (materialized), then
+/// writes new values over a third of the keys and checkpoints again (a log checkpoint), and
+/// restores the latest checkpoint with `warm_restored_files` at `warm`: the replay sorts the
+/// log's changes into SSTs it ingests. Returns the share of those files' pages in the page
+/// cache once the warming is done, before anything reads them.
+fn changelog_restore(dir: &Path, warm: bool) -> f64 {
+    let storage: Arc<dyn CheckpointStorage> =
+        Arc::new(LocalStorage::new(dir.join("storage")).unwrap());
+    let opts = CheckpointOptions {
+        changelog: ChangelogOptions {
+            enabled: true,
+            materialize_interval_ms: u64::MAX,
+            materialize_log_percent: 100_000,
+            materialize_min_log_bytes: 0,
+            ..ChangelogOptions::default()
+        },
+        ..CheckpointOptions::default()
+    };
+    let source = KeyedBackend::builder(dir.join("source"))
+        .options(options(warm))
+        .checkpoint_storage(Arc::clone(&storage))
+        .checkpoint_options(opts.clone())
+        .open()
+        .unwrap();
+    let values = source.value_state::<u32, u8, Vec<u8>>("big").unwrap();
+    for key in 0..KEYS {
+        values.put(&key, &0, &vec![key as u8; VALUE_BYTES]).unwrap();
+    }
+    assert!(source.checkpoint(1).unwrap().materialized);
+    source.notify_checkpoint_complete(1).unwrap();
+    for key in (0..KEYS).step_by(3) {
+        values
+            .put(&key, &0, &vec![key as u8 ^ 0xff; VALUE_BYTES])
+            .unwrap();
+    }
+    drop(values);
+    assert!(!source.checkpoint(2).unwrap().materialized);
+    source.notify_checkpoint_complete(2).unwrap();
+    source.close().unwrap();
+
+    let restored = KeyedBackend::builder(dir.join("restored"))
+        .options(options(warm))
+        .checkpoint_storage(storage)
+        .checkpoint_options(opts)
+        .restore(RestoreFrom::Latest)
+        .unwrap();
+    restored.wait_for_page_cache_warming();
+    let files = written_by_sst_writer(&dir.join("restored"));
+    assert!(!files.is_empty(), "the replay ingested no file");
+    let share = share_of(&files);
+    // The restore holds the latest values.
+    let values = restored.value_state::<u32, u8, Vec<u8>>("big").unwrap();
+    for key in (0..KEYS).step_by(7) {
+        let byte = key as u8 ^ if key % 3 == 0 { 0xff } else { 0 };
+        assert_eq!(values.get(&key, &0).unwrap(), Some(vec![byte; VALUE_BYTES]));
+    }
+    share
+}
+
+#[test]
+fn a_changelog_restore_reads_the_files_of_its_replay_into_the_page_cache() {
+    let dir = scratch();
+    let share = changelog_restore(dir.path(), true);
+    assert!(
+        share >= WARM_AT_LEAST,
+        "{share:.3} of the replayed pages cached"
+    );
+}
+
+#[test]
+fn without_warming_the_files_of_a_changelog_replay_stay_out_of_the_page_cache() {
+    let dir = scratch();
+    let share = changelog_restore(dir.path(), false);
+    assert!(
+        share < COLD_BELOW,
+        "{share:.3} of the replayed pages cached"
     );
 }

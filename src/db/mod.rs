@@ -51,11 +51,11 @@ pub(crate) use compaction_filter::{CfFilter, TtlFilter};
 pub(crate) use files::{FileSurgery, ForeignFiles, LiveSst};
 pub(crate) use maintenance::BulkCursor;
 pub use options::lower_compaction_priority;
+pub(crate) use page_cache::ToWarm;
 pub(crate) use sst_writer::{write_ssts, BlockSizing};
 
 use compaction_filter::FilterRegistry;
 use front::{FrontSettings, Open};
-use page_cache::ToWarm;
 
 /// The RocksDB handle type rockstate uses.
 type Rocks = rocksdb::DBWithThreadMode<rocksdb::MultiThreaded>;

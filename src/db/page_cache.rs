@@ -4,12 +4,12 @@
 //!
 //! RocksDB's `SstFileWriter` drops what it writes from the page cache (its
 //! `invalidate_page_cache`, on by default and not reachable through the C API). A savepoint
-//! restore and a rescale's rewrite write their files with it, so right after them every
-//! block-cache miss reads the device until the job's own reads have brought the files back:
-//! 1M × 1 KiB restored on a 128 MiB budget answered 32.5k gets/s that way, and 143.7k/s with
-//! the files in the page cache (`rockstate-bench rescale --savepoint-gets`, decision 0051).
-//! A database state written through the memtable, as Flink's savepoint restore writes it,
-//! keeps its pages cached.
+//! restore, a rescale's rewrite and a changelog restore's replay write their files with it,
+//! so right after them every block-cache miss reads the device until the job's own reads
+//! have brought the files back: the first 300,000 uniform gets of 1M × 1 KiB restored on a
+//! 128 MiB budget ran at 26.5–30.9k/s that way, and at 105.6–118.3k/s with the files read
+//! back (`rockstate-bench rescale --savepoint-gets`, decision 0053). State written through
+//! the memtable, as Flink's savepoint restore writes it, keeps its pages cached.
 //!
 //! So a database reads such files once, sequentially, on a thread of its own, while the job
 //! runs, where they fit in memory: at most half of what the process can still fill with page
