@@ -6,25 +6,12 @@
 mod rescale_common;
 
 use rescale_common::*;
-use rockstate::{ChangelogOptions, CheckpointOptions, RestoreFrom};
+use rockstate::RestoreFrom;
 
 on_every_storage!(scale_out_and_in_from_log_checkpoints);
 
-fn changelog() -> CheckpointOptions {
-    CheckpointOptions {
-        changelog: ChangelogOptions {
-            enabled: true,
-            materialize_interval_ms: u64::MAX,
-            materialize_log_percent: 100_000,
-            materialize_min_log_bytes: 0,
-            ..ChangelogOptions::default()
-        },
-        ..CheckpointOptions::default()
-    }
-}
-
 fn scale_out_and_in_from_log_checkpoints(store: Store) {
-    let opts = changelog();
+    let opts = changelog_options();
     let mut model = Model::default();
     let mut r = rand::SeedableRng::seed_from_u64(31);
     let two = open_fresh(store.path(), &store.storage, "two", 2, &opts);

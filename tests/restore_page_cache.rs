@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use rescale_common::*;
 use rockstate::{
-    ChangelogOptions, CheckpointOptions, CheckpointStorage, CodecId, DbOptions, KeyedBackend,
-    LocalStorage, RestoreFrom, StateDescriptor,
+    CheckpointOptions, CheckpointStorage, CodecId, DbOptions, KeyedBackend, LocalStorage,
+    RestoreFrom, StateDescriptor,
 };
 
 /// Values of the savepoint's state: 8 MB of SST data, over a megabyte per reader thread.
@@ -249,16 +249,7 @@ fn without_warming_the_files_a_merge_rewrote_stay_out_of_the_page_cache() {
 fn changelog_restore(dir: &Path, warm: bool) -> f64 {
     let storage: Arc<dyn CheckpointStorage> =
         Arc::new(LocalStorage::new(dir.join("storage")).unwrap());
-    let opts = CheckpointOptions {
-        changelog: ChangelogOptions {
-            enabled: true,
-            materialize_interval_ms: u64::MAX,
-            materialize_log_percent: 100_000,
-            materialize_min_log_bytes: 0,
-            ..ChangelogOptions::default()
-        },
-        ..CheckpointOptions::default()
-    };
+    let opts = changelog_options();
     let source = KeyedBackend::builder(dir.join("source"))
         .options(options(warm))
         .checkpoint_storage(Arc::clone(&storage))

@@ -20,8 +20,8 @@ use rand::Rng;
 use rockstate::checkpoint::layout;
 use rockstate::coordinator::task_checkpoint;
 use rockstate::{
-    AggregateFunction, CheckpointOptions, CheckpointStats, CheckpointStorage, DbOptions, JobOwner,
-    KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom, SystemClock,
+    AggregateFunction, ChangelogOptions, CheckpointOptions, CheckpointStats, CheckpointStorage,
+    DbOptions, JobOwner, KeyGroupRange, KeyedBackend, LocalStorage, RestoreFrom, SystemClock,
 };
 use sst_format::CheckpointManifest;
 
@@ -120,6 +120,21 @@ pub fn small_options() -> DbOptions {
 /// [`small_options`] without automatic compactions (level 0 compacts at 64 files): the files
 /// a restore placed survive until the test's next checkpoint, whenever RocksDB's background
 /// threads would have run.
+/// Changelog mode on, materializing only on the first checkpoint (the log would have to
+/// reach a thousand times the state).
+pub fn changelog_options() -> CheckpointOptions {
+    CheckpointOptions {
+        changelog: ChangelogOptions {
+            enabled: true,
+            materialize_interval_ms: u64::MAX,
+            materialize_log_percent: 100_000,
+            materialize_min_log_bytes: 0,
+            ..ChangelogOptions::default()
+        },
+        ..CheckpointOptions::default()
+    }
+}
+
 pub fn small_options_without_compaction() -> DbOptions {
     DbOptions {
         level0_file_num_compaction_trigger: 64,
