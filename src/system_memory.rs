@@ -98,7 +98,8 @@ impl Mount {
 /// The first mount in `mountinfo` whose file system type and super options `matches`.
 fn mount_of(mountinfo: &str, matches: impl Fn(&str, &str) -> bool) -> Option<Mount> {
     mountinfo.lines().find_map(|line| {
-        // "<id> <parent> <major:minor> <root> <point> <options> [optional...] - <fs> <source> <super options>"
+        // "<id> <parent> <major:minor> <root> <point> <options> [optional...] - <fs>
+        //  <source> <super options>"
         let (head, tail) = line.split_once(" - ")?;
         let mut tail = tail.split_whitespace();
         let fs = tail.next()?;
@@ -188,7 +189,8 @@ mod tests {
 
     #[test]
     fn mem_available_is_read_in_bytes() {
-        let meminfo = "MemTotal:       24573452 kB\nMemFree:         1000000 kB\nMemAvailable:   20000000 kB\nBuffers: 1 kB\n";
+        let meminfo = "MemTotal:       24573452 kB\nMemFree:         1000000 kB\n\
+                       MemAvailable:   20000000 kB\nBuffers: 1 kB\n";
         assert_eq!(mem_available(meminfo), Some(20_000_000 * 1024));
         assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
         assert_eq!(mem_available("MemAvailable: lots\n"), None);
@@ -206,7 +208,7 @@ mod tests {
 
     fn v2_mountinfo(point: &Path, root: &str) -> String {
         format!(
-            "30 23 0:26 {root} {} rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n",
+            "30 23 0:26 {root} {} rw,nosuid,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n",
             point.display()
         )
     }
@@ -283,7 +285,8 @@ mod tests {
             &[
                 (
                     "process_api/a1/memory.stat",
-                    "cache 11223040\nrss 2715648\nhierarchical_memory_limit 2147483648\ntotal_cache 9\ntotal_rss 147483648\n",
+                    "cache 11223040\nrss 2715648\nhierarchical_memory_limit 2147483648\n\
+                     total_cache 9\ntotal_rss 147483648\n",
                 ),
                 (
                     "free/memory.stat",

@@ -54,7 +54,8 @@ pub(crate) fn fits(bytes: u64, available: Option<u64>, warmed: u64) -> bool {
 }
 
 /// Files to warm, open for reading, with their sizes: opened while they still lie where
-/// they were written ([`ToWarm::open`]), so a handle reads a file wherever an ingestion moved it.
+/// they were written ([`ToWarm::open`]), so a handle reads a file wherever an ingestion
+/// moved it.
 #[derive(Default)]
 pub(crate) struct ToWarm(Vec<(File, u64)>);
 

@@ -650,9 +650,9 @@ fn budget_config(args: &RescaleArgs) -> MemoryBudgetConfig {
 /// backend, and each restored backend read three times by `gets` uniform random gets: as the
 /// restore leaves its files (RocksDB's SST writer drops what it writes from the page cache,
 /// so the reads go to the device until the page cache holds the files, or until the
-/// backend's own warming has read them back: `DbOptions::warm_restored_files`); with every restored
-/// file read into the page cache beforehand (state beyond the budget but within the
-/// machine's memory, as `bench matrix` measures it); and with the files dropped from the page
+/// backend's own warming has read them back: `DbOptions::warm_restored_files`); with every
+/// restored file read into the page cache beforehand (state beyond the budget but within
+/// the machine's memory, as `bench matrix` measures it); and with the files dropped from the page
 /// cache every [`DROP_EVERY`] gets (state far beyond the machine's memory). Prints the
 /// medians.
 fn savepoint_gets(
