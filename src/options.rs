@@ -207,11 +207,12 @@ pub struct DbOptions {
     pub value_cache_writes: ValueCacheWrites,
     /// Whether the SST files a savepoint restore, a rescale's rewrite or a changelog
     /// restore's replay writes are read back into the page cache on a thread of their own
-    /// after they are ingested, where they fit in memory (at most half of the memory the kernel reports available, bounded by
-    /// the process's cgroup memory limit, less what the process's other open backends
-    /// warmed). RocksDB's SST writer drops what it writes from the page cache, so without it
-    /// every block-cache miss right after such a restore reads the device: the first 300,000
-    /// gets of 1M × 1 KiB restored on 128 MiB ran 4× faster with it. Default on
+    /// after they are ingested, where they fit in memory (at most half of the memory the
+    /// kernel reports available, bounded by the process's cgroup memory limit, less what the
+    /// process's other open backends warmed). RocksDB's SST writer drops what it writes
+    /// from the page cache, so without it every block-cache miss right after such a restore
+    /// reads the device: the first 300,000 gets of 1M × 1 KiB restored on 128 MiB ran 4×
+    /// faster with it. Default on
     /// (docs/decisions/0053-restored-files-read-into-the-page-cache.md).
     pub warm_restored_files: bool,
 }

@@ -45,8 +45,8 @@ fn options(warm: bool) -> DbOptions {
     }
 }
 
-/// Resident pages of `path` (`mincore(2)` over a read-only mapping) over its pages.
-fn resident_share(path: &Path) -> (u64, u64) {
+/// Resident pages of `path` (`mincore(2)` over a read-only mapping) and all its pages.
+fn resident_pages(path: &Path) -> (u64, u64) {
     let file = std::fs::File::open(path).unwrap();
     let len = file.metadata().unwrap().len() as usize;
     if len == 0 {
@@ -80,7 +80,7 @@ fn resident_share(path: &Path) -> (u64, u64) {
 fn share_of(files: &[PathBuf]) -> f64 {
     let (resident, pages) = files
         .iter()
-        .map(|p| resident_share(p))
+        .map(|p| resident_pages(p))
         .fold((0, 0), |(r, p), (r2, p2)| (r + r2, p + p2));
     assert!(pages > 0, "no pages in {files:?}");
     resident as f64 / pages as f64

@@ -49,7 +49,7 @@ pub(crate) struct Warmer {
 /// Whether `bytes` more of restored files fit in memory: at most half of `available`
 /// ([`crate::system_memory::available`], `None` where unknown) less `warmed`, what the open
 /// databases of the process have warmed.
-pub(crate) fn fits(bytes: u64, available: Option<u64>, warmed: u64) -> bool {
+fn fits(bytes: u64, available: Option<u64>, warmed: u64) -> bool {
     available.is_some_and(|a| bytes <= (a / 2).saturating_sub(warmed))
 }
 

@@ -18,17 +18,18 @@ pub(crate) enum BlockSizing {
     Shared,
     /// From the file's first [`SAMPLE_WRITES`] puts, or fewer if they reach
     /// [`HELD_BYTES`] first (all of them if the file has fewer), by the rule a column
-    /// family's block size follows ([`super::block_sizes`]): where they average
-    /// [`LARGE_ENTRY_BYTES`](super::block_sizes::LARGE_ENTRY_BYTES) or more, `DbOptions::large_entry_block_size`. An ingested file
-    /// keeps its blocks until a compaction rewrites it, and files ingested into the bottom
+    /// family's block size follows ([`super::block_sizes::entries_are_large`]):
+    /// `DbOptions::large_entry_block_size` where they average 512 bytes or more. An ingested
+    /// file keeps its blocks until a compaction rewrites it, and files ingested into the bottom
     /// level often never are: a savepoint restore's file of 1 KiB values written at the
     /// shared 16 KiB would read 16 KiB per block-cache miss for as long as the job runs.
     FromEntries,
 }
 
 /// Bytes of key and value a sink holds at most (and the put that reaches them) before it
-/// decides its block size: puts averaging [`LARGE_ENTRY_BYTES`](super::block_sizes::LARGE_ENTRY_BYTES) decide after 128 of them, and
-/// a savepoint restore's sinks (one per state and reader thread) hold little each.
+/// decides its block size: puts averaging 512 bytes (the large-entry threshold) decide after
+/// 128 of them, and a savepoint restore's sinks (one per state and reader thread) hold little
+/// each.
 const HELD_BYTES: u64 = 64 << 10;
 
 /// What a sink received before its file was opened, replayed into the file in order.
