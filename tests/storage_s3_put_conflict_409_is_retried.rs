@@ -37,7 +37,10 @@ fn s3_put_answered_409_conflict_is_retried_not_object_exists() {
     let puts = Arc::new(AtomicUsize::new(0));
     let p = Arc::clone(&puts);
     proxy.set_rule(move |r| {
-        if r.method == "PUT" && p.fetch_add(1, Ordering::SeqCst) == 0 {
+        if r.method == "PUT"
+            && r.target.ends_with("/chk-7/b/_metadata")
+            && p.fetch_add(1, Ordering::SeqCst) == 0
+        {
             Action::Answer(409, CONFLICT.to_string())
         } else {
             Action::Forward

@@ -24,6 +24,7 @@
 mod faults;
 mod local;
 mod object;
+mod s3_uploads;
 mod scoped;
 
 use std::path::Path;

@@ -34,10 +34,13 @@
 //! * **Digests.** Puts compute size and CRC-32 of the bytes read from the local file while
 //!   sending them; gets compute them over the bytes received, as [`super::LocalStorage`]
 //!   does.
-//! * **Leftovers.** `object_store` cannot list unfinished multipart uploads, so
-//!   [`CheckpointStorage::sweep_incomplete`] removes only staging objects (uploads that
-//!   completed but were never copied to their name); on S3 add a bucket lifecycle rule
-//!   `AbortIncompleteMultipartUpload` for the unfinished uploads of crashed processes.
+//! * **Leftovers.** [`CheckpointStorage::sweep_incomplete`] deletes staging objects (uploads
+//!   that completed but were never copied to their name) and, on S3, aborts unfinished
+//!   multipart uploads of crashed processes (`ListMultipartUploads` and
+//!   `AbortMultipartUpload`, sent by [`super::s3_uploads`] since `object_store` has neither):
+//!   those under the root, initiated at least the minimum age before the caller's time, whose
+//!   names the checkpoint layout makes. A bucket policy that refuses the two requests (403)
+//!   leaves them to a lifecycle rule `AbortIncompleteMultipartUpload`; the sweep goes on.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -61,6 +64,7 @@ use object_store::{
 use object_store::{ClientOptions, HeaderMap, HeaderValue};
 use tokio::runtime::Runtime;
 
+use super::s3_uploads::{S3Uploads, UploadsError};
 use super::{validate_object_name, CheckpointStorage, ObjectDigest, ObjectInfo};
 use crate::clock::{is_older_than, millis_since_epoch};
 use crate::error::{Error, Result};
@@ -171,6 +175,8 @@ pub struct ObjectStorage {
     /// multipart uploads straight to their name (conditional completion). `None`: multipart
     /// uploads go through a staging object and `copy_if_not_exists`.
     conditional_multipart: Option<Arc<dyn ObjectStore>>,
+    /// For S3: lists and aborts the bucket's unfinished multipart uploads (the sweep's).
+    uploads: Option<S3Uploads>,
     /// Name prefix of every object, without a trailing `/`; may be empty.
     root: String,
     /// What this storage was opened from (for messages).
@@ -201,11 +207,32 @@ impl Drop for ObjectStorage {
     }
 }
 
-/// An S3 client for `bucket`: settings from the `AWS_*` environment variables, then from
-/// `options.s3`; `default_headers` go on every request.
+/// The `object_store` S3 settings of a storage opened from `url`: the `AWS_*` environment
+/// variables `object_store` knows, then `options.s3`, in the order they apply.
+fn s3_config(
+    url: &str,
+    options: &ObjectStorageOptions,
+) -> Result<Vec<(AmazonS3ConfigKey, String)>> {
+    // As `AmazonS3Builder::from_env`: unknown `AWS_*` variables are not ours to refuse.
+    let mut config: Vec<(AmazonS3ConfigKey, String)> = std::env::vars()
+        .filter(|(key, _)| key.starts_with("AWS_"))
+        .filter_map(|(key, value)| Some((key.to_ascii_lowercase().parse().ok()?, value)))
+        .collect();
+    for (key, value) in &options.s3 {
+        let key: AmazonS3ConfigKey = key
+            .parse()
+            .map_err(|e| url_error(url, format!("option `{key}`: {e}")))?;
+        config.push((key, value.clone()));
+    }
+    Ok(config)
+}
+
+/// An S3 client for `bucket` with the settings `config` ([`s3_config`]); `default_headers`
+/// go on every request.
 fn s3_store(
     url: &str,
     bucket: &str,
+    config: &[(AmazonS3ConfigKey, String)],
     options: &ObjectStorageOptions,
     default_headers: Option<HeaderMap>,
 ) -> Result<AmazonS3> {
@@ -213,20 +240,9 @@ fn s3_store(
     if let Some(headers) = default_headers {
         builder = builder.with_client_options(ClientOptions::new().with_default_headers(headers));
     }
-    // As `AmazonS3Builder::from_env`, on top of the client options above.
-    for (key, value) in std::env::vars() {
-        if key.starts_with("AWS_") {
-            if let Ok(key) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
-                builder = builder.with_config(key, value);
-            }
-        }
-    }
     builder = builder.with_bucket_name(bucket);
-    for (key, value) in &options.s3 {
-        let key: AmazonS3ConfigKey = key
-            .parse()
-            .map_err(|e| url_error(url, format!("option `{key}`: {e}")))?;
-        builder = builder.with_config(key, value);
+    for (key, value) in config {
+        builder = builder.with_config(*key, value);
     }
     let endpoint = builder.get_config_value(&AmazonS3ConfigKey::Endpoint);
     if let Some(e) = &endpoint {
@@ -325,14 +341,17 @@ impl ObjectStorage {
                 ),
             ));
         }
-        let store = s3_store(url, bucket, options, None)?;
+        let config = s3_config(url, options)?;
+        let store = s3_store(url, bucket, &config, options, None)?;
         // The same client configuration, sending `If-None-Match: *` on every request: used
         // only for multipart uploads, to make their completion conditional.
         let mut if_absent = HeaderMap::new();
         if_absent.insert("if-none-match", HeaderValue::from_static("*"));
-        let multipart_store = s3_store(url, bucket, options, Some(if_absent))?;
+        let multipart_store = s3_store(url, bucket, &config, options, Some(if_absent))?;
+        let uploads = S3Uploads::new(bucket, &config, &store).map_err(|e| url_error(url, e))?;
         let mut storage = Self::new(Arc::new(store), prefix, url, options.clone())?;
         storage.conditional_multipart = Some(Arc::new(multipart_store));
+        storage.uploads = uploads;
         Ok(storage)
     }
 
@@ -359,6 +378,7 @@ impl ObjectStorage {
         Ok(ObjectStorage {
             store,
             conditional_multipart: None,
+            uploads: None,
             root,
             url: describe.to_string(),
             options,
@@ -717,6 +737,71 @@ impl ObjectStorage {
         })
     }
 
+    /// On S3: aborts the bucket's unfinished multipart uploads under the root that were
+    /// initiated `min_age` or longer before `now_ms` (by the server's clock) and whose names
+    /// the checkpoint layout makes ([`is_own_upload`]); returns how many. Others' uploads
+    /// beside ours are left, and so is an upload whose time does not parse. A server that
+    /// refuses the listing or an abort for good ([`refused`]) is logged and ends this part of
+    /// the sweep without failing it: the rest of a garbage collection must not depend on a
+    /// permission a bucket policy may leave out.
+    fn abort_unfinished_uploads(&self, now_ms: u64, min_age: Duration) -> Result<usize> {
+        let Some(uploads) = &self.uploads else {
+            return Ok(0);
+        };
+        let prefix = if self.root.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.root)
+        };
+        let listed = self.with_retries(|_| {
+            let (u, p) = (uploads.clone(), prefix.clone());
+            match self.block_on(async move { u.list(&p).await })? {
+                Ok(listed) => Ok(Some(listed)),
+                Err(e) if refused(&e) => {
+                    tracing::warn!(url = %self.url, error = %e.detail,
+                        "unfinished multipart uploads not listed (the bucket's lifecycle rules \
+                         must abort them)");
+                    Ok(None)
+                }
+                Err(e) => Err(uploads_error("list uploads", &prefix, e)),
+            }
+        })?;
+        let mut aborted = 0;
+        for upload in listed.into_iter().flatten() {
+            let Some(name) = upload.key.strip_prefix(&prefix) else {
+                continue;
+            };
+            let old = upload
+                .initiated_ms
+                .is_some_and(|ms| is_older_than(ms, now_ms, min_age));
+            if !old || !is_own_upload(name) {
+                continue;
+            }
+            let done = self.with_retries(|_| {
+                let (u, key, id) = (
+                    uploads.clone(),
+                    upload.key.clone(),
+                    upload.upload_id.clone(),
+                );
+                match self.block_on(async move { u.abort(&key, &id).await })? {
+                    Ok(()) => Ok(true),
+                    Err(e) if refused(&e) => {
+                        tracing::warn!(url = %self.url, error = %e.detail,
+                            "unfinished multipart uploads not aborted (the bucket's lifecycle \
+                             rules must abort them)");
+                        Ok(false)
+                    }
+                    Err(e) => Err(uploads_error("abort upload", name, e)),
+                }
+            })?;
+            if !done {
+                break;
+            }
+            aborted += 1;
+        }
+        Ok(aborted)
+    }
+
     /// Every object whose name starts with `prefix`, staging objects included.
     fn list_all(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         // Stores list by whole path segments: list the directory part, filter by the rest.
@@ -765,6 +850,37 @@ fn check_name(name: &str) -> Result<()> {
         return Err(Error::InvalidObjectName(name.to_string()));
     }
     Ok(())
+}
+
+/// Whether an unfinished upload to `name` (under the root) may be one of this storage's
+/// puts: `name`, or what follows one of its `/`s (the namespace of a
+/// [`super::ScopedStorage`], whose sweep reaches its inner storage), is a name the checkpoint
+/// layout uploads (a shared object or a checkpoint's object). Another system's uploads under
+/// the same root (Flink's `shared/<uuid>`, `chk-<n>/<uuid>`) do not parse as either.
+fn is_own_upload(name: &str) -> bool {
+    std::iter::once(name)
+        .chain(name.match_indices('/').map(|(i, _)| &name[i + 1..]))
+        .any(|n| {
+            crate::layout::parse_shared_name(n).is_some()
+                || crate::layout::parse_checkpoint_object(n).is_some()
+        })
+}
+
+/// Whether the server refuses a request on unfinished uploads for good: no permission (403:
+/// a policy without `s3:ListBucketMultipartUploads` or `s3:AbortMultipartUpload`) or no such
+/// request (405, 501: some S3-compatible servers).
+fn refused(e: &UploadsError) -> bool {
+    matches!(e.status, Some(403 | 405 | 501))
+}
+
+/// Our error for a failed request of the uploads' listing or aborting.
+fn uploads_error(operation: &'static str, name: &str, e: UploadsError) -> Error {
+    Error::Storage {
+        operation,
+        name: name.to_string(),
+        detail: e.detail,
+        transient: e.transient,
+    }
 }
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
@@ -942,7 +1058,7 @@ impl CheckpointStorage for ObjectStorage {
                 removed += 1;
             }
         }
-        Ok(removed)
+        Ok(removed + self.abort_unfinished_uploads(now_ms, min_age)?)
     }
 
     fn exists(&self, name: &str) -> Result<bool> {

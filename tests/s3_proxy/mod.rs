@@ -12,6 +12,8 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct Request {
     pub method: String,
+    /// The request target: path and query (`/bucket/key?uploadId=..`).
+    pub target: String,
 }
 
 /// What the proxy does with one request.
@@ -123,8 +125,10 @@ fn serve(mut client: TcpStream, upstream: &str, rule: &Mutex<Rule>) -> std::io::
         buf.extend_from_slice(&chunk[..n]);
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let method = head.split(' ').next().unwrap_or("").to_string();
-    let action = (rule.lock().unwrap())(&Request { method });
+    let mut request_line = head.split(' ');
+    let method = request_line.next().unwrap_or("").to_string();
+    let target = request_line.next().unwrap_or("").to_string();
+    let action = (rule.lock().unwrap())(&Request { method, target });
     // The request body.
     let body_len = content_length(&head);
     let mut body = buf[head_end..].to_vec();

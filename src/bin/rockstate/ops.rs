@@ -517,7 +517,9 @@ pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
         }
     );
     if let Some(n) = incomplete {
-        println!("removed {n} temporary object(s) of unfinished puts");
+        println!(
+            "removed {n} leftover(s) of unfinished puts (temporary objects, multipart uploads)"
+        );
     }
     if let Some(e) = stopped_by {
         eprintln!("error: stopped at a failed delete: {e}");
