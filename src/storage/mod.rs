@@ -24,7 +24,7 @@
 mod faults;
 mod local;
 mod object;
-mod s3_uploads;
+mod s3_requests;
 mod scoped;
 
 use std::path::Path;

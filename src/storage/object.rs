@@ -34,10 +34,14 @@
 //! * **Digests.** Puts compute size and CRC-32 of the bytes read from the local file while
 //!   sending them; gets compute them over the bytes received, as [`super::LocalStorage`]
 //!   does.
+//! * **Listings.** `object_store` fails a whole listing on one key its `Path` refuses (an
+//!   empty, `.` or `..` segment: another system's `root/shared/a//b`). On S3 such a listing is
+//!   made again through [`super::s3_requests`] with the keys as stored, and the keys that are
+//!   no valid object name (so none of ours) are left out.
 //! * **Leftovers.** [`CheckpointStorage::sweep_incomplete`] deletes staging objects (uploads
 //!   that completed but were never copied to their name) and, on S3, aborts unfinished
 //!   multipart uploads of crashed processes (`ListMultipartUploads` and
-//!   `AbortMultipartUpload`, sent by [`super::s3_uploads`] since `object_store` has neither):
+//!   `AbortMultipartUpload`, sent by [`super::s3_requests`] since `object_store` has neither):
 //!   those under the root, initiated at least the minimum age before the caller's time, whose
 //!   names the checkpoint layout makes. A bucket policy that refuses the two requests (403)
 //!   leaves them to a lifecycle rule `AbortIncompleteMultipartUpload`; the sweep goes on.
@@ -49,7 +53,7 @@ use std::io::{ErrorKind, Read, Seek, Write};
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -64,7 +68,7 @@ use object_store::{
 use object_store::{ClientOptions, HeaderMap, HeaderValue};
 use tokio::runtime::Runtime;
 
-use super::s3_uploads::{S3Uploads, UploadsError};
+use super::s3_requests::{Listed, RequestError, S3Requests};
 use super::{validate_object_name, CheckpointStorage, ObjectDigest, ObjectInfo};
 use crate::clock::{is_older_than, millis_since_epoch};
 use crate::error::{Error, Result};
@@ -175,8 +179,9 @@ pub struct ObjectStorage {
     /// multipart uploads straight to their name (conditional completion). `None`: multipart
     /// uploads go through a staging object and `copy_if_not_exists`.
     conditional_multipart: Option<Arc<dyn ObjectStore>>,
-    /// For S3: lists and aborts the bucket's unfinished multipart uploads (the sweep's).
-    uploads: Option<S3Uploads>,
+    /// For S3: the requests `object_store` lacks (the sweep's unfinished uploads, listings
+    /// with keys `object_store` cannot parse).
+    s3: Option<S3Requests>,
     /// Name prefix of every object, without a trailing `/`; may be empty.
     root: String,
     /// What this storage was opened from (for messages).
@@ -348,10 +353,10 @@ impl ObjectStorage {
         let mut if_absent = HeaderMap::new();
         if_absent.insert("if-none-match", HeaderValue::from_static("*"));
         let multipart_store = s3_store(url, bucket, &config, options, Some(if_absent))?;
-        let uploads = S3Uploads::new(bucket, &config, &store).map_err(|e| url_error(url, e))?;
+        let requests = S3Requests::new(bucket, &config, &store).map_err(|e| url_error(url, e))?;
         let mut storage = Self::new(Arc::new(store), prefix, url, options.clone())?;
         storage.conditional_multipart = Some(Arc::new(multipart_store));
-        storage.uploads = uploads;
+        storage.s3 = requests;
         Ok(storage)
     }
 
@@ -378,7 +383,7 @@ impl ObjectStorage {
         Ok(ObjectStorage {
             store,
             conditional_multipart: None,
-            uploads: None,
+            s3: None,
             root,
             url: describe.to_string(),
             options,
@@ -474,8 +479,8 @@ impl ObjectStorage {
         }
     }
 
-    fn name_of(&self, location: &ObjectPath) -> Option<String> {
-        let full = location.as_ref();
+    /// The name of the object at `full` (a whole key), `None` outside the root.
+    fn name_of_key(&self, full: &str) -> Option<String> {
         if self.root.is_empty() {
             Some(full.to_string())
         } else {
@@ -745,7 +750,7 @@ impl ObjectStorage {
     /// the sweep without failing it: the rest of a garbage collection must not depend on a
     /// permission a bucket policy may leave out.
     fn abort_unfinished_uploads(&self, now_ms: u64, min_age: Duration) -> Result<usize> {
-        let Some(uploads) = &self.uploads else {
+        let Some(s3) = &self.s3 else {
             return Ok(0);
         };
         let prefix = if self.root.is_empty() {
@@ -754,7 +759,7 @@ impl ObjectStorage {
             format!("{}/", self.root)
         };
         let listed = self.with_retries(|_| {
-            let (u, p) = (uploads.clone(), prefix.clone());
+            let (u, p) = (s3.clone(), prefix.clone());
             match self.block_on(async move { u.list(&p).await })? {
                 Ok(listed) => Ok(Some(listed)),
                 Err(e) if refused(&e) => {
@@ -763,7 +768,7 @@ impl ObjectStorage {
                          must abort them)");
                     Ok(None)
                 }
-                Err(e) => Err(uploads_error("list uploads", &prefix, e)),
+                Err(e) => Err(request_error("list uploads", &prefix, e)),
             }
         })?;
         let mut aborted = 0;
@@ -778,11 +783,7 @@ impl ObjectStorage {
                 continue;
             }
             let done = self.with_retries(|_| {
-                let (u, key, id) = (
-                    uploads.clone(),
-                    upload.key.clone(),
-                    upload.upload_id.clone(),
-                );
+                let (u, key, id) = (s3.clone(), upload.key.clone(), upload.upload_id.clone());
                 match self.block_on(async move { u.abort(&key, &id).await })? {
                     Ok(()) => Ok(true),
                     Err(e) if refused(&e) => {
@@ -791,7 +792,7 @@ impl ObjectStorage {
                              rules must abort them)");
                         Ok(false)
                     }
-                    Err(e) => Err(uploads_error("abort upload", name, e)),
+                    Err(e) => Err(request_error("abort upload", name, e)),
                 }
             })?;
             if !done {
@@ -820,26 +821,66 @@ impl ObjectStorage {
             )
         };
         let store = self.store();
-        let metas = self.with_retries(|_| {
+        let listed = self.with_retries(|_| {
             let (store, list_path) = (Arc::clone(&store), list_path.clone());
-            self.block_on(
-                async move { store.list(list_path.as_ref()).try_collect::<Vec<_>>().await },
-            )?
-            .map_err(|e| map_error("list", prefix, e))
+            match self.block_on(async move {
+                store.list(list_path.as_ref()).try_collect::<Vec<_>>().await
+            })? {
+                Ok(metas) => Ok(Some(metas)),
+                // A key `object_store`'s `Path` refuses (another system's `a//b`) fails the
+                // whole listing: list it again through S3's own answer.
+                Err(object_store::Error::InvalidPath { .. }) if self.s3.is_some() => Ok(None),
+                Err(e) => Err(map_error("list", prefix, e)),
+            }
         })?;
-        Ok(metas
+        let keys: Vec<(String, u64, u64)> = match listed {
+            Some(metas) => metas
+                .into_iter()
+                .map(|m| {
+                    let ms = u64::try_from(m.last_modified.timestamp_millis()).unwrap_or(0);
+                    (m.location.to_string(), m.size, ms)
+                })
+                .collect(),
+            None => self
+                .list_as_stored(&full, prefix)?
+                .into_iter()
+                .map(|o| (o.key, o.size, o.last_modified_ms))
+                .collect(),
+        };
+        Ok(keys
             .into_iter()
-            .filter_map(|m| {
-                let name = self.name_of(&m.location)?;
-                name.starts_with(prefix).then(|| ObjectInfo {
-                    name,
-                    size: m.size,
-                    last_modified: u64::try_from(m.last_modified.timestamp_millis())
-                        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
-                        .unwrap_or(SystemTime::UNIX_EPOCH),
+            .filter_map(|(key, size, ms)| {
+                let name = self.name_of_key(&key)?;
+                (name.starts_with(prefix) && validate_object_name(&name).is_ok()).then(|| {
+                    ObjectInfo {
+                        name,
+                        size,
+                        last_modified: UNIX_EPOCH + Duration::from_millis(ms),
+                    }
                 })
             })
             .collect())
+    }
+
+    /// The objects under the directory `full` (`""`: the whole bucket) as S3 lists them,
+    /// keys `object_store` cannot parse included (the caller leaves them out: no name of ours
+    /// is one). Logged, since another system's key is what brings a listing here.
+    fn list_as_stored(&self, full: &str, prefix: &str) -> Result<Vec<Listed>> {
+        let Some(s3) = &self.s3 else {
+            return Ok(Vec::new());
+        };
+        let key_prefix = if full.is_empty() {
+            String::new()
+        } else {
+            format!("{full}/")
+        };
+        tracing::debug!(url = %self.url, prefix = %key_prefix,
+            "a key object_store cannot parse: listing as stored");
+        self.with_retries(|_| {
+            let (s3, p) = (s3.clone(), key_prefix.clone());
+            self.block_on(async move { s3.list_objects(&p).await })?
+                .map_err(|e| request_error("list", prefix, e))
+        })
     }
 }
 
@@ -869,12 +910,12 @@ fn is_own_upload(name: &str) -> bool {
 /// Whether the server refuses a request on unfinished uploads for good: no permission (403:
 /// a policy without `s3:ListBucketMultipartUploads` or `s3:AbortMultipartUpload`) or no such
 /// request (405, 501: some S3-compatible servers).
-fn refused(e: &UploadsError) -> bool {
+fn refused(e: &RequestError) -> bool {
     matches!(e.status, Some(403 | 405 | 501))
 }
 
-/// Our error for a failed request of the uploads' listing or aborting.
-fn uploads_error(operation: &'static str, name: &str, e: UploadsError) -> Error {
+/// Our error for a failed request of [`S3Requests`].
+fn request_error(operation: &'static str, name: &str, e: RequestError) -> Error {
     Error::Storage {
         operation,
         name: name.to_string(),

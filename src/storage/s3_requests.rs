@@ -1,13 +1,19 @@
-//! Unfinished multipart uploads of an S3 bucket: listed with `ListMultipartUploads` and
-//! aborted with `AbortMultipartUpload`, two requests `object_store` 0.14 does not expose.
+//! S3 requests `object_store` 0.14 does not expose, or answers with an error where an
+//! [`super::ObjectStorage`] needs an answer:
 //!
-//! A process killed between `CreateMultipartUpload` and `CompleteMultipartUpload` leaves
-//! its parts in the bucket: invisible to listings, billed, kept until aborted. This module
-//! owns finding and aborting them; [`super::ObjectStorage`]'s sweep decides which (under its
-//! root, old enough, named by the checkpoint layout). The requests go through the same
-//! credentials as the storage's `object_store` client (`AmazonS3::credentials`), are signed
-//! with `object_store`'s SigV4 signer (`AwsAuthorizer`), and are sent with an HTTP client of
-//! the same client settings (`ReqwestConnector` over the `ClientOptions` the settings build).
+//! * `ListMultipartUploads` and `AbortMultipartUpload`. A process killed between
+//!   `CreateMultipartUpload` and `CompleteMultipartUpload` leaves its parts in the bucket:
+//!   invisible to listings, billed, kept until aborted. The storage's sweep decides which to
+//!   abort (under its root, old enough, named by the checkpoint layout).
+//! * `ListObjectsV2` with every key as stored. `object_store` turns each listed key into its
+//!   `Path`, which refuses empty, `.` and `..` segments, so one object of another system
+//!   named `root/shared/a//b` fails every listing of the prefix with it; the storage lists
+//!   through here when that happens and leaves such keys out (no object of ours has one).
+//!
+//! The requests use the credentials of the storage's `object_store` client
+//! (`AmazonS3::credentials`), are signed with `object_store`'s SigV4 signer (`AwsAuthorizer`),
+//! and are sent with an HTTP client of the same client settings (`ReqwestConnector` over the
+//! `ClientOptions` the settings build).
 
 use std::sync::Arc;
 
@@ -32,23 +38,23 @@ pub(crate) struct Upload {
 /// Why a request failed: its text, the HTTP status if the server answered, and whether
 /// trying again may succeed (a network error, 5xx, 408, 429).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct UploadsError {
+pub(crate) struct RequestError {
     pub detail: String,
     pub status: Option<u16>,
     pub transient: bool,
 }
 
-impl UploadsError {
-    fn permanent(detail: impl Into<String>) -> UploadsError {
-        UploadsError {
+impl RequestError {
+    fn permanent(detail: impl Into<String>) -> RequestError {
+        RequestError {
             detail: detail.into(),
             status: None,
             transient: false,
         }
     }
 
-    fn network(detail: String) -> UploadsError {
-        UploadsError {
+    fn network(detail: String) -> RequestError {
+        RequestError {
             detail,
             status: None,
             transient: true,
@@ -56,13 +62,25 @@ impl UploadsError {
     }
 }
 
-/// Pages of one listing at most: 1,000 uploads a page, so ten million unfinished uploads. A
-/// server whose markers never end the listing stops here instead of looping.
-const MAX_PAGES: usize = 10_000;
+/// Pages of one listing at most (S3 answers up to 1,000 entries a page): a server whose
+/// markers never end the listing stops here instead of looping.
+const MAX_PAGES: usize = 1_000_000;
+
+/// One object of a `ListObjectsV2` listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listed {
+    /// The whole key, decoded.
+    pub key: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When it was stored, ms since the Unix epoch by the server's clock (0 for a time before
+    /// the epoch).
+    pub last_modified_ms: u64,
+}
 
 /// The bucket's endpoint and what signs and sends requests to it.
 #[derive(Debug, Clone)]
-pub(crate) struct S3Uploads {
+pub(crate) struct S3Requests {
     /// `https://s3.<region>.amazonaws.com/<bucket>`, `<endpoint>/<bucket>`, or the endpoint
     /// itself for virtual-hosted requests, as `object_store` builds it; no trailing `/`.
     bucket_url: String,
@@ -73,16 +91,16 @@ pub(crate) struct S3Uploads {
     unsigned: bool,
 }
 
-impl S3Uploads {
+impl S3Requests {
     /// For `bucket` as `store` reaches it, the store built from `config` (`object_store`
     /// settings in the order they were applied). `Ok(None)` for S3 Express One Zone buckets,
     /// whose session-based signing this module does not do: their unfinished uploads are left
-    /// to the bucket's lifecycle rules.
+    /// to the bucket's lifecycle rules, and their listings to `object_store` alone.
     pub(crate) fn new(
         bucket: &str,
         config: &[(AmazonS3ConfigKey, String)],
         store: &AmazonS3,
-    ) -> Result<Option<S3Uploads>, String> {
+    ) -> Result<Option<S3Requests>, String> {
         let mut builder = AmazonS3Builder::new().with_bucket_name(bucket);
         let mut client_options = ClientOptions::new();
         for (key, value) in config {
@@ -121,7 +139,7 @@ impl S3Uploads {
         let client = ReqwestConnector::default()
             .connect(&client_options)
             .map_err(|e| e.to_string())?;
-        Ok(Some(S3Uploads {
+        Ok(Some(S3Requests {
             bucket_url,
             region,
             credentials: Arc::clone(store.credentials()),
@@ -131,7 +149,7 @@ impl S3Uploads {
     }
 
     /// Every unfinished upload whose key starts with `prefix`, all pages.
-    pub(crate) async fn list(&self, prefix: &str) -> Result<Vec<Upload>, UploadsError> {
+    pub(crate) async fn list(&self, prefix: &str) -> Result<Vec<Upload>, RequestError> {
         let mut uploads = Vec::new();
         let mut markers: Option<(String, String)> = None;
         for _ in 0..MAX_PAGES {
@@ -141,26 +159,58 @@ impl S3Uploads {
                 query.push(("upload-id-marker", id));
             }
             let body = self.send("GET", "", &query).await?;
-            let page = parse_page(&body).map_err(UploadsError::permanent)?;
+            let page = parse_page(&body).map_err(RequestError::permanent)?;
             uploads.extend(page.uploads);
             match page.next {
                 None => return Ok(uploads),
                 Some(next) if markers.as_ref() == Some(&next) => {
-                    return Err(UploadsError::permanent(format!(
+                    return Err(RequestError::permanent(format!(
                         "ListMultipartUploads returned the same markers twice ({next:?})"
                     )))
                 }
                 Some(next) => markers = Some(next),
             }
         }
-        Err(UploadsError::permanent(format!(
+        Err(RequestError::permanent(format!(
             "ListMultipartUploads did not end within {MAX_PAGES} pages"
+        )))
+    }
+
+    /// Every object whose key starts with `prefix`, all pages, keys as stored (requested
+    /// URL-encoded, so that no key can break the response's XML, and decoded here).
+    pub(crate) async fn list_objects(&self, prefix: &str) -> Result<Vec<Listed>, RequestError> {
+        let mut objects = Vec::new();
+        let mut token: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let mut query = vec![
+                ("list-type", "2"),
+                ("encoding-type", "url"),
+                ("prefix", prefix),
+            ];
+            if let Some(t) = &token {
+                query.push(("continuation-token", t));
+            }
+            let body = self.send("GET", "", &query).await?;
+            let page = parse_objects_page(&body).map_err(RequestError::permanent)?;
+            objects.extend(page.objects);
+            match page.next {
+                None => return Ok(objects),
+                Some(next) if token.as_ref() == Some(&next) => {
+                    return Err(RequestError::permanent(format!(
+                        "ListObjectsV2 returned the same continuation token twice ({next:?})"
+                    )))
+                }
+                Some(next) => token = Some(next),
+            }
+        }
+        Err(RequestError::permanent(format!(
+            "ListObjectsV2 did not end within {MAX_PAGES} pages"
         )))
     }
 
     /// Aborts upload `upload_id` of `key`; an upload already gone (completed or aborted
     /// meanwhile: 404 `NoSuchUpload`) counts as aborted.
-    pub(crate) async fn abort(&self, key: &str, upload_id: &str) -> Result<(), UploadsError> {
+    pub(crate) async fn abort(&self, key: &str, upload_id: &str) -> Result<(), RequestError> {
         match self.send("DELETE", key, &[("uploadId", upload_id)]).await {
             Err(e) if e.status == Some(404) && e.detail.contains("NoSuchUpload") => Ok(()),
             r => r.map(|_| ()),
@@ -174,27 +224,27 @@ impl S3Uploads {
         method: &str,
         key: &str,
         query: &[(&str, &str)],
-    ) -> Result<bytes::Bytes, UploadsError> {
+    ) -> Result<bytes::Bytes, RequestError> {
         let url = request_url(&self.bucket_url, key, query);
         let mut request = http::Request::builder()
             .method(method)
             .uri(&url)
             .body(HttpRequestBody::empty())
-            .map_err(|e| UploadsError::permanent(format!("request {url}: {e}")))?;
+            .map_err(|e| RequestError::permanent(format!("request {url}: {e}")))?;
         self.sign(&mut request).await?;
         let response = self
             .client
             .execute(request)
             .await
-            .map_err(|e| UploadsError::network(format!("{method} {url}: {e}")))?;
+            .map_err(|e| RequestError::network(format!("{method} {url}: {e}")))?;
         let status = response.status().as_u16();
         let body = response.into_body().bytes().await.map_err(|e| {
-            UploadsError::network(format!("{method} {url}: reading the response: {e}"))
+            RequestError::network(format!("{method} {url}: reading the response: {e}"))
         })?;
         if (200..300).contains(&status) {
             return Ok(body);
         }
-        Err(UploadsError {
+        Err(RequestError {
             detail: format!(
                 "{status} from {method} {url}: {}",
                 String::from_utf8_lossy(&body[..body.len().min(512)])
@@ -204,7 +254,7 @@ impl S3Uploads {
         })
     }
 
-    async fn sign(&self, request: &mut HttpRequest) -> Result<(), UploadsError> {
+    async fn sign(&self, request: &mut HttpRequest) -> Result<(), RequestError> {
         if self.unsigned {
             return Ok(());
         }
@@ -212,10 +262,10 @@ impl S3Uploads {
             .credentials
             .get_credential()
             .await
-            .map_err(|e| UploadsError::network(format!("credentials: {e}")))?;
+            .map_err(|e| RequestError::network(format!("credentials: {e}")))?;
         AwsAuthorizer::new(&credential, "s3", &self.region)
             .try_authorize(request, None)
-            .map_err(|e| UploadsError::permanent(format!("signing: {e}")))
+            .map_err(|e| RequestError::permanent(format!("signing: {e}")))
     }
 }
 
@@ -234,12 +284,17 @@ fn bucket_url(bucket: &str, region: &str, endpoint: Option<&str>, virtual_hosted
 /// signature the signer computes from the URL matches the server's.
 fn request_url(bucket_url: &str, key: &str, query: &[(&str, &str)]) -> String {
     let mut url = bucket_url.to_string();
-    if !key.is_empty() {
-        for segment in key.split('/') {
-            url.push('/');
-            url.push_str(&encode(segment));
-        }
-    } else {
+    for segment in key.split('/').filter(|_| !key.is_empty()) {
+        url.push('/');
+        url.push_str(&encode(segment));
+    }
+    // The bucket itself: `<endpoint>/<bucket>` as `object_store` requests it, `/` on a
+    // virtual-hosted URL that has no path.
+    if key.is_empty()
+        && !bucket_url
+            .split_once("://")
+            .is_some_and(|(_, r)| r.contains('/'))
+    {
         url.push('/');
     }
     for (i, (k, v)) in query.iter().enumerate() {
@@ -318,6 +373,101 @@ fn parse_page(body: &[u8]) -> Result<Page, String> {
         None
     };
     Ok(Page { uploads, next })
+}
+
+/// One page of an object listing: its objects, and the token of the next page if it is
+/// truncated.
+#[derive(Debug, PartialEq, Eq)]
+struct ObjectsPage {
+    objects: Vec<Listed>,
+    next: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListBucketResultXml {
+    #[serde(default)]
+    is_truncated: bool,
+    #[serde(default)]
+    next_continuation_token: Option<String>,
+    #[serde(default)]
+    encoding_type: Option<String>,
+    #[serde(default)]
+    contents: Vec<ContentsXml>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ContentsXml {
+    key: String,
+    size: u64,
+    last_modified: String,
+}
+
+/// Parses a `ListBucketResult` (ListObjectsV2) document. Keys are percent-decoded when the
+/// response says `EncodingType` `url` (and must then decode to UTF-8); a truncated page
+/// without a continuation token, or an object without a readable time, is an error.
+fn parse_objects_page(body: &[u8]) -> Result<ObjectsPage, String> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| format!("ListObjectsV2: the response is not UTF-8: {e}"))?;
+    let xml: ListBucketResultXml = quick_xml::de::from_str(text)
+        .map_err(|e| format!("ListObjectsV2: unreadable response: {e}"))?;
+    let url_encoded = xml.encoding_type.as_deref() == Some("url");
+    let mut objects = Vec::with_capacity(xml.contents.len());
+    for c in xml.contents {
+        let key = if url_encoded {
+            decode(&c.key)
+                .ok_or_else(|| format!("ListObjectsV2: bad URL-encoded key {:?}", c.key))?
+        } else {
+            c.key
+        };
+        let ms = chrono::DateTime::parse_from_rfc3339(c.last_modified.trim())
+            .map_err(|e| format!("ListObjectsV2: time {:?} of {key:?}: {e}", c.last_modified))?
+            .timestamp_millis();
+        objects.push(Listed {
+            key,
+            size: c.size,
+            last_modified_ms: u64::try_from(ms).unwrap_or(0),
+        });
+    }
+    let next = match (xml.is_truncated, xml.next_continuation_token) {
+        (false, _) => None,
+        (true, Some(t)) if !t.is_empty() => Some(t),
+        (true, _) => {
+            return Err("ListObjectsV2: a truncated page without a continuation token".into())
+        }
+    };
+    Ok(ObjectsPage { objects, next })
+}
+
+/// `s` decoded as S3 URL-encodes listed keys (form encoding: `+` for a space, `%XX` for other
+/// bytes; botocore decodes them with `unquote_plus` too); `None` for a bad escape or bytes
+/// that are not UTF-8.
+fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = s.get(i + 1..i + 3)?;
+                if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// An RFC 3339 timestamp (`2026-12-07T13:09:54.000Z`) as ms since the Unix epoch; `None` if it
@@ -437,6 +587,11 @@ mod tests {
             ),
             "https://b.s3.eu-west-1.amazonaws.com/?uploads=&prefix=jobs%2Fx%20y%2F"
         );
+        // The bucket of a path-style URL as `object_store` requests it: no `/` after it.
+        assert_eq!(
+            request_url("http://h:9/b", "", &[("list-type", "2")]),
+            "http://h:9/b?list-type=2"
+        );
         assert_eq!(
             request_url("http://h/b", "a b/ü", &[]),
             "http://h/b/a%20b/%C3%BC"
@@ -461,6 +616,89 @@ mod tests {
             bucket_url("b", "r", Some("https://b.minio.example"), true),
             "https://b.minio.example"
         );
+    }
+
+    const OBJECTS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Name>b</Name>
+  <Prefix>root%2F</Prefix>
+  <KeyCount>3</KeyCount>
+  <MaxKeys>1000</MaxKeys>
+  <EncodingType>url</EncodingType>
+  <IsTruncated>true</IsTruncated>
+  <NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>
+  <Contents>
+    <Key>root%2Fshared%2F1-2-00000000000000ab.sst</Key>
+    <LastModified>2026-12-07T13:09:54.250Z</LastModified>
+    <ETag>&quot;x&quot;</ETag>
+    <Size>1234</Size>
+    <StorageClass>STANDARD</StorageClass>
+  </Contents>
+  <Contents>
+    <Key>root%2Fshared%2Fa%2F%2Fb+c%2B%C3%BC</Key>
+    <LastModified>1970-01-01T00:00:00.001Z</LastModified>
+    <Size>0</Size>
+  </Contents>
+</ListBucketResult>"#;
+
+    #[test]
+    fn object_pages_decode_keys_and_give_the_next_token() {
+        let page = parse_objects_page(OBJECTS.as_bytes()).unwrap();
+        assert_eq!(
+            page.objects,
+            [
+                Listed {
+                    key: "root/shared/1-2-00000000000000ab.sst".into(),
+                    size: 1234,
+                    last_modified_ms: 1_796_648_994_250,
+                },
+                Listed {
+                    key: "root/shared/a//b c+ü".into(),
+                    size: 0,
+                    last_modified_ms: 1,
+                },
+            ]
+        );
+        assert_eq!(
+            page.next.as_deref(),
+            Some("1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=")
+        );
+        // Without `EncodingType` keys are taken as they are.
+        let plain = OBJECTS.replace("<EncodingType>url</EncodingType>", "");
+        let page = parse_objects_page(plain.as_bytes()).unwrap();
+        assert_eq!(page.objects[1].key, "root%2Fshared%2Fa%2F%2Fb+c%2B%C3%BC");
+        let last = OBJECTS.replace("<IsTruncated>true", "<IsTruncated>false");
+        assert_eq!(parse_objects_page(last.as_bytes()).unwrap().next, None);
+    }
+
+    #[test]
+    fn damaged_object_pages_are_errors_not_panics() {
+        for bad in [
+            OBJECTS
+                .replace("<NextContinuationToken>", "<Other>")
+                .replace("</NextContinuationToken>", "</Other>"),
+            OBJECTS.replace("2026-12-07T13:09:54.250Z", "yesterday"),
+            OBJECTS.replace("<Size>1234</Size>", "<Size>-1</Size>"),
+            OBJECTS.replace("<Size>1234</Size>", ""),
+            OBJECTS.replace("%C3%BC", "%C3"),
+            OBJECTS.replace("%C3%BC", "%G1"),
+            OBJECTS.replace("%C3%BC", "%"),
+        ] {
+            assert!(parse_objects_page(bad.as_bytes()).is_err(), "{bad}");
+        }
+        for cut in 0..OBJECTS.len() {
+            let _ = parse_objects_page(&OBJECTS.as_bytes()[..cut]);
+        }
+    }
+
+    #[test]
+    fn keys_decode_as_form_encoding() {
+        assert_eq!(decode("a%2Fb+c%2B").as_deref(), Some("a/b c+"));
+        assert_eq!(decode("plain").as_deref(), Some("plain"));
+        assert_eq!(decode("%e2%82%ac").as_deref(), Some("€"));
+        for bad in ["%", "%4", "%+1", "%zz", "%ff", "%C3"] {
+            assert_eq!(decode(bad), None, "{bad}");
+        }
     }
 
     #[test]
