@@ -245,7 +245,9 @@ impl JobOwner {
 
     /// Whether `record` committed, after reloading (for a commit whose outcome was
     /// [`Error::CommitInDoubt`]): it is in storage, or a pass after a newer commit found it
-    /// landed and has deleted it since. A different record under its id is another owner's:
+    /// landed and has deleted it since, or, absent, it was put again now (while it is the
+    /// newest record this owner knows and every file it names is in storage: its puts may
+    /// still land). A different record under its id is another owner's:
     /// [`Error::StorageConflict`].
     pub fn resolve(&self, record: &JobCheckpoint) -> Result<bool> {
         let _guard = self.gc_lock.lock();
@@ -258,8 +260,11 @@ impl JobOwner {
                 )))
             }
             // Gone from storage: it committed if a pass after a newer commit adopted it as
-            // landed (and has since deleted it as subsumed).
-            Err(Error::ObjectNotFound { .. }) => self.state.lock().known.contains(&id),
+            // landed (and has since deleted it as subsumed). Otherwise its puts may still
+            // land: settle it by putting it again.
+            Err(Error::ObjectNotFound { .. }) => {
+                self.state.lock().known.contains(&id) || self.put_again(record)?
+            }
             Err(e) => return Err(e),
         };
         if found {
@@ -322,9 +327,10 @@ impl JobOwner {
     /// the commit point) and runs a garbage pass. Nothing is written when a check fails:
     /// [`Error::CheckpointRejected`] says which file is missing (a reused file a newer
     /// completion deleted), and the tasks then abort the checkpoint. When the record's put
-    /// fails and storage cannot say whether it landed, the result is
-    /// [`Error::CommitInDoubt`]: the tasks must not delete the checkpoint; [`JobOwner::resolve`]
-    /// tells later. A record already in storage that names the same manifests (a retried
+    /// fails transiently and the record is not there, it is put again (the failed put may
+    /// still land). When storage cannot say whether it landed, the result
+    /// is [`Error::CommitInDoubt`]: the tasks must not delete the checkpoint;
+    /// [`JobOwner::resolve`] tells later. A record already in storage that names the same manifests (a retried
     /// commit) counts as committed.
     pub fn commit(&self, record: &JobCheckpoint) -> Result<Committed> {
         let _guard = self.gc_lock.lock();
@@ -364,7 +370,7 @@ impl JobOwner {
                     )))
                 }
                 Err(Error::ObjectNotFound { .. }) if !matches!(e, Error::ObjectExists { .. }) => {
-                    return Err(e)
+                    self.settle_record_put(record, &name, &bytes, e)?
                 }
                 Err(read) => {
                     self.state.lock().in_doubt.insert(id, record.clone());
@@ -392,6 +398,80 @@ impl JobOwner {
         Ok(Committed {
             gc_error: self.pass(None).err(),
         })
+    }
+
+    /// After the put of `record` (`bytes` at `name`) failed with `e` and reading it back found
+    /// nothing. A put that failed transiently may still land: a server can apply a request
+    /// after its client gave up (S3 finishing a PUT whose response timed out), and a record
+    /// landing after its checkpoint ended failed would name the manifests and files its tasks
+    /// deleted, as the newest completed checkpoint. So the checkpoint does not end failed
+    /// while its put may land: the same record is put again (create-if-absent; the checks of
+    /// [`JobOwner::commit`] still hold under the lock). Stored, or found stored with the same
+    /// manifests, it is committed (`Ok`); otherwise it is in doubt
+    /// ([`Error::CommitInDoubt`]), as the second put may land too. A put refused for good
+    /// (a permanent error: nothing was stored) ends the commit with that error.
+    fn settle_record_put(
+        &self,
+        record: &JobCheckpoint,
+        name: &str,
+        bytes: &[u8],
+        e: Error,
+    ) -> Result<()> {
+        if !e.is_transient() {
+            return Err(e);
+        }
+        let id = record.checkpoint_id;
+        let again = match self.storage.put_bytes(name, bytes) {
+            Ok(()) => return Ok(()),
+            Err(again) => again,
+        };
+        let read = match read_record(self.storage.as_ref(), id) {
+            Ok(stored) if same_manifests(&stored, record) => return Ok(()),
+            Ok(_) => {
+                return Err(Error::StorageConflict(format!(
+                    "job record {id} was written by another owner while this one put it"
+                )))
+            }
+            Err(read) => read,
+        };
+        self.state.lock().in_doubt.insert(id, record.clone());
+        Err(Error::CommitInDoubt {
+            id,
+            detail: format!(
+                "put failed ({e}) and the record was not there; put again, failed ({again}),                  then reading it back: {read}"
+            ),
+        })
+    }
+
+    /// For [`JobOwner::resolve`]: a record in doubt that is not in storage, whose puts may
+    /// still land ([`JobOwner::settle_record_put`]), is put again (create-if-absent) while it
+    /// is still the newest this owner knows and every file it names is in storage: `true`
+    /// once stored (or found stored with the same manifests). `false` when a newer checkpoint
+    /// completed meanwhile (that commit released this one's attempts, whose files may be
+    /// gone; a late landing there is an older record the newer subsumes) or a file is
+    /// missing. A failed put is an error: still in doubt.
+    fn put_again(&self, record: &JobCheckpoint) -> Result<bool> {
+        let id = record.checkpoint_id;
+        if self.state.lock().known.iter().any(|&k| k > id) {
+            return Ok(false);
+        }
+        match self.check_record_files(record) {
+            Ok(()) => {}
+            Err(Error::CheckpointRejected { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let bytes = sst_format::encode_job_checkpoint(record).map_err(Error::format)?;
+        match self.storage.put_bytes(&layout::job_record_name(id), &bytes) {
+            Ok(()) => Ok(true),
+            Err(Error::ObjectExists { .. }) => match read_record(self.storage.as_ref(), id) {
+                Ok(stored) if same_manifests(&stored, record) => Ok(true),
+                Ok(_) => Err(Error::StorageConflict(format!(
+                    "job record {id} names other manifests than this owner committed"
+                ))),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     /// [`Error::StorageConflict`] if `ids` holds a job record this owner neither found at

@@ -1,6 +1,7 @@
 //! [`FaultyStorage`]: a [`CheckpointStorage`] around another one that injects faults on
 //! request: an error on the k-th operation of a kind, an operation that takes effect but
-//! reports failure, a truncated upload, added latency, and listings that miss fresh objects.
+//! reports failure, a put that reports failure and takes effect later, a truncated upload,
+//! added latency, and listings that miss fresh objects.
 //! Public so users can fuzz their own checkpoint pipelines against storage failures.
 //!
 //! This module owns only the fault bookkeeping; every operation that is not faulted goes to
@@ -64,6 +65,7 @@ impl OpKind {
 /// One fault. Operation numbers count operations of that kind through this wrapper since it
 /// was created, starting at 1 (see [`FaultyStorage::ops`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fault {
     /// Operation number `nth` of kind `op` fails (a transient [`Error::Storage`]) without
     /// reaching the inner storage.
@@ -76,6 +78,16 @@ pub enum Fault {
     /// Operation number `nth` of kind `op` reaches the inner storage and takes effect, then
     /// reports a transient [`Error::Storage`] (a put that lands but times out).
     LandThenFail {
+        /// The operation kind.
+        op: OpKind,
+        /// Its number.
+        nth: u64,
+    },
+    /// Put number `nth` of kind `op` ([`OpKind::PutFile`] or [`OpKind::PutBytes`]) reports a
+    /// transient [`Error::Storage`] without reaching the inner storage, and is applied to it
+    /// only when [`FaultyStorage::land_late_puts`] is called: a put the server applies after
+    /// its client gave up (and after any read-back the client made in between).
+    LandLater {
         /// The operation kind.
         op: OpKind,
         /// Its number.
@@ -108,6 +120,8 @@ struct State {
     faults: Vec<Fault>,
     recent_puts: VecDeque<String>,
     injected: u64,
+    /// Puts of [`Fault::LandLater`] not landed yet: name and bytes.
+    late_puts: Vec<(String, Vec<u8>)>,
 }
 
 /// What to do with one operation.
@@ -115,6 +129,7 @@ struct State {
 struct Plan {
     fail_before: bool,
     fail_after: bool,
+    land_later: bool,
     truncate: bool,
     delay: Duration,
 }
@@ -156,6 +171,19 @@ impl FaultyStorage {
         self.state.lock().injected
     }
 
+    /// Applies the puts [`Fault::LandLater`] held back, in the order they were made, to the
+    /// inner storage (create-if-absent as every put: a name taken since is refused with
+    /// [`Error::ObjectExists`]); returns each one's name and outcome.
+    pub fn land_late_puts(&self) -> Vec<(String, Result<()>)> {
+        let late = std::mem::take(&mut self.state.lock().late_puts);
+        late.into_iter()
+            .map(|(name, bytes)| {
+                let r = self.inner.put_bytes(&name, &bytes);
+                (name, r)
+            })
+            .collect()
+    }
+
     /// The wrapped storage.
     pub fn inner(&self) -> &Arc<dyn CheckpointStorage> {
         &self.inner
@@ -170,6 +198,11 @@ impl FaultyStorage {
             match *f {
                 Fault::FailNth { op: o, nth } if o == op && nth == n => plan.fail_before = true,
                 Fault::LandThenFail { op: o, nth } if o == op && nth == n => plan.fail_after = true,
+                Fault::LandLater { op: o, nth }
+                    if o == op && nth == n && matches!(op, OpKind::PutFile | OpKind::PutBytes) =>
+                {
+                    plan.land_later = true
+                }
                 Fault::TruncateNth { nth } if op == OpKind::PutFile && nth == n => {
                     plan.truncate = true
                 }
@@ -177,7 +210,7 @@ impl FaultyStorage {
                 _ => {}
             }
         }
-        if plan.fail_before || plan.fail_after || plan.truncate {
+        if plan.fail_before || plan.fail_after || plan.land_later || plan.truncate {
             s.injected += 1;
         }
         plan
@@ -212,6 +245,18 @@ impl FaultyStorage {
         Ok(r)
     }
 
+    /// Keeps a [`Fault::LandLater`] put for [`FaultyStorage::land_late_puts`] and reports the
+    /// transient failure its client sees.
+    fn hold_back<T>(&self, name: &str, bytes: Vec<u8>) -> Result<T> {
+        self.state.lock().late_puts.push((name.to_string(), bytes));
+        Err(Error::Storage {
+            operation: "put",
+            name: name.to_string(),
+            detail: "injected fault (the put lands later)".into(),
+            transient: true,
+        })
+    }
+
     fn truncated_put(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
         let mut bytes = Vec::new();
         std::fs::File::open(local)
@@ -228,6 +273,10 @@ impl FaultyStorage {
 impl CheckpointStorage for FaultyStorage {
     fn put_file(&self, name: &str, local: &Path) -> Result<ObjectDigest> {
         self.faulted(OpKind::PutFile, name, |plan| {
+            if plan.land_later {
+                let bytes = std::fs::read(local).map_err(|e| Error::io(local, e))?;
+                return self.hold_back(name, bytes);
+            }
             if plan.truncate {
                 self.truncated_put(name, local)
             } else {
@@ -237,7 +286,10 @@ impl CheckpointStorage for FaultyStorage {
     }
 
     fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        self.faulted(OpKind::PutBytes, name, |_| {
+        self.faulted(OpKind::PutBytes, name, |plan| {
+            if plan.land_later {
+                return self.hold_back(name, bytes.to_vec());
+            }
             self.inner.put_bytes(name, bytes)
         })
     }
@@ -335,5 +387,45 @@ mod tests {
         assert_eq!(names, ["a", "c", "d"], "t and u are the two freshest puts");
         s.clear_faults();
         assert_eq!(s.list("").unwrap().len(), 5);
+    }
+
+    #[test]
+    fn late_puts_land_when_told_and_find_taken_names_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(LocalStorage::new(dir.path().join("root")).unwrap());
+        let s = FaultyStorage::new(inner.clone());
+        let local = dir.path().join("f");
+        std::fs::write(&local, b"file bytes").unwrap();
+        s.add_fault(Fault::LandLater {
+            op: OpKind::PutBytes,
+            nth: 1,
+        });
+        s.add_fault(Fault::LandLater {
+            op: OpKind::PutFile,
+            nth: 1,
+        });
+        // Not for other kinds: a get has nothing to land.
+        s.add_fault(Fault::LandLater {
+            op: OpKind::GetBytes,
+            nth: 1,
+        });
+        assert!(s.put_bytes("r", b"record").unwrap_err().is_transient());
+        assert!(s.put_file("f", &local).unwrap_err().is_transient());
+        assert_eq!(s.injected(), 2);
+        assert!(!inner.exists("r").unwrap() && !inner.exists("f").unwrap());
+        assert!(matches!(
+            s.get_bytes("r"),
+            Err(Error::ObjectNotFound { .. })
+        ));
+        // The client puts the record again before the late put lands.
+        s.put_bytes("r", b"record").unwrap();
+        let landed = s.land_late_puts();
+        assert_eq!(landed.len(), 2);
+        assert_eq!(landed[0].0, "r");
+        assert!(matches!(landed[0].1, Err(Error::ObjectExists { .. })));
+        assert_eq!(landed[1].0, "f");
+        assert!(landed[1].1.is_ok());
+        assert_eq!(inner.get_bytes("f").unwrap(), b"file bytes");
+        assert!(s.land_late_puts().is_empty(), "each lands once");
     }
 }
