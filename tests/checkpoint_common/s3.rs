@@ -121,6 +121,25 @@ impl S3Server {
         }
     }
 
+    /// The body of a plain unsigned `GET path` (moto answers without checking signatures):
+    /// what the server holds, read past every client.
+    pub fn get_raw(&self, path: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.endpoint));
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+            self.port
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
+        body.to_string()
+    }
+
     /// Stores an empty object at `key` of `bucket` with a plain unsigned request, bypassing
     /// every client's key checks (another system's odd key: `a//b`, `a/./b`).
     pub fn put_raw(&self, bucket: &str, key: &str) {
