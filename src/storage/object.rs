@@ -759,8 +759,8 @@ impl ObjectStorage {
             format!("{}/", self.root)
         };
         let listed = self.with_retries(|_| {
-            let (u, p) = (s3.clone(), prefix.clone());
-            match self.block_on(async move { u.list(&p).await })? {
+            let (s3, p) = (s3.clone(), prefix.clone());
+            match self.block_on(async move { s3.list(&p).await })? {
                 Ok(listed) => Ok(Some(listed)),
                 Err(e) if refused(&e) => {
                     tracing::warn!(url = %self.url, error = %e.detail,
@@ -783,8 +783,8 @@ impl ObjectStorage {
                 continue;
             }
             let done = self.with_retries(|_| {
-                let (u, key, id) = (s3.clone(), upload.key.clone(), upload.upload_id.clone());
-                match self.block_on(async move { u.abort(&key, &id).await })? {
+                let (s3, key, id) = (s3.clone(), upload.key.clone(), upload.upload_id.clone());
+                match self.block_on(async move { s3.abort(&key, &id).await })? {
                     Ok(()) => Ok(true),
                     Err(e) if refused(&e) => {
                         tracing::warn!(url = %self.url, error = %e.detail,
@@ -866,6 +866,7 @@ impl ObjectStorage {
     /// keys `object_store` cannot parse included (the caller leaves them out: no name of ours
     /// is one). Logged, since another system's key is what brings a listing here.
     fn list_as_stored(&self, full: &str, prefix: &str) -> Result<Vec<Listed>> {
+        // Only S3 storages list here (`list_all` falls back only with `self.s3`).
         let Some(s3) = &self.s3 else {
             return Ok(Vec::new());
         };
