@@ -13,23 +13,13 @@
 #[path = "checkpoint_common/mod.rs"]
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
-use rockstate::{
-    CheckpointOptions, Error, Fault, FaultyStorage, KeyedBackend, OpKind, RestoreFrom,
-};
+use rockstate::{Error, Fault, OpKind, RestoreFrom};
 
 #[test]
 fn a_record_put_that_lands_after_its_failure_never_names_deleted_files() {
     let fx = Fixture::new();
-    let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
-    let b = KeyedBackend::builder(fx.path("a"))
-        .options(small_options())
-        .checkpoint_storage(faulty.clone())
-        .checkpoint_options(CheckpointOptions::default())
-        .open()
-        .unwrap();
+    let (faulty, b) = fx.open_on_faulty("a");
     let mut model = Model::new();
     let mut r = rng(23);
     random_writes(&b, &mut model, &mut r, 3000);

@@ -20,12 +20,7 @@ use rockstate::{CheckpointStorage, Clock, ObjectStorage, SystemClock};
 fn a_prefix_holding_keys_object_store_refuses_still_lists() {
     let server = s3::server();
     let url = server.bucket_url("root");
-    let bucket = url
-        .trim_start_matches("s3://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let bucket = s3::bucket_of(&url);
     let s = ObjectStorage::open(&url, &server.options()).unwrap();
     let own = "shared/7-1700000000000-0123456789abcdef.sst";
     s.put_bytes(own, b"an unreferenced file of ours").unwrap();
@@ -40,7 +35,7 @@ fn a_prefix_holding_keys_object_store_refuses_still_lists() {
         "root/shared/with%20space%2Bplus",
         "root/shared/%C3%BC.bin",
     ] {
-        server.put_raw(&bucket, key);
+        server.put_raw(bucket, key);
     }
     let names = |prefix: &str| -> Vec<String> {
         let mut n: Vec<_> = s
@@ -74,7 +69,7 @@ fn a_prefix_holding_keys_object_store_refuses_still_lists() {
     for i in 0..1_000 {
         s.put_bytes(&format!("pages/{i:04}"), b"").unwrap();
     }
-    server.put_raw(&bucket, "root/pages//odd");
+    server.put_raw(bucket, "root/pages//odd");
     let pages = names("pages/");
     assert_eq!(pages.len(), 1_000);
     assert_eq!(

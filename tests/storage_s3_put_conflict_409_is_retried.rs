@@ -27,13 +27,7 @@ fn s3_put_answered_409_conflict_is_retried_not_object_exists() {
     let server = s3::server();
     let proxy = Proxy::start(&server.endpoint);
     let url = server.bucket_url("job");
-    let mut options = server.options();
-    for kv in options.s3.iter_mut() {
-        if kv.0 == "aws_endpoint" {
-            kv.1 = proxy.endpoint.clone();
-        }
-    }
-    let s = ObjectStorage::open(&url, &options).unwrap();
+    let s = ObjectStorage::open(&url, &proxy.options(server.options())).unwrap();
     let puts = Arc::new(AtomicUsize::new(0));
     let p = Arc::clone(&puts);
     proxy.set_rule(move |r| {

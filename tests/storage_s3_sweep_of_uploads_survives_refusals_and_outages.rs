@@ -36,13 +36,7 @@ fn refused_listings_and_aborts_leave_the_upload_and_outages_are_retried() {
     let server = s3::server();
     let proxy = Proxy::start(&server.endpoint);
     let url = server.bucket_url("job");
-    let mut options = server.options();
-    for kv in options.s3.iter_mut() {
-        if kv.0 == "aws_endpoint" {
-            kv.1 = proxy.endpoint.clone();
-        }
-    }
-    let s = ObjectStorage::open(&url, &options).unwrap();
+    let s = ObjectStorage::open(&url, &proxy.options(server.options())).unwrap();
     let store = s.store();
     let path =
         object_store::path::Path::parse("job/shared/3-1700000000000-00000000000000aa.sst").unwrap();

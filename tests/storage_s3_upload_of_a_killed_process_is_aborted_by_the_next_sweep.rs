@@ -56,12 +56,7 @@ fn upload_child() {
 fn an_upload_of_a_killed_process_is_aborted_by_the_next_sweep() {
     let server = s3::server();
     let url = server.bucket_url("root");
-    let bucket = url
-        .trim_start_matches("s3://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let bucket = s3::bucket_of(&url);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("big.sst");
     let bytes: Vec<u8> = (0..100u32 << 20)
@@ -80,7 +75,7 @@ fn an_upload_of_a_killed_process_is_aborted_by_the_next_sweep() {
         &stderr,
     );
     let deadline = Instant::now() + Duration::from_secs(120);
-    while unfinished(server, &bucket).is_empty() {
+    while unfinished(server, bucket).is_empty() {
         if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
             let _ = child.kill();
             panic!(
@@ -92,7 +87,7 @@ fn an_upload_of_a_killed_process_is_aborted_by_the_next_sweep() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let left = unfinished(server, &bucket);
+    let left = unfinished(server, bucket);
     assert!(!left.is_empty());
     assert!(
         left.iter().all(|k| k.starts_with("root/shared/1-")),
@@ -103,5 +98,5 @@ fn an_upload_of_a_killed_process_is_aborted_by_the_next_sweep() {
     let hour = Duration::from_secs(3600);
     let later = SystemClock.now_ms() + 2 * 3_600_000;
     assert_eq!(s.sweep_incomplete(later, hour).unwrap(), left.len());
-    assert_eq!(unfinished(server, &bucket), Vec::<String>::new());
+    assert_eq!(unfinished(server, bucket), Vec::<String>::new());
 }

@@ -16,8 +16,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rockstate::checkpoint::layout;
 use rockstate::{
-    ChangelogOptions, CheckpointOptions, CheckpointStorage, DbOptions, KeyedBackend, LocalStorage,
-    ObjectStorage, RestoreFrom, ValueState,
+    ChangelogOptions, CheckpointOptions, CheckpointStorage, DbOptions, FaultyStorage, KeyedBackend,
+    LocalStorage, ObjectStorage, RestoreFrom, ValueState,
 };
 use sst_format::{CheckpointManifest, JobCheckpoint};
 
@@ -118,6 +118,20 @@ impl Fixture {
             .checkpoint_options(opts)
             .open()
             .unwrap()
+    }
+
+    /// Opens backend directory `name` (default checkpoint options) on a `FaultyStorage`
+    /// around this fixture's storage, which it returns too: faults added to it hit the
+    /// backend's checkpoints and commits.
+    pub fn open_on_faulty(&self, name: &str) -> (Arc<FaultyStorage>, KeyedBackend) {
+        let faulty = Arc::new(FaultyStorage::new(self.storage_dyn()));
+        let b = KeyedBackend::builder(self.path(name))
+            .options(small_options())
+            .checkpoint_storage(faulty.clone())
+            .checkpoint_options(CheckpointOptions::default())
+            .open()
+            .unwrap();
+        (faulty, b)
     }
 
     /// Restores into backend directory `name`.

@@ -182,6 +182,12 @@ impl S3Server {
     }
 }
 
+/// The bucket of an `s3://<bucket>/<prefix>` URL ([`S3Server::bucket_url`]).
+pub fn bucket_of(url: &str) -> &str {
+    let rest = url.strip_prefix("s3://").expect("an s3:// URL");
+    rest.split('/').next().unwrap_or(rest)
+}
+
 /// Options pointing at the test server at `endpoint` (also usable in a child process that
 /// got the endpoint from its parent).
 pub fn options_for(endpoint: &str) -> ObjectStorageOptions {

@@ -70,6 +70,19 @@ impl Proxy {
         }
     }
 
+    /// `options` (of the S3 test server) with their endpoint replaced by this proxy's.
+    pub fn options(
+        &self,
+        mut options: rockstate::ObjectStorageOptions,
+    ) -> rockstate::ObjectStorageOptions {
+        for kv in options.s3.iter_mut() {
+            if kv.0 == "aws_endpoint" {
+                kv.1 = self.endpoint.clone();
+            }
+        }
+        options
+    }
+
     /// Replaces the rule.
     pub fn set_rule(&self, rule: impl FnMut(&Request) -> Action + Send + 'static) {
         *self.rule.lock().unwrap() = Box::new(rule);
