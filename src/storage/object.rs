@@ -98,7 +98,9 @@ pub struct ObjectStorageOptions {
     /// Extra `object_store` S3 settings as `(key, value)`, applied after the environment
     /// (`AWS_*` variables) and the URL: for example `("aws_endpoint", "http://127.0.0.1:9000")`,
     /// `("aws_access_key_id", ..)`, `("aws_secret_access_key", ..)`, `("aws_region", ..)`,
-    /// `("aws_allow_http", "true")`. Keys are `object_store`'s `AmazonS3ConfigKey` names.
+    /// `("aws_allow_http", "true")`. Keys are `object_store`'s `AmazonS3ConfigKey` names. The
+    /// bucket is always the URL's (an `aws_bucket_name` here or in the environment is not
+    /// used).
     /// `("timeout", "120s")` sets the per-request timeout (30 s unless set): it covers a whole
     /// request, body included, so a single-request put of up to `multipart_threshold` bytes
     /// (or a part of `part_size`) must go through in it; each retry starts the request over.
@@ -232,8 +234,8 @@ fn s3_config(
     Ok(config)
 }
 
-/// An S3 client for `bucket` with the settings `config` ([`s3_config`]); `default_headers`
-/// go on every request.
+/// An S3 client for `bucket` with the settings `config` ([`s3_config`]) but for the bucket,
+/// which is always `bucket` (the URL's); `default_headers` go on every request.
 fn s3_store(
     url: &str,
     bucket: &str,
@@ -245,10 +247,11 @@ fn s3_store(
     if let Some(headers) = default_headers {
         builder = builder.with_client_options(ClientOptions::new().with_default_headers(headers));
     }
-    builder = builder.with_bucket_name(bucket);
     for (key, value) in config {
         builder = builder.with_config(*key, value);
     }
+    // The URL's bucket, whatever `AWS_BUCKET_NAME` or an `aws_bucket_name` option says.
+    builder = builder.with_bucket_name(bucket);
     let endpoint = builder.get_config_value(&AmazonS3ConfigKey::Endpoint);
     if let Some(e) = &endpoint {
         // A URL without its scheme made every signed request panic inside the client.

@@ -101,7 +101,7 @@ impl S3Requests {
         config: &[(AmazonS3ConfigKey, String)],
         store: &AmazonS3,
     ) -> Result<Option<S3Requests>, String> {
-        let mut builder = AmazonS3Builder::new().with_bucket_name(bucket);
+        let mut builder = AmazonS3Builder::new();
         let mut client_options = ClientOptions::new();
         for (key, value) in config {
             builder = builder.with_config(*key, value);
@@ -109,6 +109,8 @@ impl S3Requests {
                 client_options = client_options.with_config(*k, value);
             }
         }
+        // As the store's: the URL's bucket whatever the settings say.
+        builder = builder.with_bucket_name(bucket);
         // The words `object_store` reads as true (its `Parse for bool`).
         let flag = |key| {
             builder.get_config_value(&key).is_some_and(|v| {
