@@ -60,7 +60,7 @@ fn sweep_aborts_old_unfinished_uploads_of_layout_names_under_its_root_only() {
         // A name of the layout outside the root.
         "elsewhere/shared/6-1700000000003-00000000000000dd.sst",
     ];
-    let mut own_uploads: Vec<_> = own.iter().map(|k| leave_unfinished(&s, k)).collect();
+    let own_uploads: Vec<_> = own.iter().map(|k| leave_unfinished(&s, k)).collect();
     let other_uploads: Vec<_> = others.iter().map(|k| leave_unfinished(&s, k)).collect();
     // The listing shows none of them: they are invisible but for the sweep.
     assert!(s.list("").unwrap().is_empty());
@@ -82,8 +82,6 @@ fn sweep_aborts_old_unfinished_uploads_of_layout_names_under_its_root_only() {
         "a second sweep"
     );
 
-    let kept = own_uploads.pop().map(|u| completes(&s, u));
-    assert_eq!(kept, Some(false), "{} was not aborted", own[3]);
     for (key, upload) in own.iter().zip(own_uploads) {
         assert!(!completes(&s, upload), "{key} was not aborted");
     }

@@ -328,10 +328,10 @@ impl JobOwner {
     /// [`Error::CheckpointRejected`] says which file is missing (a reused file a newer
     /// completion deleted), and the tasks then abort the checkpoint. When the record's put
     /// fails transiently and the record is not there, it is put again (the failed put may
-    /// still land). When storage cannot say whether it landed, the result
-    /// is [`Error::CommitInDoubt`]: the tasks must not delete the checkpoint;
-    /// [`JobOwner::resolve`] tells later. A record already in storage that names the same manifests (a retried
-    /// commit) counts as committed.
+    /// still land). When storage cannot say whether it landed, the result is
+    /// [`Error::CommitInDoubt`]: the tasks must not delete the checkpoint;
+    /// [`JobOwner::resolve`] tells later. A record already in storage that names the same
+    /// manifests (a retried commit) counts as committed.
     pub fn commit(&self, record: &JobCheckpoint) -> Result<Committed> {
         let _guard = self.gc_lock.lock();
         let id = record.checkpoint_id;
@@ -356,29 +356,17 @@ impl JobOwner {
         }
         self.check_no_foreign_records(&record_ids(self.storage.as_ref())?)?;
         self.check_record_files(record)?;
-        let bytes = sst_format::encode_job_checkpoint(record).map_err(Error::format)?;
-        let name = layout::job_record_name(id);
-        if let Err(e) = self.storage.put_bytes(&name, &bytes) {
-            // The put may have stored the record and failed after: ask storage.
-            match read_record(self.storage.as_ref(), id) {
-                Ok(stored) if same_manifests(&stored, record) => {}
-                Ok(_) => {
-                    return Err(Error::StorageConflict(format!(
-                        "job record {id} was written by another owner: a coordinator and a \
-                         backend without one (open it with `job_owner` or \
-                         `job_coordinated`), or two jobs, complete checkpoints in one storage"
-                    )))
-                }
-                Err(Error::ObjectNotFound { .. }) if !matches!(e, Error::ObjectExists { .. }) => {
-                    self.settle_record_put(record, &name, &bytes, e)?
-                }
-                Err(read) => {
-                    self.state.lock().in_doubt.insert(id, record.clone());
-                    return Err(Error::CommitInDoubt {
-                        id,
-                        detail: format!("put failed ({e}), then reading it back failed ({read})"),
-                    });
-                }
+        match self.put_record(record)? {
+            None => {}
+            Some((e, Error::ObjectNotFound { .. })) if !matches!(e, Error::ObjectExists { .. }) => {
+                self.settle_record_put(record, e)?
+            }
+            Some((e, read)) => {
+                self.state.lock().in_doubt.insert(id, record.clone());
+                return Err(Error::CommitInDoubt {
+                    id,
+                    detail: format!("put failed ({e}), then reading it back failed ({read})"),
+                });
             }
         }
         // The record now keeps what its attempts reference: their in-memory protection ends
@@ -400,56 +388,61 @@ impl JobOwner {
         })
     }
 
-    /// After the put of `record` (`bytes` at `name`) failed with `e` and reading it back found
-    /// nothing. A put that failed transiently may still land: a server can apply a request
-    /// after its client gave up (S3 finishing a PUT whose response timed out), and a record
-    /// landing after its checkpoint ended failed would name the manifests and files its tasks
-    /// deleted, as the newest completed checkpoint. So the checkpoint does not end failed
-    /// while its put may land: the same record is put again (create-if-absent; the checks of
-    /// [`JobOwner::commit`] still hold under the lock). Stored, or found stored with the same
-    /// manifests, it is committed (`Ok`); otherwise it is in doubt
-    /// ([`Error::CommitInDoubt`]), as the second put may land too. A put refused for good
-    /// (a permanent error: nothing was stored) ends the commit with that error.
-    fn settle_record_put(
-        &self,
-        record: &JobCheckpoint,
-        name: &str,
-        bytes: &[u8],
-        e: Error,
-    ) -> Result<()> {
+    /// Puts `record` (create-if-absent) and, if the put fails, asks storage whether it holds
+    /// the record all the same (a put can store it and fail after): `None` when it is stored
+    /// (by this put or an earlier one naming the same manifests), else the put's error and
+    /// the read-back's (`ObjectNotFound`: absent). A record of other manifests under its id is
+    /// another owner's ([`Error::StorageConflict`]).
+    fn put_record(&self, record: &JobCheckpoint) -> Result<Option<(Error, Error)>> {
+        let id = record.checkpoint_id;
+        let bytes = sst_format::encode_job_checkpoint(record).map_err(Error::format)?;
+        let Err(e) = self.storage.put_bytes(&layout::job_record_name(id), &bytes) else {
+            return Ok(None);
+        };
+        match read_record(self.storage.as_ref(), id) {
+            Ok(stored) if same_manifests(&stored, record) => Ok(None),
+            Ok(_) => Err(Error::StorageConflict(format!(
+                "job record {id} was written by another owner: a coordinator and a backend \
+                 without one (open it with `job_owner` or `job_coordinated`), or two jobs, \
+                 complete checkpoints in one storage"
+            ))),
+            Err(read) => Ok(Some((e, read))),
+        }
+    }
+
+    /// After the put of `record` failed with `e` and reading it back found nothing. A put
+    /// that failed transiently may still land: a server can apply a request after its client
+    /// gave up (S3 finishing a PUT whose response timed out), and a record landing after its
+    /// checkpoint ended failed would name the manifests and files its tasks deleted, as the
+    /// newest completed checkpoint. So the checkpoint does not end failed while its put may
+    /// land: the same record is put again (the checks of [`JobOwner::commit`] still hold
+    /// under the lock). Stored, it is committed (`Ok`); otherwise it is in doubt
+    /// ([`Error::CommitInDoubt`]), as the second put may land too. A put refused for good (a
+    /// permanent error: nothing was stored) ends the commit with that error.
+    fn settle_record_put(&self, record: &JobCheckpoint, e: Error) -> Result<()> {
         if !e.is_transient() {
             return Err(e);
         }
+        let Some((again, read)) = self.put_record(record)? else {
+            return Ok(());
+        };
         let id = record.checkpoint_id;
-        let again = match self.storage.put_bytes(name, bytes) {
-            Ok(()) => return Ok(()),
-            Err(again) => again,
-        };
-        let read = match read_record(self.storage.as_ref(), id) {
-            Ok(stored) if same_manifests(&stored, record) => return Ok(()),
-            Ok(_) => {
-                return Err(Error::StorageConflict(format!(
-                    "job record {id} was written by another owner while this one put it"
-                )))
-            }
-            Err(read) => read,
-        };
         self.state.lock().in_doubt.insert(id, record.clone());
         Err(Error::CommitInDoubt {
             id,
             detail: format!(
-                "put failed ({e}) and the record was not there; put again, failed ({again}),                  then reading it back: {read}"
+                "put failed ({e}) and the record was not there; put again, failed ({again}), \
+                 then reading it back: {read}"
             ),
         })
     }
 
     /// For [`JobOwner::resolve`]: a record in doubt that is not in storage, whose puts may
-    /// still land ([`JobOwner::settle_record_put`]), is put again (create-if-absent) while it
-    /// is still the newest this owner knows and every file it names is in storage: `true`
-    /// once stored (or found stored with the same manifests). `false` when a newer checkpoint
-    /// completed meanwhile (that commit released this one's attempts, whose files may be
-    /// gone; a late landing there is an older record the newer subsumes) or a file is
-    /// missing. A failed put is an error: still in doubt.
+    /// still land ([`JobOwner::settle_record_put`]), is put again while it is still the
+    /// newest this owner knows and every file it names is in storage: `true` once stored.
+    /// `false` when a newer checkpoint completed meanwhile (that commit released this one's
+    /// attempts, whose files may be gone; a late landing there is an older record the newer
+    /// subsumes) or a file is missing. A failed put is an error: still in doubt.
     fn put_again(&self, record: &JobCheckpoint) -> Result<bool> {
         let id = record.checkpoint_id;
         if self.state.lock().known.iter().any(|&k| k > id) {
@@ -460,17 +453,9 @@ impl JobOwner {
             Err(Error::CheckpointRejected { .. }) => return Ok(false),
             Err(e) => return Err(e),
         }
-        let bytes = sst_format::encode_job_checkpoint(record).map_err(Error::format)?;
-        match self.storage.put_bytes(&layout::job_record_name(id), &bytes) {
-            Ok(()) => Ok(true),
-            Err(Error::ObjectExists { .. }) => match read_record(self.storage.as_ref(), id) {
-                Ok(stored) if same_manifests(&stored, record) => Ok(true),
-                Ok(_) => Err(Error::StorageConflict(format!(
-                    "job record {id} names other manifests than this owner committed"
-                ))),
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
+        match self.put_record(record)? {
+            None => Ok(true),
+            Some((e, _)) => Err(e),
         }
     }
 

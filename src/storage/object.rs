@@ -836,29 +836,27 @@ impl ObjectStorage {
                 Err(e) => Err(map_error("list", prefix, e)),
             }
         })?;
-        let keys: Vec<(String, u64, u64)> = match listed {
+        let objects = match listed {
             Some(metas) => metas
                 .into_iter()
-                .map(|m| {
-                    let ms = u64::try_from(m.last_modified.timestamp_millis()).unwrap_or(0);
-                    (m.location.to_string(), m.size, ms)
+                .map(|m| Listed {
+                    key: m.location.to_string(),
+                    size: m.size,
+                    last_modified_ms: u64::try_from(m.last_modified.timestamp_millis())
+                        .unwrap_or(0),
                 })
                 .collect(),
-            None => self
-                .list_as_stored(&full, prefix)?
-                .into_iter()
-                .map(|o| (o.key, o.size, o.last_modified_ms))
-                .collect(),
+            None => self.list_as_stored(&full, prefix)?,
         };
-        Ok(keys
+        Ok(objects
             .into_iter()
-            .filter_map(|(key, size, ms)| {
-                let name = self.name_of_key(&key)?;
+            .filter_map(|o| {
+                let name = self.name_of_key(&o.key)?;
                 (name.starts_with(prefix) && validate_object_name(&name).is_ok()).then(|| {
                     ObjectInfo {
                         name,
-                        size,
-                        last_modified: UNIX_EPOCH + Duration::from_millis(ms),
+                        size: o.size,
+                        last_modified: UNIX_EPOCH + Duration::from_millis(o.last_modified_ms),
                     }
                 })
             })
