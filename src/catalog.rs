@@ -621,6 +621,11 @@ pub enum GcReason {
     UnreferencedShared,
     /// A restore pin at least the minimum age old: its restore finished or died.
     ExpiredPin,
+    /// A job record that landed after its checkpoint ended not completed: a put the store
+    /// applied after its client gave up, once a newer checkpoint had completed or the owner
+    /// had found the record absent. Never retained (what it names may be deleted); only the
+    /// job's owner, which remembers its abandoned puts, tells one apart.
+    AbandonedRecord,
 }
 
 /// What a garbage classification may delete.

@@ -158,7 +158,7 @@ pub struct SweepStats {
     pub incomplete_deleted: usize,
     /// Bytes of the deleted shared and private objects.
     pub bytes_deleted: u64,
-    /// Job records of subsumed checkpoints.
+    /// Job records of subsumed checkpoints, and of abandoned ones that landed late.
     pub records_deleted: usize,
     /// Restore pins older than the minimum age.
     pub pins_deleted: usize,

@@ -81,10 +81,82 @@ struct State {
     open_max: u64,
     /// Highest checkpoint id found in storage at open or handed out or committed since.
     max_id: u64,
-    /// Records whose put failed in a way that may have stored them: the next pass reloads
-    /// the records from storage before deciding anything, and adopts those it finds there
-    /// (any other record it did not know is another owner's).
+    /// Records whose put failed in a way that may have stored them, while their outcome is
+    /// open: every commit and pass reloads the records from storage before deciding
+    /// anything, and adopts those it finds there (any other record it did not know is
+    /// another owner's, or one of `abandoned`).
     in_doubt: BTreeMap<u64, JobCheckpoint>,
+    /// Records this owner put whose checkpoint ended not completed while a put of them may
+    /// still land (a server applying a request after its client gave up): a newer checkpoint
+    /// completed, or [`JobOwner::resolve`] found them absent. One that lands is this owner's,
+    /// not another's; it is never retained, and the next pass deletes it
+    /// ([`GcReason::AbandonedRecord`]). The newest [`ABANDONED_KEPT`] are remembered.
+    abandoned: BTreeMap<u64, JobCheckpoint>,
+}
+
+/// How many abandoned record puts an owner remembers. A put lands within its request's
+/// lifetime (seconds to minutes), and a record is abandoned only after its puts failed and a
+/// newer checkpoint completed: a job never has this many in one request's lifetime.
+const ABANDONED_KEPT: usize = 64;
+
+/// What a job record in storage that the owner did not know committed is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unknown {
+    /// A record in doubt that landed: a completed checkpoint.
+    Landed,
+    /// An abandoned record that landed: to be deleted.
+    Abandoned,
+}
+
+impl State {
+    /// `id` is committed: known, no longer in doubt or abandoned.
+    fn settle(&mut self, id: u64) {
+        self.known.insert(id);
+        self.in_doubt.remove(&id);
+        self.abandoned.remove(&id);
+    }
+
+    /// `record`'s checkpoint ended not completed, though a put of it may still land.
+    fn abandon(&mut self, record: &JobCheckpoint) {
+        let id = record.checkpoint_id;
+        self.in_doubt.remove(&id);
+        if self.known.contains(&id) {
+            return;
+        }
+        self.abandoned.insert(id, record.clone());
+        while self.abandoned.len() > ABANDONED_KEPT {
+            self.abandoned.pop_first();
+        }
+    }
+
+    /// Checkpoint `id` completed: every record in doubt below it can never complete now.
+    fn abandon_below(&mut self, id: u64) {
+        let older: Vec<JobCheckpoint> = self.in_doubt.range(..id).map(|(_, r)| r.clone()).collect();
+        for r in &older {
+            self.abandon(r);
+        }
+    }
+
+    /// What `stored`, found under an id this owner does not know, is: one of its own puts in
+    /// doubt or abandoned (same manifests), or `None`: another owner's.
+    fn unknown(&self, stored: &JobCheckpoint) -> Option<Unknown> {
+        let id = stored.checkpoint_id;
+        if self
+            .in_doubt
+            .get(&id)
+            .is_some_and(|p| same_manifests(p, stored))
+        {
+            Some(Unknown::Landed)
+        } else if self
+            .abandoned
+            .get(&id)
+            .is_some_and(|p| same_manifests(p, stored))
+        {
+            Some(Unknown::Abandoned)
+        } else {
+            None
+        }
+    }
 }
 
 /// What [`JobOwner::commit`] did once the record is in storage.
@@ -98,7 +170,7 @@ pub struct Committed {
 /// What one garbage pass deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcStats {
-    /// Job records of subsumed checkpoints.
+    /// Job records of subsumed checkpoints, and of abandoned ones that landed late.
     pub records_deleted: usize,
     /// Objects of task checkpoints (manifests and private files).
     pub checkpoint_objects_deleted: usize,
@@ -194,22 +266,24 @@ impl JobOwner {
     fn reload(&self, at_open: bool) -> Result<()> {
         let ids = record_ids(self.storage.as_ref())?;
         let mut landed = Vec::new();
+        let mut abandoned = BTreeSet::new();
         if !at_open {
-            let (known, in_doubt) = {
-                let s = self.state.lock();
-                (s.known.clone(), s.in_doubt.clone())
-            };
-            for &id in ids.iter().filter(|id| !known.contains(id)) {
-                match in_doubt.get(&id) {
-                    Some(put) if same_manifests(&read_record(self.storage.as_ref(), id)?, put) => {
-                        landed.push(id)
+            for (id, unknown) in self.unknown_records(&ids)? {
+                match unknown {
+                    Unknown::Landed => landed.push(id),
+                    Unknown::Abandoned => {
+                        abandoned.insert(id);
                     }
-                    _ => self.check_no_foreign_records(&[id])?,
                 }
             }
         }
         let mut records = BTreeMap::new();
-        for &id in ids.iter().rev().take(self.retained) {
+        for &id in ids
+            .iter()
+            .rev()
+            .filter(|id| !abandoned.contains(id))
+            .take(self.retained)
+        {
             records.insert(id, read_record(self.storage.as_ref(), id)?);
         }
         let highest = |prefix: &str, id_of: fn(&str) -> Option<u64>| -> Result<u64> {
@@ -237,9 +311,10 @@ impl JobOwner {
         if at_open {
             s.known.extend(ids.iter().copied());
         }
-        s.known.extend(landed);
+        for id in landed {
+            s.settle(id);
+        }
         s.records = records;
-        s.in_doubt.clear();
         Ok(())
     }
 
@@ -268,9 +343,12 @@ impl JobOwner {
             Err(e) => return Err(e),
         };
         if found {
-            self.state.lock().known.insert(id);
+            self.state.lock().settle(id);
             // As after a commit: attempts up to `id` can never complete now.
             self.release_up_to(id);
+        } else {
+            // Reported not completed: a put of it landing from now on is deleted.
+            self.state.lock().abandon(record);
         }
         self.reload(false)?;
         Ok(found)
@@ -340,6 +418,11 @@ impl JobOwner {
         let landed = self.state.lock().records.get(&id).cloned();
         if let Some(stored) = landed {
             if same_manifests(&stored, record) {
+                {
+                    let mut s = self.state.lock();
+                    s.settle(id);
+                    s.abandon_below(id);
+                }
                 self.release_up_to(id);
                 return Ok(Committed {
                     gc_error: self.pass(None).err(),
@@ -354,7 +437,7 @@ impl JobOwner {
                 });
             }
         }
-        self.check_no_foreign_records(&record_ids(self.storage.as_ref())?)?;
+        self.unknown_records(&record_ids(self.storage.as_ref())?)?;
         self.check_record_files(record)?;
         match self.put_record(record)? {
             None => {}
@@ -376,7 +459,8 @@ impl JobOwner {
         self.release_up_to(id);
         {
             let mut s = self.state.lock();
-            s.known.insert(id);
+            s.settle(id);
+            s.abandon_below(id);
             s.records.insert(id, record.clone());
             while s.records.len() > self.retained {
                 s.records.pop_first();
@@ -459,19 +543,38 @@ impl JobOwner {
         }
     }
 
-    /// [`Error::StorageConflict`] if `ids` holds a job record this owner neither found at
-    /// open nor wrote.
-    fn check_no_foreign_records(&self, ids: &[u64]) -> Result<()> {
-        let s = self.state.lock();
-        match ids.iter().find(|id| !s.known.contains(id)) {
-            Some(foreign) => Err(Error::StorageConflict(format!(
-                "job record {foreign} is in storage but this owner did not write it: another \
-                 job or owner completes checkpoints in the same storage (give each job its own \
-                 namespace, `ScopedStorage`; link a coordinated job's backends with \
-                 `job_owner` or `job_coordinated`)"
-            ))),
-            None => Ok(()),
+    /// The job records among `ids` (in storage) this owner does not know committed, and
+    /// what each is: a put of its own that landed, in doubt or abandoned
+    /// ([`State::unknown`]). Any other is another owner's: [`Error::StorageConflict`]. A
+    /// record deleted since the listing is left out.
+    fn unknown_records(&self, ids: &[u64]) -> Result<Vec<(u64, Unknown)>> {
+        let unknown: Vec<u64> = {
+            let s = self.state.lock();
+            ids.iter()
+                .copied()
+                .filter(|id| !s.known.contains(id))
+                .collect()
+        };
+        let mut out = Vec::new();
+        for id in unknown {
+            let ours = {
+                let s = self.state.lock();
+                s.in_doubt.contains_key(&id) || s.abandoned.contains_key(&id)
+            };
+            if !ours {
+                return Err(foreign_record(id));
+            }
+            let stored = match read_record(self.storage.as_ref(), id) {
+                Ok(r) => r,
+                Err(Error::ObjectNotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            match self.state.lock().unknown(&stored) {
+                Some(u) => out.push((id, u)),
+                None => return Err(foreign_record(id)),
+            }
         }
+        Ok(out)
     }
 
     fn reload_if_unsure(&self) -> Result<()> {
@@ -638,17 +741,38 @@ impl JobOwner {
                 Err(e) => return Err(e),
             }
         }
-        let catalog = Catalog::load_cached(self.storage.as_ref(), &self.cache)?;
+        let mut catalog = Catalog::load_cached(self.storage.as_ref(), &self.cache)?;
         // And after: an upload registers its name before its put, so a put the listing shows
         // was registered by now.
         protected.extend(self.protected.lock().values().flatten().cloned());
-        let ids: Vec<u64> = catalog.job_records.iter().map(|j| j.id).collect();
-        self.check_no_foreign_records(&ids)?;
+        // Records of this owner's abandoned puts that landed are no checkpoint: out of the
+        // classification (never retained; what they name is garbage of a finished id), and
+        // deleted before anything else.
+        let mut abandoned = Vec::new();
+        {
+            let s = self.state.lock();
+            for j in catalog
+                .job_records
+                .iter()
+                .filter(|j| !s.known.contains(&j.id))
+            {
+                match j.record.as_ref().ok().and_then(|r| s.unknown(r)) {
+                    Some(Unknown::Abandoned) => abandoned.push(j.info.clone()),
+                    // A record in doubt that landed: the caller reloaded before the plan
+                    // (`reload_if_unsure`), so it landed since; the next pass adopts it.
+                    Some(Unknown::Landed) => {}
+                    None => return Err(foreign_record(j.id)),
+                }
+            }
+        }
+        catalog
+            .job_records
+            .retain(|j| !abandoned.iter().any(|o| o.name == j.name));
         let finished_up_to = {
             let s = self.state.lock();
             (self.unrecorded == Unrecorded::Finished || !s.known.is_empty()).then_some(s.open_max)
         };
-        classify(
+        let mut plan = classify(
             &catalog,
             &GcPolicy {
                 retained: self.retained,
@@ -658,7 +782,14 @@ impl JobOwner {
                 pins_before_ms: Some(self.opened_ms),
                 finished_up_to,
             },
-        )
+        )?;
+        plan.delete.splice(
+            0..0,
+            abandoned
+                .into_iter()
+                .map(|o| (o, GcReason::AbandonedRecord)),
+        );
+        Ok(plan)
     }
 
     /// One garbage pass (the caller holds `gc_lock`). Records go first; then pins are listed
@@ -669,7 +800,10 @@ impl JobOwner {
         let mut first_error = None;
         let mut pinned_now: Option<BTreeSet<u64>> = None;
         for (o, why) in &plan.delete {
-            if !matches!(why, GcReason::SubsumedRecord | GcReason::ExpiredPin) {
+            if !matches!(
+                why,
+                GcReason::SubsumedRecord | GcReason::AbandonedRecord | GcReason::ExpiredPin
+            ) {
                 if pinned_now.is_none() {
                     let expired: HashSet<&str> = plan
                         .delete
@@ -697,8 +831,8 @@ impl JobOwner {
             }
             // A record or manifest that cannot be deleted must keep what it names: stop
             // before the objects that come after it in the plan.
-            let commit_point =
-                matches!(why, GcReason::SubsumedRecord) || o.name.ends_with(layout::METADATA_FILE);
+            let commit_point = matches!(why, GcReason::SubsumedRecord | GcReason::AbandonedRecord)
+                || o.name.ends_with(layout::METADATA_FILE);
             match self.storage.delete(&o.name) {
                 Ok(()) => {}
                 Err(e) => {
@@ -711,7 +845,7 @@ impl JobOwner {
             }
             stats.bytes_deleted += o.size;
             match why {
-                GcReason::SubsumedRecord => stats.records_deleted += 1,
+                GcReason::SubsumedRecord | GcReason::AbandonedRecord => stats.records_deleted += 1,
                 GcReason::Finished | GcReason::Uncommitted => stats.checkpoint_objects_deleted += 1,
                 GcReason::FinishedShared | GcReason::UnreferencedShared => {
                     stats.shared_deleted += 1
@@ -778,6 +912,16 @@ pub(crate) fn record_backends(record: &JobCheckpoint) -> impl Iterator<Item = &s
         .filter_map(|t| t.manifest.as_deref())
         .filter_map(layout::parse_checkpoint_object)
         .map(|p| p.backend_id)
+}
+
+/// A job record in storage this owner neither found at open nor wrote.
+fn foreign_record(id: u64) -> Error {
+    Error::StorageConflict(format!(
+        "job record {id} is in storage but this owner did not write it: another job or owner \
+         completes checkpoints in the same storage (give each job its own namespace, \
+         `ScopedStorage`; link a coordinated job's backends with `job_owner` or \
+         `job_coordinated`)"
+    ))
 }
 
 /// Whether two records describe the same checkpoint (id and task manifests).

@@ -459,6 +459,7 @@ pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
     };
     let why = |r: GcReason| match r {
         GcReason::SubsumedRecord => "subsumed job record",
+        GcReason::AbandonedRecord => "job record of an aborted checkpoint",
         GcReason::Finished => "checkpoint of a finished id",
         GcReason::Uncommitted => "uncommitted checkpoint",
         GcReason::FinishedShared => "shared file of a finished id",

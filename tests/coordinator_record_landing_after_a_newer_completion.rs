@@ -1,0 +1,120 @@
+//! A job record whose puts all failed transiently (the commit's, the one settling it, the
+//! coordinator's put to resolve it), then
+//! a newer checkpoint completed, then the old puts landed: a server applying requests after
+//! their client gave up. The old checkpoint was reported aborted (subsumed by the newer
+//! completion), so its late record must not stop the job: it is this owner's own put, not
+//! another owner's record (no `StorageConflict` for every later commit), it is never a
+//! retained checkpoint, and the next pass deletes it.
+//!
+//! Invariant checked: after the late puts land, the job keeps completing checkpoints, and
+//! storage holds records exactly for the retained completed ones.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rockstate::coordinator::{
+    list_job_checkpoints, task_checkpoint, Coordinator, CoordinatorConfig, Outcome, TaskEndpoint,
+    Triggered,
+};
+use rockstate::{CheckpointStorage, Fault, FaultyStorage, LocalStorage, ManualClock, OpKind};
+
+fn run_checkpoint(c: &mut Coordinator, eps: &[TaskEndpoint]) -> u64 {
+    let Triggered::Started(id) = c.trigger().unwrap() else {
+        panic!("not started")
+    };
+    for ep in eps {
+        assert!(ep.ack(id, task_checkpoint(ep.task(), None, vec![])));
+    }
+    id
+}
+
+fn completed(outcomes: &[Outcome], id: u64) -> bool {
+    outcomes
+        .iter()
+        .any(|o| matches!(o, Outcome::Completed(r) if r.checkpoint_id == id))
+}
+
+/// A coordinator of two tasks (retaining two checkpoints, two at once) on a faulty local
+/// storage, after checkpoint `a`'s record puts all failed (held back to land later) and
+/// checkpoint `b` completed: `(dir, storage, coordinator, endpoints, a, b)`.
+fn a_abandoned_then_b_completed() -> (
+    tempfile::TempDir,
+    Arc<FaultyStorage>,
+    Coordinator,
+    Vec<TaskEndpoint>,
+    u64,
+    u64,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let local: Arc<dyn CheckpointStorage> = Arc::new(
+        LocalStorage::new(dir.path().join("cp"))
+            .unwrap()
+            .with_fsync(false),
+    );
+    let st = Arc::new(FaultyStorage::new(local));
+    let mut config = CoordinatorConfig::new("late-old-record", 2, 128);
+    config.timeout = Duration::from_secs(60);
+    config.retained = 2;
+    config.max_concurrent = 2;
+    let mut c = Coordinator::new(config, st.clone(), Arc::new(ManualClock::new(1_000))).unwrap();
+    let eps: Vec<_> = (0..2).map(|t| c.endpoint(t).unwrap()).collect();
+
+    // Checkpoint a: every put of its record fails and lands later (the commit's, the one
+    // settling it, and the one `poll`'s tick makes to resolve it): still in doubt.
+    let a = run_checkpoint(&mut c, &eps);
+    let puts = st.ops(OpKind::PutBytes);
+    for k in 1..=3 {
+        st.add_fault(Fault::LandLater {
+            op: OpKind::PutBytes,
+            nth: puts + k,
+        });
+    }
+    let outcomes = c.poll().unwrap();
+    st.clear_faults();
+    assert!(outcomes.is_empty(), "{outcomes:?}");
+
+    // Checkpoint b completes; a, still absent, is subsumed.
+    let b = run_checkpoint(&mut c, &eps);
+    let outcomes = c.poll().unwrap();
+    assert!(completed(&outcomes, b), "{outcomes:?}");
+    assert!(!completed(&outcomes, a), "{outcomes:?}");
+
+    // Now a's puts land: the first stores the record, the others find it there.
+    let landed = st.land_late_puts();
+    assert_eq!(landed.len(), 3, "{landed:?}");
+    assert!(st.exists(&format!("job/chk-{a}")).unwrap());
+    (dir, st, c, eps, a, b)
+}
+
+#[test]
+fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
+    let (_dir, st, mut c, eps, a, b) = a_abandoned_then_b_completed();
+
+    // The owner's next pass deletes it: a was reported aborted, so it is never retained.
+    c.owner().collect_garbage().unwrap();
+    assert_eq!(list_job_checkpoints(st.as_ref()).unwrap(), vec![b]);
+    assert_eq!(c.owner().retained(), vec![b]);
+
+    // And the job goes on completing checkpoints.
+    for _ in 0..2 {
+        let next = run_checkpoint(&mut c, &eps);
+        let outcomes = c.poll().unwrap();
+        assert!(completed(&outcomes, next), "{outcomes:?}");
+    }
+    let ids = list_job_checkpoints(st.as_ref()).unwrap();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(!ids.contains(&a), "{ids:?}");
+}
+
+#[test]
+fn a_record_landing_after_a_newer_completion_does_not_stop_the_next_commit() {
+    let (_dir, st, mut c, eps, a, b) = a_abandoned_then_b_completed();
+
+    // No pass between the landing and the next commit: the commit itself meets the record.
+    let next = run_checkpoint(&mut c, &eps);
+    let outcomes = c.poll().unwrap();
+    assert!(completed(&outcomes, next), "{outcomes:?}");
+    let ids = list_job_checkpoints(st.as_ref()).unwrap();
+    assert_eq!(ids, vec![b, next], "a = {a}");
+    assert_eq!(c.owner().retained(), vec![b, next]);
+}
