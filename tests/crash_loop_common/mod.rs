@@ -55,6 +55,25 @@ fn phase(p: &str) {
 
 pub const S3_ENV: &str = "ROCKSTATE_CRASH_LOOP_S3";
 
+/// A soak run's seed (`ROCKSTATE_CRASH_LOOP_SEED`, default 0), added to every seed the loop
+/// and its children draw from, so a longer run explores other kill moments and workloads.
+const SEED_ENV: &str = "ROCKSTATE_CRASH_LOOP_SEED";
+/// A soak run's cycle count (`ROCKSTATE_CRASH_LOOP_CYCLES`), in place of each test's own.
+const CYCLES_ENV: &str = "ROCKSTATE_CRASH_LOOP_CYCLES";
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
+    )
+}
+
+fn soak_seed() -> u64 {
+    env_u64(SEED_ENV).map_or(0, |s| s.wrapping_mul(1_000_003))
+}
+
 /// `work/storage`, or the S3 storage `ROCKSTATE_CRASH_LOOP_S3` names (`<endpoint> <url>`).
 fn storage(work: &Path) -> Arc<dyn CheckpointStorage> {
     common::crash::storage_at(work, std::env::var(S3_ENV).ok().as_deref())
@@ -110,7 +129,7 @@ pub fn child_main() {
         local_recovery: parts[4] == "1",
     };
     let st = storage(work);
-    let mut r = rng(9000 + gen);
+    let mut r = rng(soak_seed().wrapping_add(9000 + gen));
     let mut config = CoordinatorConfig::new("loop-job", p, MAX_PARALLELISM);
     config.sources = (0..p).collect();
     config.retained = RETAINED;
@@ -286,7 +305,9 @@ pub fn crash_loop(
 ) {
     let work_dir = tempfile::tempdir().unwrap();
     let work = work_dir.path();
-    let mut r = rng(31 + mode.changelog as u64 * 2 + mode.local_recovery as u64);
+    let mut r =
+        rng(soak_seed().wrapping_add(31 + mode.changelog as u64 * 2 + mode.local_recovery as u64));
+    let cycles = env_u64(CYCLES_ENV).unwrap_or(cycles);
     let mut acknowledged = 0u64;
     let mut phases: BTreeMap<String, u32> = BTreeMap::new();
     let mut live_max = 0u64;
