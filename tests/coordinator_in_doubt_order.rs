@@ -9,25 +9,13 @@
 //!   is there cannot be told: the newer completion subsumes it; once storage answers again it
 //!   is not reported or notified as completed after the newer one, but ends aborted, subsumed.
 
+mod coordinator_common;
+
 use std::sync::Arc;
-use std::time::Duration;
 
-use rockstate::coordinator::{
-    task_checkpoint, AbortReason, Coordinator, CoordinatorConfig, Outcome, TaskCommand,
-    TaskEndpoint, Triggered,
-};
-use rockstate::{CheckpointStorage, Fault, FaultyStorage, LocalStorage, ManualClock, OpKind};
-
-fn started(t: Triggered) -> u64 {
-    match t {
-        Triggered::Started(id) => id,
-        o => panic!("{o:?}"),
-    }
-}
-
-fn ack(ep: &TaskEndpoint, id: u64) {
-    assert!(ep.ack(id, task_checkpoint(ep.task(), None, vec![])));
-}
+use coordinator_common::{ack, faulty_job, started, FaultyJob};
+use rockstate::coordinator::{AbortReason, Coordinator, Outcome, TaskCommand, TaskEndpoint};
+use rockstate::{Fault, FaultyStorage, OpKind};
 
 /// Fails operations `first..last` of kind `op`, counted from now (1 is the next one).
 fn fail_ops(st: &FaultyStorage, op: OpKind, first: u64, last: u64) {
@@ -51,18 +39,12 @@ struct InDoubt {
 /// Two checkpoints in flight; `a`'s record lands, its put reports a failure, and reading it
 /// back fails (and so does the resolve attempt of the same poll's tick): `a` is in doubt.
 fn in_doubt() -> InDoubt {
-    let dir = tempfile::tempdir().unwrap();
-    let local: Arc<dyn CheckpointStorage> = Arc::new(
-        LocalStorage::new(dir.path().join("cp"))
-            .unwrap()
-            .with_fsync(false),
-    );
-    let st = Arc::new(FaultyStorage::new(local));
-    let mut config = CoordinatorConfig::new("in-doubt-order", 2, 128);
-    config.timeout = Duration::from_secs(60);
-    config.max_concurrent = 2;
-    let mut c = Coordinator::new(config, st.clone(), Arc::new(ManualClock::new(1_000))).unwrap();
-    let eps: Vec<TaskEndpoint> = (0..2).map(|t| c.endpoint(t).unwrap()).collect();
+    let FaultyJob {
+        _dir: dir,
+        st,
+        mut c,
+        eps,
+    } = faulty_job("in-doubt-order", |config| config.max_concurrent = 2);
     let a = started(c.trigger().unwrap());
     let b = started(c.trigger().unwrap());
     ack(&eps[0], a);

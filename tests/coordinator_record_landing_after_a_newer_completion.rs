@@ -9,59 +9,25 @@
 //! Invariant checked: after the late puts land, the job keeps completing checkpoints, and
 //! storage holds records exactly for the retained completed ones.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod coordinator_common;
 
-use rockstate::coordinator::{
-    list_job_checkpoints, task_checkpoint, Coordinator, CoordinatorConfig, Outcome, TaskEndpoint,
-    Triggered,
-};
-use rockstate::{CheckpointStorage, Fault, FaultyStorage, LocalStorage, ManualClock, OpKind};
+use coordinator_common::{completed, faulty_job, run_checkpoint, FaultyJob};
+use rockstate::coordinator::list_job_checkpoints;
+use rockstate::{CheckpointStorage, Fault, OpKind};
 
-fn run_checkpoint(c: &mut Coordinator, eps: &[TaskEndpoint]) -> u64 {
-    let Triggered::Started(id) = c.trigger().unwrap() else {
-        panic!("not started")
-    };
-    for ep in eps {
-        assert!(ep.ack(id, task_checkpoint(ep.task(), None, vec![])));
-    }
-    id
-}
-
-fn completed(outcomes: &[Outcome], id: u64) -> bool {
-    outcomes
-        .iter()
-        .any(|o| matches!(o, Outcome::Completed(r) if r.checkpoint_id == id))
-}
-
-/// A coordinator of two tasks (retaining two checkpoints, two at once) on a faulty local
-/// storage, after checkpoint `a`'s record puts all failed (held back to land later) and
-/// checkpoint `b` completed: `(dir, storage, coordinator, endpoints, a, b)`.
-fn a_abandoned_then_b_completed() -> (
-    tempfile::TempDir,
-    Arc<FaultyStorage>,
-    Coordinator,
-    Vec<TaskEndpoint>,
-    u64,
-    u64,
-) {
-    let dir = tempfile::tempdir().unwrap();
-    let local: Arc<dyn CheckpointStorage> = Arc::new(
-        LocalStorage::new(dir.path().join("cp"))
-            .unwrap()
-            .with_fsync(false),
-    );
-    let st = Arc::new(FaultyStorage::new(local));
-    let mut config = CoordinatorConfig::new("late-old-record", 2, 128);
-    config.timeout = Duration::from_secs(60);
-    config.retained = 2;
-    config.max_concurrent = 2;
-    let mut c = Coordinator::new(config, st.clone(), Arc::new(ManualClock::new(1_000))).unwrap();
-    let eps: Vec<_> = (0..2).map(|t| c.endpoint(t).unwrap()).collect();
+/// A job retaining two checkpoints, two at once, after checkpoint `a`'s record puts all
+/// failed (held back to land later), checkpoint `b` completed, and `a`'s puts landed:
+/// `(job, a, b)`.
+fn a_abandoned_then_b_completed() -> (FaultyJob, u64, u64) {
+    let mut job = faulty_job("late-old-record", |config| {
+        config.retained = 2;
+        config.max_concurrent = 2;
+    });
+    let FaultyJob { st, c, eps, .. } = &mut job;
 
     // Checkpoint a: every put of its record fails and lands later (the commit's, the one
     // settling it, and the one `poll`'s tick makes to resolve it): still in doubt.
-    let a = run_checkpoint(&mut c, &eps);
+    let a = run_checkpoint(c, eps);
     let puts = st.ops(OpKind::PutBytes);
     for k in 1..=3 {
         st.add_fault(Fault::LandLater {
@@ -74,7 +40,7 @@ fn a_abandoned_then_b_completed() -> (
     assert!(outcomes.is_empty(), "{outcomes:?}");
 
     // Checkpoint b completes; a, still absent, is subsumed.
-    let b = run_checkpoint(&mut c, &eps);
+    let b = run_checkpoint(c, eps);
     let outcomes = c.poll().unwrap();
     assert!(completed(&outcomes, b), "{outcomes:?}");
     assert!(!completed(&outcomes, a), "{outcomes:?}");
@@ -83,12 +49,21 @@ fn a_abandoned_then_b_completed() -> (
     let landed = st.land_late_puts();
     assert_eq!(landed.len(), 3, "{landed:?}");
     assert!(st.exists(&format!("job/chk-{a}")).unwrap());
-    (dir, st, c, eps, a, b)
+    (job, a, b)
 }
 
 #[test]
 fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
-    let (_dir, st, mut c, eps, a, b) = a_abandoned_then_b_completed();
+    let (
+        FaultyJob {
+            _dir,
+            st,
+            mut c,
+            eps,
+        },
+        a,
+        b,
+    ) = a_abandoned_then_b_completed();
 
     // The owner's next pass deletes it: a was reported aborted, so it is never retained.
     c.owner().collect_garbage().unwrap();
@@ -108,7 +83,16 @@ fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
 
 #[test]
 fn a_record_landing_after_a_newer_completion_does_not_stop_the_next_commit() {
-    let (_dir, st, mut c, eps, a, b) = a_abandoned_then_b_completed();
+    let (
+        FaultyJob {
+            _dir,
+            st,
+            mut c,
+            eps,
+        },
+        a,
+        b,
+    ) = a_abandoned_then_b_completed();
 
     // No pass between the landing and the next commit: the commit itself meets the record.
     let next = run_checkpoint(&mut c, &eps);

@@ -8,33 +8,20 @@
 //! Invariant checked: after the late puts land, a record is in storage exactly for the
 //! checkpoints reported completed.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod coordinator_common;
 
-use rockstate::coordinator::{task_checkpoint, Coordinator, CoordinatorConfig, Outcome, Triggered};
-use rockstate::{
-    CheckpointStorage, Error, Fault, FaultyStorage, LocalStorage, ManualClock, OpKind,
-};
+use coordinator_common::{completed, faulty_job, run_checkpoint, FaultyJob};
+use rockstate::{CheckpointStorage, Error, Fault, OpKind};
 
 #[test]
 fn a_commit_in_doubt_is_settled_by_putting_its_record_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let local: Arc<dyn CheckpointStorage> = Arc::new(
-        LocalStorage::new(dir.path().join("cp"))
-            .unwrap()
-            .with_fsync(false),
-    );
-    let st = Arc::new(FaultyStorage::new(local));
-    let mut config = CoordinatorConfig::new("late-record", 2, 128);
-    config.timeout = Duration::from_secs(60);
-    let mut c = Coordinator::new(config, st.clone(), Arc::new(ManualClock::new(1_000))).unwrap();
-    let eps: Vec<_> = (0..2).map(|t| c.endpoint(t).unwrap()).collect();
-    let Triggered::Started(a) = c.trigger().unwrap() else {
-        panic!("not started")
-    };
-    for ep in &eps {
-        assert!(ep.ack(a, task_checkpoint(ep.task(), None, vec![])));
-    }
+    let FaultyJob {
+        _dir,
+        st,
+        mut c,
+        eps,
+    } = faulty_job("late-record", |_| {});
+    let a = run_checkpoint(&mut c, &eps);
     // The commit's put of the record and the put settling it both fail and land later.
     let puts = st.ops(OpKind::PutBytes);
     for k in 1..=2 {
@@ -49,9 +36,7 @@ fn a_commit_in_doubt_is_settled_by_putting_its_record_again() {
     let landed = st.land_late_puts();
     assert_eq!(landed.len(), 2, "{landed:?}");
     let stored = st.exists(&format!("job/chk-{a}")).unwrap();
-    let completed = outcomes
-        .iter()
-        .any(|o| matches!(o, Outcome::Completed(r) if r.checkpoint_id == a));
+    let completed = completed(&outcomes, a);
     assert_eq!(
         stored, completed,
         "record in storage: {stored}, reported completed: {completed} ({outcomes:?})"
