@@ -54,16 +54,8 @@ fn a_abandoned_then_b_completed() -> (FaultyJob, u64, u64) {
 
 #[test]
 fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
-    let (
-        FaultyJob {
-            _dir,
-            st,
-            mut c,
-            eps,
-        },
-        a,
-        b,
-    ) = a_abandoned_then_b_completed();
+    let (mut job, a, b) = a_abandoned_then_b_completed();
+    let FaultyJob { st, c, eps, .. } = &mut job;
 
     // The owner's next pass deletes it: a was reported aborted, so it is never retained.
     c.owner().collect_garbage().unwrap();
@@ -72,7 +64,7 @@ fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
 
     // And the job goes on completing checkpoints.
     for _ in 0..2 {
-        let next = run_checkpoint(&mut c, &eps);
+        let next = run_checkpoint(c, eps);
         let outcomes = c.poll().unwrap();
         assert!(completed(&outcomes, next), "{outcomes:?}");
     }
@@ -83,19 +75,11 @@ fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
 
 #[test]
 fn a_record_landing_after_a_newer_completion_does_not_stop_the_next_commit() {
-    let (
-        FaultyJob {
-            _dir,
-            st,
-            mut c,
-            eps,
-        },
-        a,
-        b,
-    ) = a_abandoned_then_b_completed();
+    let (mut job, a, b) = a_abandoned_then_b_completed();
+    let FaultyJob { st, c, eps, .. } = &mut job;
 
     // No pass between the landing and the next commit: the commit itself meets the record.
-    let next = run_checkpoint(&mut c, &eps);
+    let next = run_checkpoint(c, eps);
     let outcomes = c.poll().unwrap();
     assert!(completed(&outcomes, next), "{outcomes:?}");
     let ids = list_job_checkpoints(st.as_ref()).unwrap();
