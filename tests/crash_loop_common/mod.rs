@@ -70,7 +70,8 @@ fn env_u64(name: &str) -> Option<u64> {
     )
 }
 
-fn soak_seed() -> u64 {
+/// The soak run's seed, spread (0 when `ROCKSTATE_CRASH_LOOP_SEED` is not set).
+pub fn soak_seed() -> u64 {
     env_u64(SEED_ENV).map_or(0, |s| s.wrapping_mul(1_000_003))
 }
 

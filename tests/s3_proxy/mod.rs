@@ -1,6 +1,9 @@
 //! A tiny HTTP/1.1 proxy on 127.0.0.1 between `ObjectStorage` and the moto test server: each
 //! request is forwarded (one request per connection, `Connection: close`) unless a rule
-//! answers it with a made-up error instead.
+//! answers it with a made-up error instead, or forwards it and answers an error all the same
+//! (a request the server applied whose answer was lost).
+
+#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -23,6 +26,8 @@ pub enum Action {
     Forward,
     /// Answer `status` with the XML `body` without forwarding anything.
     Answer(u16, String),
+    /// Forward, drop the server's answer, and answer `status` with the XML `body`.
+    ForwardThenAnswer(u16, String),
 }
 
 type Rule = Box<dyn FnMut(&Request) -> Action + Send>;
@@ -152,18 +157,23 @@ fn serve(mut client: TcpStream, upstream: &str, rule: &Mutex<Rule>) -> std::io::
         }
         body.extend_from_slice(&chunk[..n]);
     }
-    if let Action::Answer(status, text) = &action {
-        let answer = format!(
+    let made_up = |status: &u16, text: &str| {
+        format!(
             "HTTP/1.1 {status} Injected\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
             text.len()
-        );
-        return client.write_all(answer.as_bytes());
+        )
+    };
+    if let Action::Answer(status, text) = &action {
+        return client.write_all(made_up(status, text).as_bytes());
     }
     let mut up = TcpStream::connect(upstream)?;
     up.write_all(close_head(&head).as_bytes())?;
     up.write_all(&body)?;
     let mut answer = Vec::new();
     up.read_to_end(&mut answer)?;
+    if let Action::ForwardThenAnswer(status, text) = &action {
+        return client.write_all(made_up(status, text).as_bytes());
+    }
     let Some(answer_head_end) = find(&answer, b"\r\n\r\n").map(|i| i + 4) else {
         return Ok(());
     };
