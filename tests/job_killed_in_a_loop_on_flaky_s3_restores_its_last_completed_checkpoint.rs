@@ -31,10 +31,6 @@ fn loop_child() {
     child_main();
 }
 
-fn one_two_one(c: u64) -> u32 {
-    [1, 1, 2, 2][(c % 4) as usize]
-}
-
 #[test]
 fn flaky_s3_rescale_changelog_local_recovery_on() {
     let server = crash_loop_common::common::s3::server();
@@ -56,23 +52,11 @@ fn flaky_s3_rescale_changelog_local_recovery_on() {
             Action::Forward
         }
     });
-    let spec = format!(
+    s3_crash_loop(format!(
         "{} {}",
         proxy.endpoint,
         server.bucket_url("flaky-crash-loop")
-    );
-    std::env::set_var(S3_ENV, spec);
-    crash_loop(
-        "loop_child",
-        Mode {
-            changelog: true,
-            local_recovery: true,
-        },
-        12,
-        one_two_one,
-        2500,
-        200,
-    );
+    ));
     let (refused, lost) = (
         refused.load(Ordering::Relaxed),
         lost.load(Ordering::Relaxed),

@@ -69,9 +69,6 @@ fn changelog_local_recovery_off() {
         25,
     );
 }
-fn one_two_one(c: u64) -> u32 {
-    [1, 1, 2, 2][(c % 4) as usize]
-}
 #[test]
 fn rescale_plain_local_recovery_on() {
     crash_loop(

@@ -293,6 +293,30 @@ pub fn disk(tm: &Path) -> Disk {
     }
 }
 
+/// The schedule of the rescaling loops: parallelism 1, 1, 2, 2, 1, 1, ... (a split, then a
+/// merge, every four cycles).
+pub fn one_two_one(cycle: u64) -> u32 {
+    [1, 1, 2, 2][(cycle % 4) as usize]
+}
+
+/// The loop of the S3 tests: changelog mode with local recovery, rescaling 1 -> 2 -> 1, 12
+/// cycles, on the S3 storage `spec` names (`<endpoint> <url>`; set in the environment, so the
+/// children inherit it: one such loop per test binary).
+pub fn s3_crash_loop(spec: String) {
+    std::env::set_var(S3_ENV, spec);
+    crash_loop(
+        "loop_child",
+        Mode {
+            changelog: true,
+            local_recovery: true,
+        },
+        12,
+        one_two_one,
+        2500,
+        200,
+    );
+}
+
 /// Runs `cycles` children of `test` (the ignored test calling [`child_main`]) at the
 /// parallelism `schedule(cycle)`, each killed within `max_delay_ms` of being ready (one in
 /// four within that time of being started: during its restore).
