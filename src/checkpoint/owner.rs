@@ -117,13 +117,13 @@ impl State {
     }
 
     /// `record`'s checkpoint ended not completed, though a put of it may still land.
-    fn abandon(&mut self, record: &JobCheckpoint) {
+    fn abandon(&mut self, record: JobCheckpoint) {
         let id = record.checkpoint_id;
         self.in_doubt.remove(&id);
         if self.known.contains(&id) {
             return;
         }
-        self.abandoned.insert(id, record.clone());
+        self.abandoned.insert(id, record);
         while self.abandoned.len() > ABANDONED_KEPT {
             self.abandoned.pop_first();
         }
@@ -131,8 +131,8 @@ impl State {
 
     /// Checkpoint `id` completed: every record in doubt below it can never complete now.
     fn abandon_below(&mut self, id: u64) {
-        let older: Vec<JobCheckpoint> = self.in_doubt.range(..id).map(|(_, r)| r.clone()).collect();
-        for r in &older {
+        let newer = self.in_doubt.split_off(&id);
+        for r in std::mem::replace(&mut self.in_doubt, newer).into_values() {
             self.abandon(r);
         }
     }
@@ -348,7 +348,7 @@ impl JobOwner {
             self.release_up_to(id);
         } else {
             // Reported not completed: a put of it landing from now on is deleted.
-            self.state.lock().abandon(record);
+            self.state.lock().abandon(record.clone());
         }
         self.reload(false)?;
         Ok(found)
