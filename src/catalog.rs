@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use sst_format::{CheckpointManifest, JobCheckpoint, LogSegmentFile, SstUniqueId};
+use sst_format::{CheckpointManifest, JobCheckpoint, JobRecord, LogSegmentFile, SstUniqueId};
 
 use crate::clock::millis_since_epoch;
 use crate::error::{Error, ErrorKind, Result};
@@ -82,6 +82,18 @@ pub struct JobRecordEntry {
     pub info: ObjectInfo,
 }
 
+/// One void record: the name of an abandoned checkpoint's job record, taken by its owner so
+/// that a late put of the record can never land (`docs/ownership.md` rule 1).
+#[derive(Debug, Clone)]
+pub struct VoidRecordEntry {
+    /// Checkpoint id.
+    pub id: u64,
+    /// When the owner voided the name, ms since the Unix epoch (its clock).
+    pub voided_at_ms: u64,
+    /// The object.
+    pub info: ObjectInfo,
+}
+
 /// Everything in a checkpoint storage, classified (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
@@ -93,8 +105,10 @@ pub struct Catalog {
     pub uncommitted: Vec<UncommittedDir>,
     /// Shared objects, by name.
     pub shared: Vec<SharedObject>,
-    /// Job records, by id.
+    /// Job records, by id (void records apart).
     pub job_records: Vec<JobRecordEntry>,
+    /// Void records, by id.
+    pub void_records: Vec<VoidRecordEntry>,
     /// Restore pins `(checkpoint id, ms the restore began, object)`.
     pub pins: Vec<(u64, u64, ObjectInfo)>,
     /// Objects that fit no known name.
@@ -135,16 +149,32 @@ impl Catalog {
                     other => other,
                 };
                 let record = bytes
-                    .and_then(|b| sst_format::decode_job_checkpoint(&b).map_err(Error::format))
+                    .and_then(|b| sst_format::decode_job_record(&b).map_err(Error::format))
                     .map_err(|e| e.to_string())
                     // A record must describe the checkpoint its name says.
                     .and_then(|r| {
-                        if r.checkpoint_id == id {
+                        let described = match &r {
+                            JobRecord::Checkpoint(c) => c.checkpoint_id,
+                            JobRecord::Void(v) => v.checkpoint_id,
+                        };
+                        if described == id {
                             Ok(r)
                         } else {
-                            Err(format!("record describes checkpoint {}", r.checkpoint_id))
+                            Err(format!("record describes checkpoint {described}"))
                         }
                     });
+                let record = match record {
+                    Ok(JobRecord::Void(v)) => {
+                        cat.void_records.push(VoidRecordEntry {
+                            id,
+                            voided_at_ms: v.voided_at_ms,
+                            info: o,
+                        });
+                        continue;
+                    }
+                    Ok(JobRecord::Checkpoint(c)) => Ok(c),
+                    Err(e) => Err(e),
+                };
                 cat.job_records.push(JobRecordEntry {
                     name: o.name.clone(),
                     id,
@@ -285,6 +315,7 @@ impl Catalog {
             })
             .collect();
         cat.job_records.sort_by_key(|j| j.id);
+        cat.void_records.sort_by_key(|v| v.id);
         Ok(cat)
     }
 
@@ -333,8 +364,11 @@ pub struct Footprint {
     pub garbage_bytes: u64,
     /// The checkpoint ids that garbage belongs to (0 for objects whose name has none).
     pub garbage_ids: BTreeSet<u64>,
-    /// Job records in storage.
+    /// Job records in storage (void records apart).
     pub records: usize,
+    /// Void records in storage: names of abandoned checkpoints' records, kept until a sweep
+    /// finds them older than its minimum age (26 bytes each; not garbage before).
+    pub voids: usize,
 }
 
 impl Footprint {
@@ -374,8 +408,10 @@ impl Catalog {
         }
         let mut f = Footprint {
             records: ids.len(),
+            voids: self.void_records.len(),
             ..Footprint::default()
         };
+        f.total_bytes += self.void_records.iter().map(|v| v.info.size).sum::<u64>();
         let objects = self
             .dirs
             .values()
@@ -455,7 +491,7 @@ fn unreadable(e: &Error) -> bool {
 pub fn verify(storage: &dyn CheckpointStorage, catalog: &Catalog) -> Result<Verification> {
     let scratch = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
     let mut v = Verification {
-        records: catalog.checkpoints.len() + catalog.job_records.len(),
+        records: catalog.checkpoints.len() + catalog.job_records.len() + catalog.void_records.len(),
         ..Verification::default()
     };
     let problem = |file: &str, detail: String| Problem {
@@ -626,6 +662,10 @@ pub enum GcReason {
     /// had found the record absent. Never retained (what it names may be deleted); only the
     /// job's owner, which remembers its abandoned puts, tells one apart.
     AbandonedRecord,
+    /// A void record (an abandoned checkpoint's record name, taken so that a late put of the
+    /// record can never land) at least the minimum age old: no put of that record can still
+    /// be in flight.
+    ExpiredVoid,
 }
 
 /// What a garbage classification may delete.
@@ -657,8 +697,8 @@ pub struct GcPolicy {
 pub struct GcPlan {
     /// Objects to delete, with why, in the order to delete them: job records, then
     /// manifests, then the other objects of checkpoint directories, then shared files, then
-    /// pins (so a crash between two deletes never leaves a record or manifest that names a
-    /// deleted object).
+    /// pins, then void records once old enough (so a crash between two deletes never leaves
+    /// a record or manifest that names a deleted object).
     pub delete: Vec<(ObjectInfo, GcReason)>,
     /// Garbage younger than the minimum age, kept (it may belong to a checkpoint in flight).
     pub too_young: Vec<ObjectInfo>,
@@ -690,7 +730,9 @@ impl GcPlan {
 ///    is kept; otherwise it is deleted if its uploader's checkpoint id is up to `L`, or once
 ///    it is `min_age` old;
 /// 4. pins are deleted once `min_age` old, or when their restore began before
-///    `pins_before_ms`; only the others protect their checkpoint.
+///    `pins_before_ms`; only the others protect their checkpoint;
+/// 5. void records are deleted once `min_age` old by the time their owner wrote them: no put
+///    of their checkpoint's record can still be in flight; they never count as records.
 ///
 /// Refused with [`Error::CheckpointCorrupt`] while a retained job record, or a manifest that
 /// is live, pending or pinned, cannot be decoded: what it references is unknown. A subsumed
@@ -855,6 +897,11 @@ pub fn classify(catalog: &Catalog, policy: &GcPolicy) -> Result<GcPlan> {
     for (_, ms, info) in &catalog.pins {
         if expired_pin(*ms) {
             plan.delete.push((info.clone(), GcReason::ExpiredPin));
+        }
+    }
+    for v in &catalog.void_records {
+        if old_enough(v.voided_at_ms) {
+            plan.delete.push((v.info.clone(), GcReason::ExpiredVoid));
         }
     }
     Ok(plan)

@@ -698,21 +698,23 @@ impl Coordinator {
     }
 }
 
-/// Ids of every job record in `storage`, ascending.
+/// Ids of the completed checkpoints whose job records are in `storage`, ascending (void
+/// records, the names of abandoned checkpoints' records, are none).
 pub fn list_job_checkpoints(storage: &dyn CheckpointStorage) -> Result<Vec<u64>> {
-    crate::checkpoint::owner::record_ids(storage)
+    let mut ids = crate::checkpoint::owner::completed_records(storage)?
+        .map(|r| r.map(|r| r.checkpoint_id))
+        .collect::<Result<Vec<u64>>>()?;
+    ids.reverse();
+    Ok(ids)
 }
 
 /// Reads and decodes job record `id`; a damaged record is [`Error::CheckpointCorrupt`] naming
-/// it.
+/// it, a void record (checkpoint `id` was abandoned) [`Error::CheckpointNotFound`].
 pub fn read_job_checkpoint(storage: &dyn CheckpointStorage, id: u64) -> Result<JobCheckpoint> {
     crate::checkpoint::owner::read_record(storage, id)
 }
 
 /// The newest job record in `storage`, if any (what a job restores from).
 pub fn latest_job_checkpoint(storage: &dyn CheckpointStorage) -> Result<Option<JobCheckpoint>> {
-    match list_job_checkpoints(storage)?.last() {
-        Some(&id) => read_job_checkpoint(storage, id).map(Some),
-        None => Ok(None),
-    }
+    crate::checkpoint::owner::newest_record(storage)
 }

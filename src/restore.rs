@@ -30,7 +30,7 @@ use sst_format::{CheckpointManifest, SstUniqueId};
 
 use crate::catalog::{check_digest, decode_manifest_named, named_fetch_error};
 use crate::checkpoint::local_recovery::{LocalSource, RestoreReport};
-use crate::checkpoint::owner::{read_record, record_ids};
+use crate::checkpoint::owner::{newest_record, read_record, record_ids};
 use crate::checkpoint::registry::{list_committed, RestoredBase};
 use crate::checkpoint::{to_manifest_state, RestoreFrom};
 use crate::clock::Clock;
@@ -155,8 +155,8 @@ fn pin_and_select(
     for attempt in 1..=ATTEMPTS {
         let (id, pinned_from) = match from {
             RestoreFrom::Latest => {
-                let id = match record_ids(storage)?.last() {
-                    Some(&id) => id,
+                let id = match newest_record(storage)? {
+                    Some(r) => r.checkpoint_id,
                     // No job record at all: the newest manifests covering the range (an
                     // engine that keeps completion elsewhere; see `RestoreFrom::Latest`).
                     None => select(storage, from, key_groups, max_parallelism, false)?
@@ -205,7 +205,7 @@ fn pin_and_select(
                             | Error::ObjectNotFound { .. }
                             | Error::CheckpointCorrupt { .. }
                     )
-                    && record_ids(storage)?.last() != Some(&id);
+                    && newest_record(storage)?.map(|r| r.checkpoint_id) != Some(id);
                 if !raced || attempt == ATTEMPTS {
                     return Err(e);
                 }
@@ -800,10 +800,9 @@ fn select(
             })
         }
         RestoreFrom::Latest | RestoreFrom::Checkpoint(_) => {
-            let records = record_ids(storage)?;
             let record = match from {
-                RestoreFrom::Checkpoint(id) => records.contains(id).then_some(*id),
-                _ => records.last().copied(),
+                RestoreFrom::Checkpoint(id) => record_ids(storage)?.contains(id).then_some(*id),
+                _ => newest_record(storage)?.map(|r| r.checkpoint_id),
             };
             // A completed checkpoint: the manifests its job record names (for `Latest`, the
             // newest record only: one consistent cut for every instance).

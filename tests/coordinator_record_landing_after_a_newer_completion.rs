@@ -1,13 +1,15 @@
 //! A job record whose puts all failed transiently (the commit's, the one settling it, the
-//! coordinator's put to resolve it), then
-//! a newer checkpoint completed, then the old puts landed: a server applying requests after
-//! their client gave up. The old checkpoint was reported aborted (subsumed by the newer
-//! completion), so its late record must not stop the job: it is this owner's own put, not
-//! another owner's record (no `StorageConflict` for every later commit), it is never a
-//! retained checkpoint, and the next pass deletes it.
+//! coordinator's put to resolve it), then a newer checkpoint completed, then the old puts
+//! landed: a server applying requests after their client gave up. The old checkpoint was
+//! reported aborted (subsumed by the newer completion), so its late record must not stop the
+//! job: it is this owner's own put, not another owner's record (no `StorageConflict` for every
+//! later commit), it is never a retained checkpoint, and a pass deletes it and fences its
+//! name with a void record. The scenarios: the void record's put fails, so the late puts land
+//! (a pass between the landing and the next commit, and none); and it succeeds, so they are
+//! refused.
 //!
-//! Invariant checked: after the late puts land, the job keeps completing checkpoints, and
-//! storage holds records exactly for the retained completed ones.
+//! Invariant checked: after the late puts, the job keeps completing checkpoints, and storage
+//! holds records exactly for the retained completed ones.
 
 mod coordinator_common;
 
@@ -16,9 +18,9 @@ use rockstate::coordinator::list_job_checkpoints;
 use rockstate::{CheckpointStorage, Fault, OpKind};
 
 /// A job retaining two checkpoints, two at once, after checkpoint `a`'s record puts all
-/// failed (held back to land later), checkpoint `b` completed, and `a`'s puts landed:
-/// `(job, a, b)`.
-fn a_abandoned_then_b_completed() -> (FaultyJob, u64, u64) {
+/// failed (held back to land later), checkpoint `b` completed (its pass's void record put
+/// under `a`'s name failing when `void_fails`), and `a`'s puts were made: `(job, a, b)`.
+fn a_abandoned_then_b_completed(void_fails: bool) -> (FaultyJob, u64, u64) {
     let mut job = faulty_job("late-old-record", |config| {
         config.retained = 2;
         config.max_concurrent = 2;
@@ -41,20 +43,37 @@ fn a_abandoned_then_b_completed() -> (FaultyJob, u64, u64) {
 
     // Checkpoint b completes; a, still absent, is subsumed.
     let b = run_checkpoint(c, eps);
+    let faults = st.injected();
+    if void_fails {
+        // b's record goes through; the void record puts after it fail (its pass's, and the
+        // one resolving a, in doubt below b, makes).
+        let puts = st.ops(OpKind::PutBytes);
+        for k in 2..=3 {
+            st.add_fault(Fault::FailNth {
+                op: OpKind::PutBytes,
+                nth: puts + k,
+            });
+        }
+    }
     let outcomes = c.poll().unwrap();
+    st.clear_faults();
+    assert_eq!(st.injected() - faults, 2 * u64::from(void_fails));
     assert!(completed(&outcomes, b), "{outcomes:?}");
     assert!(!completed(&outcomes, a), "{outcomes:?}");
 
-    // Now a's puts land: the first stores the record, the others find it there.
+    // Now a's puts are made: without the fence the first stores the record and the others
+    // find it there; with it, all find the name taken.
     let landed = st.land_late_puts();
     assert_eq!(landed.len(), 3, "{landed:?}");
+    assert_eq!(landed[0].1.is_ok(), void_fails, "{landed:?}");
+    assert!(landed[1..].iter().all(|(_, r)| r.is_err()), "{landed:?}");
     assert!(st.exists(&format!("job/chk-{a}")).unwrap());
     (job, a, b)
 }
 
 #[test]
 fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
-    let (mut job, a, b) = a_abandoned_then_b_completed();
+    let (mut job, a, b) = a_abandoned_then_b_completed(true);
     let FaultyJob { st, c, eps, .. } = &mut job;
 
     // The owner's next pass deletes it: a was reported aborted, so it is never retained.
@@ -75,7 +94,7 @@ fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
 
 #[test]
 fn a_record_landing_after_a_newer_completion_does_not_stop_the_next_commit() {
-    let (mut job, a, b) = a_abandoned_then_b_completed();
+    let (mut job, a, b) = a_abandoned_then_b_completed(true);
     let FaultyJob { st, c, eps, .. } = &mut job;
 
     // No pass between the landing and the next commit: the commit itself meets the record.
@@ -85,4 +104,29 @@ fn a_record_landing_after_a_newer_completion_does_not_stop_the_next_commit() {
     let ids = list_job_checkpoints(st.as_ref()).unwrap();
     assert_eq!(ids, vec![b, next], "a = {a}");
     assert_eq!(c.owner().retained(), vec![b, next]);
+}
+
+#[test]
+fn a_record_put_after_a_newer_completion_is_refused_by_the_void_record() {
+    let (mut job, a, b) = a_abandoned_then_b_completed(false);
+    let FaultyJob { st, c, eps, .. } = &mut job;
+    let stored = st.get_bytes(&format!("job/chk-{a}")).unwrap();
+    assert!(
+        matches!(
+            sst_format::decode_job_record(&stored),
+            Ok(sst_format::JobRecord::Void(v)) if v.checkpoint_id == a
+        ),
+        "job/chk-{a} holds no void record"
+    );
+    assert_eq!(list_job_checkpoints(st.as_ref()).unwrap(), vec![b]);
+
+    let next = run_checkpoint(c, eps);
+    let outcomes = c.poll().unwrap();
+    assert!(completed(&outcomes, next), "{outcomes:?}");
+    assert_eq!(list_job_checkpoints(st.as_ref()).unwrap(), vec![b, next]);
+    assert_eq!(c.owner().retained(), vec![b, next]);
+    // A sweep once no put can be in flight removes the void record.
+    c.owner().sweep(std::time::Duration::ZERO).unwrap();
+    assert!(!st.exists(&format!("job/chk-{a}")).unwrap());
+    assert_eq!(list_job_checkpoints(st.as_ref()).unwrap(), vec![b, next]);
 }

@@ -1,12 +1,13 @@
 //! A backend without a coordinator: the job record of checkpoint 2 fails both its puts
 //! (the commit's and the one settling it) without being there when read back, so its
-//! completion is in doubt; checkpoint 3 completes; then checkpoint 2's puts land (a server
-//! applying requests after their client gave up). Checkpoint 3's pass deleted checkpoint 2's
-//! files, so the late record names what is gone. It is the backend's own put, not another
-//! owner's record: the next completion must not fail with `StorageConflict` (it did, for
-//! every completion after), and it deletes the late record, so storage verifies and the
-//! latest restore is the last completed checkpoint.
-
+//! completion is in doubt; checkpoint 3 completes, and the void record its pass puts under
+//! checkpoint 2's name (the fence a late put cannot pass) fails too; then checkpoint 2's puts
+//! land (a server applying requests after their client gave up). While the name is not
+//! fenced the passes keep what checkpoint 2 names, so the late record names existing files.
+//! It is the backend's own put, not another owner's record: the next completion must not fail
+//! with `StorageConflict` (it did, for every completion after); its pass deletes the late
+//! record and fences the name, so storage verifies, a restore of checkpoint 2 is refused and
+//! the latest restore is the last completed checkpoint.
 #[path = "checkpoint_common/mod.rs"]
 mod common;
 
@@ -44,7 +45,22 @@ fn a_record_landing_after_a_newer_completion_is_deleted_by_the_next_one() {
     random_writes(&b, &mut model, &mut r, 2000);
     b.compact_state("v").unwrap();
     b.checkpoint(3).unwrap();
-    b.notify_checkpoint_complete(3).unwrap();
+    // The record's put goes through; the pass's void record put after it fails.
+    let puts = faulty.ops(OpKind::PutBytes);
+    faulty.add_fault(Fault::FailNth {
+        op: OpKind::PutBytes,
+        nth: puts + 2,
+    });
+    // Completed; only its pass failed (the backend reports the pass's error).
+    let pass = b.notify_checkpoint_complete(3);
+    faulty.clear_faults();
+    assert!(matches!(pass, Err(Error::Storage { .. })), "{pass:?}");
+    assert_eq!(b.last_completed_checkpoint(), Some(3));
+    assert_eq!(faulty.injected(), 3, "the void record's put was not made");
+    assert!(
+        has_manifest(&fx, 2),
+        "checkpoint 2's manifest was deleted while its record could still land"
+    );
 
     let landed = faulty.land_late_puts();
     assert_eq!(landed.len(), 2, "{landed:?}");
@@ -54,9 +70,28 @@ fn a_record_landing_after_a_newer_completion_is_deleted_by_the_next_one() {
     b.checkpoint(4).unwrap();
     b.notify_checkpoint_complete(4).unwrap();
     assert_eq!(b.last_completed_checkpoint(), Some(4));
-    assert!(!fx.storage.exists("job/chk-2").unwrap());
+    let name = fx.storage.get_bytes("job/chk-2").unwrap();
+    assert!(
+        matches!(
+            sst_format::decode_job_record(&name),
+            Ok(sst_format::JobRecord::Void(_))
+        ),
+        "job/chk-2 holds no void record"
+    );
+    assert!(!has_manifest(&fx, 2));
     assert_verified(fx.storage.as_ref());
     drop(b);
+    assert!(matches!(
+        fx.restore("r2", RestoreFrom::Checkpoint(2)),
+        Err(Error::CheckpointNotFound(_))
+    ));
     let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
     assert!(read_all(&restored) == model, "restored other state");
+}
+
+/// Whether storage holds a manifest of checkpoint `id`.
+fn has_manifest(fx: &Fixture, id: u64) -> bool {
+    fx.objects()
+        .keys()
+        .any(|n| n.starts_with(&format!("chk-{id}/")) && n.ends_with("/_metadata"))
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sst_format::{CheckpointManifest, JobCheckpoint};
+use sst_format::{CheckpointManifest, JobCheckpoint, JobRecord, VoidRecord};
 
 use super::layout;
 use super::SweepStats;
@@ -88,16 +88,15 @@ struct State {
     in_doubt: BTreeMap<u64, JobCheckpoint>,
     /// Records this owner put whose checkpoint ended not completed while a put of them may
     /// still land (a server applying a request after its client gave up): a newer checkpoint
-    /// completed, or [`JobOwner::resolve`] found them absent. One that lands is this owner's,
-    /// not another's; it is never retained, and the next pass deletes it
-    /// ([`GcReason::AbandonedRecord`]). The newest [`ABANDONED_KEPT`] are remembered.
+    /// completed, or [`JobOwner::resolve`] found them absent. Each stays here until a void
+    /// record holds its name ([`JobOwner::fence`], at the start of every pass), and until then
+    /// the passes keep what it names: a put landing before the fence names existing files,
+    /// in any later run too. One that lands is this owner's, not another's; it is never
+    /// retained, and the fence deletes it ([`GcReason::AbandonedRecord`]).
     abandoned: BTreeMap<u64, JobCheckpoint>,
+    /// Abandoned ids whose name holds this owner's void record.
+    voided: BTreeSet<u64>,
 }
-
-/// How many abandoned record puts an owner remembers. A put lands within its request's
-/// lifetime (seconds to minutes), and a record is abandoned only after its puts failed and a
-/// newer checkpoint completed: a job never has this many in one request's lifetime.
-const ABANDONED_KEPT: usize = 64;
 
 /// What a job record in storage that the owner did not know committed is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +105,8 @@ enum Unknown {
     Landed,
     /// An abandoned record that landed: to be deleted.
     Abandoned,
+    /// The void record of an abandoned record, whose put failed but landed: fenced.
+    Fenced,
 }
 
 impl State {
@@ -124,9 +125,12 @@ impl State {
             return;
         }
         self.abandoned.insert(id, record);
-        while self.abandoned.len() > ABANDONED_KEPT {
-            self.abandoned.pop_first();
-        }
+    }
+
+    /// A void record holds abandoned `id`'s name: no put of its record can land any more.
+    fn fenced(&mut self, id: u64) {
+        self.abandoned.remove(&id);
+        self.voided.insert(id);
     }
 
     /// Checkpoint `id` completed: every record in doubt below it can never complete now.
@@ -266,6 +270,7 @@ impl JobOwner {
     fn reload(&self, at_open: bool) -> Result<()> {
         let ids = record_ids(self.storage.as_ref())?;
         let mut landed = Vec::new();
+        let mut fenced = Vec::new();
         let mut abandoned = BTreeSet::new();
         if !at_open {
             for (id, unknown) in self.unknown_records(&ids)? {
@@ -274,17 +279,19 @@ impl JobOwner {
                     Unknown::Abandoned => {
                         abandoned.insert(id);
                     }
+                    Unknown::Fenced => fenced.push(id),
                 }
             }
         }
+        // The newest `retained` records of completed checkpoints: void records are none.
         let mut records = BTreeMap::new();
-        for &id in ids
-            .iter()
-            .rev()
-            .filter(|id| !abandoned.contains(id))
-            .take(self.retained)
-        {
-            records.insert(id, read_record(self.storage.as_ref(), id)?);
+        for &id in ids.iter().rev().filter(|id| !abandoned.contains(id)) {
+            if records.len() == self.retained {
+                break;
+            }
+            if let JobRecord::Checkpoint(r) = read_stored(self.storage.as_ref(), id)? {
+                records.insert(id, r);
+            }
         }
         let highest = |prefix: &str, id_of: fn(&str) -> Option<u64>| -> Result<u64> {
             let listed = self.storage.list(prefix)?;
@@ -314,6 +321,9 @@ impl JobOwner {
         for id in landed {
             s.settle(id);
         }
+        for id in fenced {
+            s.fenced(id);
+        }
         s.records = records;
         Ok(())
     }
@@ -327,8 +337,18 @@ impl JobOwner {
     pub fn resolve(&self, record: &JobCheckpoint) -> Result<bool> {
         let _guard = self.gc_lock.lock();
         let id = record.checkpoint_id;
-        let found = match read_record(self.storage.as_ref(), id) {
-            Ok(stored) if same_manifests(&stored, record) => true,
+        let found = match read_stored(self.storage.as_ref(), id) {
+            Ok(JobRecord::Checkpoint(stored)) if same_manifests(&stored, record) => true,
+            // A void record of this owner's: abandoned before.
+            Ok(JobRecord::Void(_))
+                if {
+                    let s = self.state.lock();
+                    s.voided.contains(&id) || s.abandoned.contains_key(&id)
+                } =>
+            {
+                self.state.lock().fenced(id);
+                false
+            }
             Ok(_) => {
                 return Err(Error::StorageConflict(format!(
                     "job record {id} names other manifests than this owner committed"
@@ -346,9 +366,14 @@ impl JobOwner {
             self.state.lock().settle(id);
             // As after a commit: attempts up to `id` can never complete now.
             self.release_up_to(id);
-        } else {
-            // Reported not completed: a put of it landing from now on is deleted.
+        } else if !self.state.lock().voided.contains(&id) {
+            // Reported not completed, so its tasks delete what it names: first its name takes
+            // a void record, so that no put of the record can land naming deleted files, in
+            // this run or a later one. A failed fence leaves the commit in doubt (`Err`); a
+            // later call fences it or finds the record stored after all.
             self.state.lock().abandon(record.clone());
+            self.fence_one(record, &mut 0)?;
+            self.state.lock().fenced(id);
         }
         self.reload(false)?;
         Ok(found)
@@ -483,9 +508,14 @@ impl JobOwner {
         let Err(e) = self.storage.put_bytes(&layout::job_record_name(id), &bytes) else {
             return Ok(None);
         };
-        match read_record(self.storage.as_ref(), id) {
-            Ok(stored) if same_manifests(&stored, record) => Ok(None),
-            Ok(_) => Err(Error::StorageConflict(format!(
+        match read_stored(self.storage.as_ref(), id) {
+            Ok(JobRecord::Checkpoint(stored)) if same_manifests(&stored, record) => Ok(None),
+            Ok(JobRecord::Void(_)) => Err(Error::CheckpointRejected {
+                id,
+                reason: "its record's name holds a void record: the checkpoint was abandoned"
+                    .into(),
+            }),
+            Ok(JobRecord::Checkpoint(_)) => Err(Error::StorageConflict(format!(
                 "job record {id} was written by another owner: a coordinator and a backend \
                  without one (open it with `job_owner` or `job_coordinated`), or two jobs, \
                  complete checkpoints in one storage"
@@ -545,14 +575,18 @@ impl JobOwner {
 
     /// The job records among `ids` (in storage) this owner does not know committed, and
     /// what each is: a put of its own that landed, in doubt or abandoned
-    /// ([`State::unknown`]). Any other is another owner's: [`Error::StorageConflict`]. A
-    /// record deleted since the listing is left out.
+    /// ([`State::unknown`]), or its void record. A record under an id up to the highest in
+    /// storage when this owner opened is a put of an earlier run of the job that landed
+    /// since (that run is gone, and this owner's passes may have deleted what it names): it
+    /// is abandoned here, so the next fence deletes it and voids its name. Any other is
+    /// another owner's: [`Error::StorageConflict`]. A record deleted since the listing is
+    /// left out.
     fn unknown_records(&self, ids: &[u64]) -> Result<Vec<(u64, Unknown)>> {
         let unknown: Vec<u64> = {
             let s = self.state.lock();
             ids.iter()
                 .copied()
-                .filter(|id| !s.known.contains(id))
+                .filter(|id| !s.known.contains(id) && !s.voided.contains(id))
                 .collect()
         };
         let mut out = Vec::new();
@@ -562,10 +596,35 @@ impl JobOwner {
                 s.in_doubt.contains_key(&id) || s.abandoned.contains_key(&id)
             };
             if !ours {
-                return Err(foreign_record(id));
+                if id > self.state.lock().open_max {
+                    return Err(foreign_record(id));
+                }
+                match read_stored(self.storage.as_ref(), id) {
+                    Ok(JobRecord::Checkpoint(r)) => {
+                        tracing::warn!(
+                            id,
+                            "a job record of an earlier run landed after this owner opened; \
+                             deleting it"
+                        );
+                        self.state.lock().abandon(r);
+                        out.push((id, Unknown::Abandoned));
+                    }
+                    Ok(JobRecord::Void(_)) => {
+                        self.state.lock().voided.insert(id);
+                    }
+                    Err(Error::ObjectNotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
             }
-            let stored = match read_record(self.storage.as_ref(), id) {
-                Ok(r) => r,
+            let stored = match read_stored(self.storage.as_ref(), id) {
+                Ok(JobRecord::Checkpoint(r)) => r,
+                // Only abandoned names are voided.
+                Ok(JobRecord::Void(_)) if self.state.lock().abandoned.contains_key(&id) => {
+                    out.push((id, Unknown::Fenced));
+                    continue;
+                }
+                Ok(JobRecord::Void(_)) => return Err(foreign_record(id)),
                 Err(Error::ObjectNotFound { .. }) => continue,
                 Err(e) => return Err(e),
             };
@@ -722,21 +781,24 @@ impl JobOwner {
         let mut protected: HashSet<String> =
             self.protected.lock().values().flatten().cloned().collect();
         // The retained checkpoints this owner knows are kept even where a lagging listing
-        // does not show their record or manifest yet.
-        let manifests: Vec<String> = self
-            .state
-            .lock()
-            .records
-            .values()
-            .flat_map(|r| r.tasks.iter().filter_map(|t| t.manifest.clone()))
-            .collect();
+        // does not show their record or manifest yet; and the abandoned ones not fenced yet,
+        // whose record may still land (naming what they name).
+        let manifests: Vec<String> = {
+            let s = self.state.lock();
+            s.records
+                .values()
+                .chain(s.abandoned.values())
+                .flat_map(|r| r.tasks.iter().filter_map(|t| t.manifest.clone()))
+                .collect()
+        };
         for name in manifests {
             if let Some(p) = layout::parse_checkpoint_object(&name) {
                 protected.insert(layout::checkpoint_dir(p.id, p.backend_id));
             }
             match self.manifest(&name) {
                 Ok(m) => protected.extend(shared_objects(&m).map(str::to_string)),
-                // Gone: a pass of this owner deleted it (the record is being subsumed).
+                // Gone: a pass of this owner deleted it (the record is being subsumed), or,
+                // of an abandoned record, a file it named was missing.
                 Err(Error::ObjectNotFound { .. }) => {}
                 Err(e) => return Err(e),
             }
@@ -761,6 +823,8 @@ impl JobOwner {
                     // A record in doubt that landed: the caller reloaded before the plan
                     // (`reload_if_unsure`), so it landed since; the next pass adopts it.
                     Some(Unknown::Landed) => {}
+                    // Void records are not among the catalog's job records.
+                    Some(Unknown::Fenced) => {}
                     None => return Err(foreign_record(j.id)),
                 }
             }
@@ -795,14 +859,24 @@ impl JobOwner {
     /// One garbage pass (the caller holds `gc_lock`). Records go first; then pins are listed
     /// again, and the pass stops if a restore pinned a checkpoint meanwhile.
     fn pass(&self, min_age: Option<Duration>) -> Result<GcStats> {
-        let plan = self.plan(min_age)?;
-        let mut stats = GcStats::default();
+        // Records landed since the last look (this owner's abandoned puts, an earlier run's
+        // late ones) are abandoned before the fence and the plan.
+        self.unknown_records(&record_ids(self.storage.as_ref())?)?;
         let mut first_error = None;
+        let mut stats = GcStats::default();
+        match self.fence() {
+            Ok(deleted) => stats.records_deleted += deleted,
+            Err(e) => first_error = Some(e),
+        }
+        let plan = self.plan(min_age)?;
         let mut pinned_now: Option<BTreeSet<u64>> = None;
         for (o, why) in &plan.delete {
             if !matches!(
                 why,
-                GcReason::SubsumedRecord | GcReason::AbandonedRecord | GcReason::ExpiredPin
+                GcReason::SubsumedRecord
+                    | GcReason::AbandonedRecord
+                    | GcReason::ExpiredPin
+                    | GcReason::ExpiredVoid
             ) {
                 if pinned_now.is_none() {
                     let expired: HashSet<&str> = plan
@@ -845,7 +919,9 @@ impl JobOwner {
             }
             stats.bytes_deleted += o.size;
             match why {
-                GcReason::SubsumedRecord | GcReason::AbandonedRecord => stats.records_deleted += 1,
+                GcReason::SubsumedRecord | GcReason::AbandonedRecord | GcReason::ExpiredVoid => {
+                    stats.records_deleted += 1
+                }
                 GcReason::Finished | GcReason::Uncommitted => stats.checkpoint_objects_deleted += 1,
                 GcReason::FinishedShared | GcReason::UnreferencedShared => {
                     stats.shared_deleted += 1
@@ -857,6 +933,59 @@ impl JobOwner {
             Some(e) => Err(e),
             None => Ok(stats),
         }
+    }
+
+    /// Puts a void record under the name of every abandoned record not fenced yet, so that no
+    /// put of it can land from now on (puts are create-if-absent), and deletes a put of it
+    /// found landed there first: how many it deleted. A record that fails stays abandoned for
+    /// the next pass, which keeps what it names until then; the first failure is returned.
+    fn fence(&self) -> Result<usize> {
+        let pending: Vec<JobCheckpoint> = self.state.lock().abandoned.values().cloned().collect();
+        let mut deleted = 0;
+        let mut first_error = None;
+        for record in pending {
+            match self.fence_one(&record, &mut deleted) {
+                Ok(()) => self.state.lock().fenced(record.checkpoint_id),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(deleted),
+        }
+    }
+
+    /// [`JobOwner::fence`] for one record: `Ok` once a void record holds its name.
+    fn fence_one(&self, record: &JobCheckpoint, deleted: &mut usize) -> Result<()> {
+        let id = record.checkpoint_id;
+        let name = layout::job_record_name(id);
+        let void = sst_format::encode_void_record(&VoidRecord {
+            checkpoint_id: id,
+            voided_at_ms: self.clock.now_ms(),
+        });
+        // Each round stores the void record or deletes one landed put of the record, which
+        // has at most three (the commit's, the one settling it, `resolve`'s).
+        for _ in 0..4 {
+            let Err(e) = self.storage.put_bytes(&name, &void) else {
+                return Ok(());
+            };
+            // The put may have stored the void record and failed after; or the name is taken.
+            match read_stored(self.storage.as_ref(), id) {
+                Ok(JobRecord::Void(_)) => return Ok(()),
+                Ok(JobRecord::Checkpoint(stored)) if same_manifests(&stored, record) => {
+                    self.storage.delete(&name)?;
+                    *deleted += 1;
+                }
+                Ok(JobRecord::Checkpoint(_)) => return Err(foreign_record(id)),
+                Err(Error::ObjectNotFound { .. }) => return Err(e),
+                Err(read) => return Err(read),
+            }
+        }
+        Err(Error::StorageConflict(format!(
+            "job record {id} of an abandoned checkpoint landed again after every delete"
+        )))
     }
 
     /// Registers shared names an attempt in flight in this process may reference. `instance`
@@ -943,19 +1072,55 @@ pub(crate) fn record_ids(storage: &dyn CheckpointStorage) -> Result<Vec<u64>> {
     Ok(ids)
 }
 
-/// Reads and decodes job record `id`; a damaged record is [`Error::CheckpointCorrupt`].
-pub(crate) fn read_record(storage: &dyn CheckpointStorage, id: u64) -> Result<JobCheckpoint> {
+/// Reads and decodes the job record object `id`: a completed checkpoint's record, or the void
+/// record of an abandoned one. A damaged object is [`Error::CheckpointCorrupt`].
+pub(crate) fn read_stored(storage: &dyn CheckpointStorage, id: u64) -> Result<JobRecord> {
     let name = layout::job_record_name(id);
     let bytes = storage.get_bytes(&name)?;
-    let r = sst_format::decode_job_checkpoint(&bytes).map_err(|e| Error::CheckpointCorrupt {
+    let r = sst_format::decode_job_record(&bytes).map_err(|e| Error::CheckpointCorrupt {
         file: name.clone(),
         detail: e.to_string(),
     })?;
-    if r.checkpoint_id != id {
+    let described = match &r {
+        JobRecord::Checkpoint(c) => c.checkpoint_id,
+        JobRecord::Void(v) => v.checkpoint_id,
+    };
+    if described != id {
         return Err(Error::CheckpointCorrupt {
             file: name,
-            detail: format!("record describes checkpoint {}", r.checkpoint_id),
+            detail: format!("record describes checkpoint {described}"),
         });
     }
     Ok(r)
+}
+
+/// Reads and decodes job record `id`; a damaged record is [`Error::CheckpointCorrupt`], a void
+/// record (the checkpoint was abandoned) [`Error::CheckpointNotFound`].
+pub(crate) fn read_record(storage: &dyn CheckpointStorage, id: u64) -> Result<JobCheckpoint> {
+    match read_stored(storage, id)? {
+        JobRecord::Checkpoint(r) => Ok(r),
+        JobRecord::Void(_) => Err(Error::CheckpointNotFound(format!(
+            "checkpoint {id} was abandoned: its job record's name holds a void record"
+        ))),
+    }
+}
+
+/// The newest completed checkpoint's record in `storage` (void records skipped), if any.
+pub(crate) fn newest_record(storage: &dyn CheckpointStorage) -> Result<Option<JobCheckpoint>> {
+    completed_records(storage)?.next().transpose()
+}
+
+/// The records of completed checkpoints in `storage`, newest first, as they are read: void
+/// records and records deleted since the listing are skipped.
+pub(crate) fn completed_records(
+    storage: &dyn CheckpointStorage,
+) -> Result<impl Iterator<Item = Result<JobCheckpoint>> + '_> {
+    Ok(record_ids(storage)?
+        .into_iter()
+        .rev()
+        .filter_map(move |id| match read_stored(storage, id) {
+            Ok(JobRecord::Checkpoint(r)) => Some(Ok(r)),
+            Ok(JobRecord::Void(_)) | Err(Error::ObjectNotFound { .. }) => None,
+            Err(e) => Some(Err(e)),
+        }))
 }

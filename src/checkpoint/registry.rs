@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use sst_format::{CheckpointManifest, JobCheckpoint, SstUniqueId, TaskCheckpoint};
 
 use super::layout;
-use super::owner::{read_record, record_ids, JobOwner};
+use super::owner::{completed_records, JobOwner};
 use super::CheckpointOptions;
 use crate::catalog::decode_manifest_named;
 use crate::clock::Clock;
@@ -246,13 +246,10 @@ fn newest_completed(
     storage: &dyn CheckpointStorage,
     backend_id: &str,
 ) -> Result<Option<(u64, Arc<CheckpointManifest>)>> {
-    for id in record_ids(storage)?.into_iter().rev() {
-        let record = match read_record(storage, id) {
-            Ok(r) => r,
-            // Deleted between list and read: subsumed.
-            Err(Error::ObjectNotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
+    // Void records and records deleted between list and read (subsumed) are skipped.
+    for record in completed_records(storage)? {
+        let record = record?;
+        let id = record.checkpoint_id;
         let mine = layout::metadata_name(id, backend_id);
         if record
             .tasks

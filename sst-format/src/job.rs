@@ -14,11 +14,27 @@
 //!
 //! The decoder checks, in order: magic, version, header length, total length (exactly
 //! `14 + N`), the body length limit [`MAX_JOB_RECORD_BODY_BYTES`], CRC, then decodes the body,
-//! which must be consumed exactly. `docs/job-record-format.md` documents every byte.
+//! which must be consumed exactly.
+//!
+//! The same name can instead hold a *void record*: the owner of an abandoned checkpoint puts it
+//! (create-if-absent, as every put) so that a late put of that checkpoint's record can never
+//! land. It is 26 bytes:
+//!
+//! ```text
+//! offset  size  field
+//! 0       4     magic "RSJV"
+//! 4       2     format version, u16 little-endian (VOID_RECORD_VERSION = 1)
+//! 6       8     checkpoint id, u64 little-endian
+//! 14      8     time the owner voided the name, ms since the Unix epoch (its clock), u64 LE
+//! 22      4     CRC-32 (IEEE, crc32fast) of bytes 0..22, u32 little-endian
+//! ```
+//!
+//! [`decode_job_record`] reads either by its magic. `docs/job-record-format.md` documents every
+//! byte.
 
 use serde::{Deserialize, Serialize};
 
-use crate::coding::fixed32;
+use crate::coding::{fixed32, fixed64};
 use crate::error::{Error, Result};
 use crate::meta::OperatorListState;
 
@@ -28,6 +44,12 @@ pub const JOB_RECORD_MAGIC: [u8; 4] = *b"RSJC";
 pub const JOB_RECORD_VERSION: u16 = 1;
 /// Bytes before the body: magic (4), version (2), body length (4).
 pub const JOB_RECORD_HEADER_LEN: usize = 10;
+/// First four bytes of a void job record.
+pub const VOID_RECORD_MAGIC: [u8; 4] = *b"RSJV";
+/// The void record format version this build writes and reads.
+pub const VOID_RECORD_VERSION: u16 = 1;
+/// Length of a void record: magic (4), version (2), checkpoint id (8), time (8), CRC-32 (4).
+pub const VOID_RECORD_LEN: usize = 26;
 /// Bytes after the body: the CRC-32.
 pub const JOB_RECORD_TRAILER_LEN: usize = 4;
 /// Largest accepted body. A record lists one entry per task; 64 MiB leaves room for large
@@ -75,6 +97,25 @@ pub struct TaskCheckpoint {
     pub sync_micros: u64,
     /// Async phase duration, microseconds.
     pub async_micros: u64,
+}
+
+/// The name of checkpoint `checkpoint_id`'s job record, taken by its owner after the checkpoint
+/// was abandoned: a put of its record that lands later finds the name taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VoidRecord {
+    /// The abandoned checkpoint's id.
+    pub checkpoint_id: u64,
+    /// Time the owner voided the name, ms since the Unix epoch (its clock).
+    pub voided_at_ms: u64,
+}
+
+/// What a job record object holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobRecord {
+    /// A completed checkpoint.
+    Checkpoint(JobCheckpoint),
+    /// An abandoned checkpoint's name, taken so that its record can never land.
+    Void(VoidRecord),
 }
 
 /// Encodes `record` as a complete job record file (version [`JOB_RECORD_VERSION`]).
@@ -165,4 +206,80 @@ pub fn decode_job_checkpoint(bytes: &[u8]) -> Result<JobCheckpoint> {
         return Err(Error::Decode(postcard::Error::DeserializeBadEncoding));
     }
     Ok(record)
+}
+
+/// Encodes `void` as a complete void record file (version [`VOID_RECORD_VERSION`]).
+pub fn encode_void_record(void: &VoidRecord) -> Vec<u8> {
+    let mut out = Vec::with_capacity(VOID_RECORD_LEN);
+    out.extend_from_slice(&VOID_RECORD_MAGIC);
+    out.extend_from_slice(&VOID_RECORD_VERSION.to_le_bytes());
+    out.extend_from_slice(&void.checkpoint_id.to_le_bytes());
+    out.extend_from_slice(&void.voided_at_ms.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&out).to_le_bytes());
+    out
+}
+
+/// Decodes a complete void record file. Errors: [`Error::BadMagic`], [`Error::UnknownVersion`],
+/// [`Error::Truncated`], [`Error::Corrupt`] (bytes after the CRC), [`Error::RecordChecksum`].
+pub fn decode_void_record(bytes: &[u8]) -> Result<VoidRecord> {
+    let magic_len = bytes.len().min(VOID_RECORD_MAGIC.len());
+    if bytes[..magic_len] != VOID_RECORD_MAGIC[..magic_len] {
+        return Err(Error::BadMagic {
+            what: "void job record",
+            expected: VOID_RECORD_MAGIC.to_vec(),
+            found: bytes[..magic_len].to_vec(),
+        });
+    }
+    let truncated = Error::Truncated {
+        what: "void job record",
+        needed: VOID_RECORD_LEN as u64,
+        available: bytes.len() as u64,
+    };
+    if bytes.len() < 6 {
+        return Err(truncated);
+    }
+    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    if version != VOID_RECORD_VERSION {
+        return Err(Error::UnknownVersion {
+            what: "void job record",
+            version,
+            supported: VOID_RECORD_VERSION,
+        });
+    }
+    if bytes.len() < VOID_RECORD_LEN {
+        return Err(truncated);
+    }
+    if bytes.len() > VOID_RECORD_LEN {
+        return Err(Error::corrupt(format!(
+            "{} bytes after the void job record CRC (expected {VOID_RECORD_LEN} bytes)",
+            bytes.len() - VOID_RECORD_LEN
+        )));
+    }
+    let field = |off| fixed64(bytes, off).ok_or_else(|| Error::corrupt("void job record field"));
+    let checkpoint_id = field(6)?;
+    let voided_at_ms = field(14)?;
+    let stored = fixed32(bytes, 22).ok_or_else(|| Error::corrupt("void job record CRC"))?;
+    let computed = crc32fast::hash(&bytes[..22]);
+    if stored != computed {
+        return Err(Error::RecordChecksum {
+            what: "void job record",
+            stored,
+            computed,
+        });
+    }
+    Ok(VoidRecord {
+        checkpoint_id,
+        voided_at_ms,
+    })
+}
+
+/// Decodes a job record object: a completed checkpoint's record ([`decode_job_checkpoint`]) or
+/// a void record ([`decode_void_record`]), told apart by their magic. Errors as theirs; a magic
+/// of neither is [`Error::BadMagic`] naming the job record's.
+pub fn decode_job_record(bytes: &[u8]) -> Result<JobRecord> {
+    if bytes.starts_with(&VOID_RECORD_MAGIC) {
+        decode_void_record(bytes).map(JobRecord::Void)
+    } else {
+        decode_job_checkpoint(bytes).map(JobRecord::Checkpoint)
+    }
 }

@@ -13,7 +13,10 @@
 //!   zstd(postcard(body)) | crc32`) for the body type [`CheckpointManifest`].
 //! * **Job checkpoint records.** [`encode_job_checkpoint`] / [`decode_job_checkpoint`]
 //!   implement `job/chk-<id>` (`"RSJC" | u16 version | u32 length | postcard(body) | crc32`),
-//!   the coordinator's record of which task snapshots form checkpoint N ([`JobCheckpoint`]).
+//!   the coordinator's record of which task snapshots form checkpoint N ([`JobCheckpoint`]);
+//!   [`encode_void_record`] / [`decode_void_record`] the void record (`"RSJV" | u16 version |
+//!   u64 id | u64 ms | crc32`) an owner puts under an abandoned checkpoint's name so that its
+//!   record can never land; [`decode_job_record`] reads either ([`JobRecord`]).
 //! * **Changelog segments.** [`LogSegmentBuilder`] / [`decode_log_segment`] implement the log
 //!   segments of changelog-mode checkpoints (docs/changelog-format.md: `"RSCL" | u16 version |
 //!   header | body | crc32`).
@@ -71,8 +74,9 @@ pub use checksum::ChecksumType;
 pub use error::{Error, Result};
 pub use footer::{parse_footer, BlockHandle, Footer, FOOTER_LEN};
 pub use job::{
-    decode_job_checkpoint, encode_job_checkpoint, JobCheckpoint, TaskCheckpoint, JOB_RECORD_MAGIC,
-    JOB_RECORD_VERSION,
+    decode_job_checkpoint, decode_job_record, decode_void_record, encode_job_checkpoint,
+    encode_void_record, JobCheckpoint, JobRecord, TaskCheckpoint, VoidRecord, JOB_RECORD_MAGIC,
+    JOB_RECORD_VERSION, VOID_RECORD_LEN, VOID_RECORD_MAGIC, VOID_RECORD_VERSION,
 };
 pub use manifest::{
     decode_manifest, decode_manifest_body, encode_manifest, MANIFEST_MAGIC, MANIFEST_VERSION,

@@ -110,6 +110,11 @@ fn job_record_every_byte_and_cut() {
             sst_format::decode_job_checkpoint,
         ));
     }
+    bad.extend(sweep(
+        "v1_void.rsjv",
+        &corpus("job_record_decode", "v1_void.rsjv"),
+        sst_format::decode_job_record,
+    ));
     assert!(
         bad.is_empty(),
         "{} failures:\n{}",

@@ -144,6 +144,13 @@ fn fuzz_seeds_match_the_encoder() {
         ("v1_no_tasks.rsjc", encode_job_checkpoint(&empty).unwrap()),
         ("err_truncated.rsjc", good[..good.len() / 2].to_vec()),
         ("err_bad_crc.rsjc", crc),
+        (
+            "v1_void.rsjv",
+            sst_format::encode_void_record(&sst_format::VoidRecord {
+                checkpoint_id: 7,
+                voided_at_ms: 1_700_000_000_000,
+            }),
+        ),
     ];
     for (name, bytes) in seeds {
         let path = dir.join(name);
@@ -152,5 +159,78 @@ fn fuzz_seeds_match_the_encoder() {
             std::fs::write(&path, &bytes).unwrap();
         }
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "{name}");
+    }
+}
+
+#[test]
+fn void_record_round_trip_and_layout() {
+    use sst_format::{decode_job_record, decode_void_record, encode_void_record, JobRecord};
+    let v = sst_format::VoidRecord {
+        checkpoint_id: 0x0102_0304_0506_0708,
+        voided_at_ms: 1_700_000_000_123,
+    };
+    let b = encode_void_record(&v);
+    assert_eq!(b.len(), sst_format::VOID_RECORD_LEN);
+    assert_eq!(&b[..4], b"RSJV");
+    assert_eq!(&b[4..6], &[1, 0]);
+    assert_eq!(&b[6..14], &v.checkpoint_id.to_le_bytes());
+    assert_eq!(&b[14..22], &v.voided_at_ms.to_le_bytes());
+    assert_eq!(&b[22..], &crc32fast::hash(&b[..22]).to_le_bytes());
+    assert_eq!(decode_void_record(&b).unwrap(), v);
+    assert_eq!(decode_job_record(&b).unwrap(), JobRecord::Void(v));
+    // Each decoder refuses the other's file by its magic.
+    assert!(matches!(
+        decode_job_checkpoint(&b),
+        Err(Error::BadMagic { .. })
+    ));
+    let record = encode_job_checkpoint(&sample()).unwrap();
+    assert!(matches!(
+        decode_void_record(&record),
+        Err(Error::BadMagic { .. })
+    ));
+    assert_eq!(
+        decode_job_record(&record).unwrap(),
+        JobRecord::Checkpoint(sample())
+    );
+}
+
+#[test]
+fn void_record_damage_is_a_typed_error() {
+    use sst_format::{decode_job_record, encode_void_record};
+    let b = encode_void_record(&sst_format::VoidRecord {
+        checkpoint_id: 9,
+        voided_at_ms: 5,
+    });
+    for cut in 0..b.len() {
+        assert!(
+            matches!(
+                decode_job_record(&b[..cut]),
+                Err(Error::Truncated { .. } | Error::BadMagic { .. })
+            ),
+            "cut at {cut}"
+        );
+    }
+    let mut longer = b.clone();
+    longer.push(0);
+    assert!(matches!(
+        decode_job_record(&longer),
+        Err(Error::Corrupt { .. })
+    ));
+    let mut version = b.clone();
+    version[4] = 2;
+    assert!(matches!(
+        decode_job_record(&version),
+        Err(Error::UnknownVersion { version: 2, .. })
+    ));
+    for i in 6..b.len() {
+        let mut flipped = b.clone();
+        flipped[i] ^= 0x10;
+        assert!(
+            matches!(
+                decode_job_record(&flipped),
+                Err(Error::RecordChecksum { .. })
+            ),
+            "byte {i}"
+        );
     }
 }

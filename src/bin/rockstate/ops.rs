@@ -177,6 +177,7 @@ pub fn inspect(args: &InspectArgs) -> Result<u8, CliError> {
     if args.json {
         print_json(&json!({
             "job_records": jobs, "checkpoints": checkpoints,
+            "void_records": cat.void_records.iter().map(|v| json!({"name": v.info.name, "checkpoint_id": v.id, "voided_at_ms": v.voided_at_ms})).collect::<Vec<_>>(),
             "bad_manifests": cat.bad_manifests.iter().map(|(n, e)| json!({"manifest": n, "error": e})).collect::<Vec<_>>(),
             "shared": cat.shared.iter().map(|s| json!({"name": s.info.name, "bytes": s.info.size, "references": s.references})).collect::<Vec<_>>(),
             "uncommitted": cat.uncommitted.iter().map(|d| json!({"checkpoint_id": d.id, "backend_id": d.backend_id, "objects": d.objects.len()})).collect::<Vec<_>>(),
@@ -205,6 +206,12 @@ pub fn inspect(args: &InspectArgs) -> Result<u8, CliError> {
             ),
             Err(e) => println!("job record {}: UNREADABLE: {e}", j.name),
         }
+    }
+    for v in &cat.void_records {
+        println!(
+            "void record {}: checkpoint {} was abandoned (voided at {} ms)",
+            v.info.name, v.id, v.voided_at_ms
+        );
     }
     for c in &cat.checkpoints {
         let m = &c.manifest;
@@ -465,6 +472,7 @@ pub fn gc(args: &GcArgs) -> Result<u8, CliError> {
         GcReason::FinishedShared => "shared file of a finished id",
         GcReason::UnreferencedShared => "unreferenced shared file",
         GcReason::ExpiredPin => "expired restore pin",
+        GcReason::ExpiredVoid => "void record of an aborted checkpoint, aged",
         _ => "garbage",
     };
     if args.json {

@@ -1,0 +1,168 @@
+//! A backend without a coordinator, retaining two checkpoints: the job record of checkpoint 2
+//! fails both its puts (held back to land later), checkpoint 3 completes, then the process
+//! dies before any later pass, and only then do checkpoint 2's puts land (a server applying
+//! requests after their client gave up). The owner of the next run cannot tell a landed
+//! record from a completed checkpoint: without a fence it adopted checkpoint 2 among the
+//! retained, a record naming the manifests checkpoint 3's pass had deleted, and storage no
+//! longer verified. Scenarios:
+//!
+//! * the abandoning owner fences the name with a void record before it deletes anything
+//!   checkpoint 2 named: the late puts are refused;
+//! * the void record's put fails, so checkpoint 2's files are kept, and the late puts land
+//!   after the next run's owner opened: that owner takes the record for an earlier run's late
+//!   put (not another owner's, no `StorageConflict`), deletes it and voids its name.
+//!
+//! Invariant checked: the next run retains only completed checkpoints, storage verifies, the
+//! latest restore is the last completed checkpoint, and a restore of checkpoint 2 is refused.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rand::rngs::SmallRng;
+use rockstate::{
+    CheckpointOptions, Error, Fault, FaultyStorage, KeyedBackend, OpKind, RestoreFrom,
+};
+
+fn retaining_two() -> CheckpointOptions {
+    CheckpointOptions {
+        retained: 2,
+        ..CheckpointOptions::default()
+    }
+}
+
+/// Runs the first run: checkpoints 1 and 3 complete, 2's record puts are held back, the void
+/// record put under its name fails when `void_fails`; then the run dies. The fixture, the
+/// faulty storage holding the late puts, the model of checkpoint 3, the writes' generator.
+fn first_run_dies(void_fails: bool) -> (Fixture, Arc<FaultyStorage>, Model, SmallRng) {
+    let fx = Fixture::new();
+    let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
+    let a = KeyedBackend::builder(fx.path("a"))
+        .options(small_options())
+        .checkpoint_storage(faulty.clone())
+        .checkpoint_options(retaining_two())
+        .open()
+        .unwrap();
+    let mut model = Model::new();
+    let mut r = rng(31);
+    random_writes(&a, &mut model, &mut r, 2000);
+    a.checkpoint(1).unwrap();
+    a.notify_checkpoint_complete(1).unwrap();
+
+    random_writes(&a, &mut model, &mut r, 2000);
+    a.compact_state("v").unwrap();
+    a.checkpoint(2).unwrap();
+    let puts = faulty.ops(OpKind::PutBytes);
+    for k in 1..=2 {
+        faulty.add_fault(Fault::LandLater {
+            op: OpKind::PutBytes,
+            nth: puts + k,
+        });
+    }
+    let in_doubt = a.notify_checkpoint_complete(2);
+    faulty.clear_faults();
+    assert!(
+        matches!(in_doubt, Err(Error::CommitInDoubt { .. })),
+        "{in_doubt:?}"
+    );
+
+    // Checkpoint 3 rewrites what checkpoint 2 holds: checkpoint 2's files are its own.
+    random_writes(&a, &mut model, &mut r, 2000);
+    a.compact_state("v").unwrap();
+    a.checkpoint(3).unwrap();
+    if void_fails {
+        // Checkpoint 3's record goes through; the void record put after it fails.
+        let puts = faulty.ops(OpKind::PutBytes);
+        faulty.add_fault(Fault::FailNth {
+            op: OpKind::PutBytes,
+            nth: puts + 2,
+        });
+    }
+    let pass = a.notify_checkpoint_complete(3);
+    faulty.clear_faults();
+    assert_eq!(a.last_completed_checkpoint(), Some(3));
+    assert_eq!(pass.is_err(), void_fails, "{pass:?}");
+    // Checkpoint 3's pass deletes checkpoint 2's files once its name is fenced, and only then.
+    assert_eq!(has_manifest(&fx, 2), void_fails);
+    drop(a);
+    (fx, faulty, model, r)
+}
+
+/// The next run: a backend restoring the latest completed checkpoint, with its own owner.
+fn next_run(fx: &Fixture) -> KeyedBackend {
+    KeyedBackend::builder(fx.path("b"))
+        .options(small_options())
+        .checkpoint_storage(fx.storage_dyn())
+        .checkpoint_options(retaining_two())
+        .restore(RestoreFrom::Latest)
+        .unwrap()
+}
+
+/// The next run completes checkpoint 4 and sweeps; storage verifies, checkpoint 2 is refused,
+/// and the latest restore is `model`.
+fn next_run_goes_on(fx: &Fixture, b: KeyedBackend, mut model: Model, r: &mut SmallRng) {
+    let owner = b.job_owner().unwrap();
+    random_writes(&b, &mut model, r, 2000);
+    b.checkpoint(4).unwrap();
+    b.notify_checkpoint_complete(4).unwrap();
+    assert_eq!(owner.retained(), vec![3, 4]);
+    assert!(!has_manifest(fx, 2));
+    assert_verified(fx.storage.as_ref());
+    b.sweep_orphans(Duration::from_secs(3600)).unwrap();
+    drop(b);
+    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
+    assert!(read_all(&restored) == model, "restored other state");
+    assert!(matches!(
+        fx.restore("r2", RestoreFrom::Checkpoint(2)),
+        Err(Error::CheckpointNotFound(_))
+    ));
+}
+
+#[test]
+fn a_record_landing_after_its_owner_died_is_refused_by_the_void_under_its_name() {
+    let (fx, faulty, model, mut r) = first_run_dies(false);
+    let landed = faulty.land_late_puts();
+    assert_eq!(landed.len(), 2, "{landed:?}");
+    for (name, outcome) in &landed {
+        assert!(
+            matches!(outcome, Err(Error::ObjectExists { .. })),
+            "{name}: {outcome:?}"
+        );
+    }
+
+    let b = next_run(&fx);
+    assert!(read_all(&b) == model, "restored other state");
+    assert_eq!(b.job_owner().unwrap().retained(), vec![1, 3]);
+    assert_verified(fx.storage.as_ref());
+    next_run_goes_on(&fx, b, model, &mut r);
+}
+
+#[test]
+fn an_unfenced_record_landing_after_the_next_run_opened_is_deleted_by_it() {
+    let (fx, faulty, model, mut r) = first_run_dies(true);
+    let b = next_run(&fx);
+    assert!(read_all(&b) == model, "restored other state");
+    assert_eq!(b.job_owner().unwrap().retained(), vec![1, 3]);
+
+    let landed = faulty.land_late_puts();
+    assert!(landed[0].1.is_ok(), "{landed:?}");
+    next_run_goes_on(&fx, b, model, &mut r);
+    let stored = fx.storage.get_bytes("job/chk-2").unwrap();
+    assert!(
+        matches!(
+            sst_format::decode_job_record(&stored),
+            Ok(sst_format::JobRecord::Void(_))
+        ),
+        "job/chk-2 holds no void record"
+    );
+}
+
+/// Whether storage holds a manifest of checkpoint `id`.
+fn has_manifest(fx: &Fixture, id: u64) -> bool {
+    fx.objects()
+        .keys()
+        .any(|n| n.starts_with(&format!("chk-{id}/")) && n.ends_with("/_metadata"))
+}

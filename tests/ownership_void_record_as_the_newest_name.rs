@@ -1,0 +1,94 @@
+//! A void record under the newest job record name: what `JobOwner::resolve` leaves when it
+//! abandons a checkpoint in doubt that no newer checkpoint completed (a file its record named
+//! was missing). Every reader takes the newest *completed* checkpoint: the latest restore,
+//! the job record listings, a new owner's retained set; a restore of the abandoned id is
+//! refused, never filled from that id's manifests; storage verifies; a sweep keeps the void
+//! record until it is `min_age` old by the time its owner wrote it, then deletes it.
+
+#[path = "checkpoint_common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rockstate::coordinator::{latest_job_checkpoint, list_job_checkpoints};
+use rockstate::{CheckpointOptions, Error, KeyedBackend, ManualClock, RestoreFrom};
+
+#[test]
+fn readers_skip_a_void_record_and_a_sweep_ages_it_out() {
+    let fx = Fixture::new();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let open = |name: &str| {
+        KeyedBackend::builder(fx.path(name))
+            .options(small_options())
+            .checkpoint_storage(fx.storage_dyn())
+            .checkpoint_options(CheckpointOptions {
+                retained: 2,
+                ..CheckpointOptions::default()
+            })
+            .checkpoint_clock(clock.clone())
+    };
+    let a = open("a").open().unwrap();
+    let mut model = Model::new();
+    let mut r = rng(37);
+    for id in 1..=2 {
+        random_writes(&a, &mut model, &mut r, 1500);
+        a.checkpoint(id).unwrap();
+        a.notify_checkpoint_complete(id).unwrap();
+    }
+    // Checkpoint 3 uploads (its manifests are in storage) but is abandoned: its name is void.
+    let mut after = model.clone();
+    random_writes(&a, &mut after, &mut r, 1500);
+    a.checkpoint(3).unwrap();
+    drop(a);
+    let void = sst_format::encode_void_record(&sst_format::VoidRecord {
+        checkpoint_id: 3,
+        voided_at_ms: 1_000_000,
+    });
+    fx.storage.put_bytes("job/chk-3", &void).unwrap();
+
+    assert_eq!(
+        list_job_checkpoints(fx.storage.as_ref()).unwrap(),
+        vec![1, 2]
+    );
+    assert_eq!(
+        latest_job_checkpoint(fx.storage.as_ref())
+            .unwrap()
+            .map(|r| r.checkpoint_id),
+        Some(2)
+    );
+    assert!(matches!(
+        fx.restore("r3", RestoreFrom::Checkpoint(3)),
+        Err(Error::CheckpointNotFound(_))
+    ));
+    assert_verified(fx.storage.as_ref());
+
+    let b = open("b").restore(RestoreFrom::Latest).unwrap();
+    assert!(read_all(&b) == model, "restored other state");
+    let owner = b.job_owner().unwrap();
+    assert_eq!(owner.retained(), vec![1, 2]);
+    // Not old enough: kept, though checkpoint 3's own files go.
+    b.sweep_orphans(Duration::from_secs(60)).unwrap();
+    assert!(fx.storage.exists("job/chk-3").unwrap());
+    assert!(
+        !fx.objects().keys().any(|n| n.starts_with("chk-3/")),
+        "checkpoint 3's files were kept"
+    );
+
+    random_writes(&b, &mut model, &mut r, 1500);
+    b.checkpoint(4).unwrap();
+    b.notify_checkpoint_complete(4).unwrap();
+    assert_eq!(owner.retained(), vec![2, 4]);
+    clock.advance(Duration::from_secs(61));
+    b.sweep_orphans(Duration::from_secs(60)).unwrap();
+    assert!(!fx.storage.exists("job/chk-3").unwrap());
+    assert_eq!(
+        list_job_checkpoints(fx.storage.as_ref()).unwrap(),
+        vec![2, 4]
+    );
+    assert_verified(fx.storage.as_ref());
+    drop(b);
+    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
+    assert!(read_all(&restored) == model, "restored other state");
+}
