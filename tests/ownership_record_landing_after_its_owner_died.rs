@@ -10,7 +10,10 @@
 //!   checkpoint 2 named: the late puts are refused;
 //! * the void record's put fails, so checkpoint 2's files are kept, and the late puts land
 //!   after the next run's owner opened: that owner takes the record for an earlier run's late
-//!   put (not another owner's, no `StorageConflict`), deletes it and voids its name.
+//!   put (not another owner's, no `StorageConflict`); its first pass deleted checkpoint 2's
+//!   files, so it deletes the record and voids its name;
+//! * the same, with the late puts landing before that owner's first pass: every file the
+//!   record names is there, so it is adopted as an older completed checkpoint.
 //!
 //! Invariant checked: the next run retains only completed checkpoints, storage verifies, the
 //! latest restore is the last completed checkpoint, and a restore of checkpoint 2 is refused.
@@ -24,7 +27,8 @@ use std::time::Duration;
 use common::*;
 use rand::rngs::SmallRng;
 use rockstate::{
-    CheckpointOptions, Error, Fault, FaultyStorage, KeyedBackend, OpKind, RestoreFrom,
+    CheckpointOptions, Error, Fault, FaultyStorage, JobOwner, KeyedBackend, ManualClock, OpKind,
+    RestoreFrom,
 };
 
 fn retaining_two() -> CheckpointOptions {
@@ -145,7 +149,11 @@ fn an_unfenced_record_landing_after_the_next_run_opened_is_deleted_by_it() {
     let (fx, faulty, model, mut r) = first_run_dies(true);
     let b = next_run(&fx);
     assert!(read_all(&b) == model, "restored other state");
-    assert_eq!(b.job_owner().unwrap().retained(), vec![1, 3]);
+    let owner = b.job_owner().unwrap();
+    assert_eq!(owner.retained(), vec![1, 3]);
+    // The next run's first pass deletes checkpoint 2's files (an id of a run that is gone).
+    owner.collect_garbage().unwrap();
+    assert!(!has_manifest(&fx, 2));
 
     let landed = faulty.land_late_puts();
     assert!(landed[0].1.is_ok(), "{landed:?}");
@@ -158,6 +166,21 @@ fn an_unfenced_record_landing_after_the_next_run_opened_is_deleted_by_it() {
         ),
         "job/chk-2 holds no void record"
     );
+}
+
+#[test]
+fn an_unfenced_whole_record_landing_before_the_next_runs_first_pass_is_adopted() {
+    let (fx, faulty, _model, _r) = first_run_dies(true);
+    let owner = JobOwner::open(fx.storage_dyn(), 2, Arc::new(ManualClock::new(0))).unwrap();
+    assert_eq!(owner.retained(), vec![1, 3]);
+    let landed = faulty.land_late_puts();
+    assert!(landed[0].1.is_ok(), "{landed:?}");
+    owner.collect_garbage().unwrap();
+    assert_eq!(owner.retained(), vec![2, 3]);
+    assert!(has_manifest(&fx, 2));
+    assert_verified(fx.storage.as_ref());
+    let restored = fx.restore("r", RestoreFrom::Checkpoint(2)).unwrap();
+    drop(restored);
 }
 
 /// Whether storage holds a manifest of checkpoint `id`.

@@ -450,7 +450,7 @@ impl JobOwner {
                 }
                 self.release_up_to(id);
                 return Ok(Committed {
-                    gc_error: self.pass(None).err(),
+                    gc_error: self.reload_if_landed().and_then(|()| self.pass(None)).err(),
                 });
             }
         }
@@ -462,7 +462,7 @@ impl JobOwner {
                 });
             }
         }
-        self.unknown_records(&record_ids(self.storage.as_ref())?)?;
+        self.reload_if_landed()?;
         self.check_record_files(record)?;
         match self.put_record(record)? {
             None => {}
@@ -577,10 +577,10 @@ impl JobOwner {
     /// what each is: a put of its own that landed, in doubt or abandoned
     /// ([`State::unknown`]), or its void record. A record under an id up to the highest in
     /// storage when this owner opened is a put of an earlier run of the job that landed
-    /// since (that run is gone, and this owner's passes may have deleted what it names): it
-    /// is abandoned here, so the next fence deletes it and voids its name. Any other is
-    /// another owner's: [`Error::StorageConflict`]. A record deleted since the listing is
-    /// left out.
+    /// since (that run is gone): adopted, as at open, while every file it names is in
+    /// storage; otherwise (this owner's passes deleted what it names) abandoned here, so the
+    /// next fence deletes it and voids its name. Any other is another owner's:
+    /// [`Error::StorageConflict`]. A record deleted since the listing is left out.
     fn unknown_records(&self, ids: &[u64]) -> Result<Vec<(u64, Unknown)>> {
         let unknown: Vec<u64> = {
             let s = self.state.lock();
@@ -600,15 +600,25 @@ impl JobOwner {
                     return Err(foreign_record(id));
                 }
                 match read_stored(self.storage.as_ref(), id) {
-                    Ok(JobRecord::Checkpoint(r)) => {
-                        tracing::warn!(
-                            id,
-                            "a job record of an earlier run landed after this owner opened; \
-                             deleting it"
-                        );
-                        self.state.lock().abandon(r);
-                        out.push((id, Unknown::Abandoned));
-                    }
+                    // Whole: a checkpoint of the earlier run, older than what this owner
+                    // restored from; adopted like a record found at open.
+                    Ok(JobRecord::Checkpoint(r)) => match self.check_record_files(&r) {
+                        Ok(()) => {
+                            self.state.lock().settle(id);
+                            out.push((id, Unknown::Landed));
+                        }
+                        Err(Error::CheckpointRejected { reason, .. }) => {
+                            tracing::warn!(
+                                id,
+                                reason,
+                                "a job record of an earlier run landed after this owner \
+                                 opened, naming what is gone; deleting it"
+                            );
+                            self.state.lock().abandon(r);
+                            out.push((id, Unknown::Abandoned));
+                        }
+                        Err(e) => return Err(e),
+                    },
                     Ok(JobRecord::Void(_)) => {
                         self.state.lock().voided.insert(id);
                     }
@@ -634,6 +644,19 @@ impl JobOwner {
             }
         }
         Ok(out)
+    }
+
+    /// Classifies the job records in storage this owner does not know
+    /// ([`JobOwner::unknown_records`]: another owner's is an error), and reloads when there
+    /// are any, so that the retained set takes in what it adopted or abandoned.
+    fn reload_if_landed(&self) -> Result<()> {
+        if !self
+            .unknown_records(&record_ids(self.storage.as_ref())?)?
+            .is_empty()
+        {
+            self.reload(false)?;
+        }
+        Ok(())
     }
 
     fn reload_if_unsure(&self) -> Result<()> {
@@ -748,6 +771,7 @@ impl JobOwner {
     pub fn collect_garbage(&self) -> Result<GcStats> {
         let _guard = self.gc_lock.lock();
         self.reload_if_unsure()?;
+        self.reload_if_landed()?;
         self.pass(None)
     }
 
@@ -760,6 +784,7 @@ impl JobOwner {
         let _span = tracing::info_span!("checkpoint.gc").entered();
         let _guard = self.gc_lock.lock();
         self.reload_if_unsure()?;
+        self.reload_if_landed()?;
         let incomplete = self
             .storage
             .sweep_incomplete(self.clock.now_ms(), min_age)?;
@@ -856,12 +881,10 @@ impl JobOwner {
         Ok(plan)
     }
 
-    /// One garbage pass (the caller holds `gc_lock`). Records go first; then pins are listed
+    /// One garbage pass (the caller holds `gc_lock`, and has classified the records landed
+    /// since its last look: [`JobOwner::reload_if_landed`]). Records go first; then pins are listed
     /// again, and the pass stops if a restore pinned a checkpoint meanwhile.
     fn pass(&self, min_age: Option<Duration>) -> Result<GcStats> {
-        // Records landed since the last look (this owner's abandoned puts, an earlier run's
-        // late ones) are abandoned before the fence and the plan.
-        self.unknown_records(&record_ids(self.storage.as_ref())?)?;
         let mut first_error = None;
         let mut stats = GcStats::default();
         match self.fence() {
