@@ -157,6 +157,15 @@ fn pin_and_select(
             RestoreFrom::Latest => {
                 let id = match newest_record(storage)? {
                     Some(r) => r.checkpoint_id,
+                    // Only void records: the job completes checkpoints through records and
+                    // none completed (the manifests in storage are attempts it abandoned).
+                    None if !record_ids(storage)?.is_empty() => {
+                        return Err(Error::CheckpointNotFound(
+                            "no completed checkpoint: every job record in storage is void \
+                             (an abandoned checkpoint's)"
+                                .into(),
+                        ))
+                    }
                     // No job record at all: the newest manifests covering the range (an
                     // engine that keeps completion elsewhere; see `RestoreFrom::Latest`).
                     None => select(storage, from, key_groups, max_parallelism, false)?

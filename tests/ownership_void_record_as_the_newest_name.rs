@@ -3,7 +3,9 @@
 //! was missing). Every reader takes the newest *completed* checkpoint: the latest restore,
 //! the job record listings, a new owner's retained set; a restore of the abandoned id is
 //! refused, never filled from that id's manifests; storage verifies; a sweep keeps the void
-//! record until it is `min_age` old by the time its owner wrote it, then deletes it.
+//! record until it is `min_age` old by the time its owner wrote it, then deletes it. And a
+//! storage whose only job record is void has no checkpoint to restore: the latest restore is
+//! refused, never filled from the abandoned attempt's manifests.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -91,4 +93,28 @@ fn readers_skip_a_void_record_and_a_sweep_ages_it_out() {
     drop(b);
     let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
     assert!(read_all(&restored) == model, "restored other state");
+}
+
+#[test]
+fn a_storage_whose_only_record_is_void_has_no_latest_checkpoint() {
+    let fx = Fixture::new();
+    let a = fx.open("a", CheckpointOptions::default());
+    let mut model = Model::new();
+    random_writes(&a, &mut model, &mut rng(41), 1500);
+    a.checkpoint(1).unwrap();
+    drop(a);
+    let void = sst_format::encode_void_record(&sst_format::VoidRecord {
+        checkpoint_id: 1,
+        voided_at_ms: 1_000_000,
+    });
+    fx.storage.put_bytes("job/chk-1", &void).unwrap();
+    assert!(list_job_checkpoints(fx.storage.as_ref())
+        .unwrap()
+        .is_empty());
+    let latest = fx.restore("r", RestoreFrom::Latest);
+    assert!(
+        matches!(latest, Err(Error::CheckpointNotFound(_))),
+        "{:?}",
+        latest.map(|b| read_all(&b).len())
+    );
 }
