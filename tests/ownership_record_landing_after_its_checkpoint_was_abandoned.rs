@@ -1,22 +1,24 @@
 //! A backend without a coordinator, retaining two checkpoints: the job record of checkpoint 2
-//! fails both its puts (held back to land later), checkpoint 3 completes, then the process
-//! dies before any later pass, and only then do checkpoint 2's puts land (a server applying
-//! requests after their client gave up). The owner of the next run cannot tell a landed
-//! record from a completed checkpoint: without a fence it adopted checkpoint 2 among the
-//! retained, a record naming the manifests checkpoint 3's pass had deleted, and storage no
-//! longer verified. Scenarios:
+//! fails both its puts (held back to land later), so its completion is in doubt; checkpoint 3
+//! completes, which abandons checkpoint 2; then checkpoint 2's puts land (a server applying
+//! requests after their client gave up). The abandoning owner fences the record's name with a
+//! void record (create-if-absent) before it deletes anything checkpoint 2 names. Scenarios:
 //!
-//! * the abandoning owner fences the name with a void record before it deletes anything
-//!   checkpoint 2 named: the late puts are refused;
-//! * the void record's put fails, so checkpoint 2's files are kept, and the late puts land
-//!   after the next run's owner opened: that owner takes the record for an earlier run's late
-//!   put (not another owner's, no `StorageConflict`); its first pass deleted checkpoint 2's
-//!   files, so it deletes the record and voids its name;
+//! * the fence holds, the process dies, and the late puts are refused (before the fence, the
+//!   next run adopted the late record among the retained, naming the manifests checkpoint 3's
+//!   pass had deleted, and storage no longer verified);
+//! * the void record's put fails, so checkpoint 2's files are kept, the late record lands, and
+//!   the same process goes on: its own put, not another owner's record (before, every later
+//!   completion failed with `StorageConflict`); its next pass deletes it and fences the name;
+//! * the void record's put fails and the process dies; the late puts land after the next
+//!   run's owner opened and its first pass deleted checkpoint 2's files: that owner takes the
+//!   record for an earlier run's late put (before, `StorageConflict`), deletes it and voids
+//!   its name;
 //! * the same, with the late puts landing before that owner's first pass: every file the
 //!   record names is there, so it is adopted as an older completed checkpoint.
 //!
-//! Invariant checked: the next run retains only completed checkpoints, storage verifies, the
-//! latest restore is the last completed checkpoint, and a restore of checkpoint 2 is refused.
+//! Invariant checked: the job retains only completed checkpoints, storage verifies, the latest
+//! restore is the last completed checkpoint, and a restore of checkpoint 2 is refused.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -38,10 +40,12 @@ fn retaining_two() -> CheckpointOptions {
     }
 }
 
-/// Runs the first run: checkpoints 1 and 3 complete, 2's record puts are held back, the void
-/// record put under its name fails when `void_fails`; then the run dies. The fixture, the
-/// faulty storage holding the late puts, the model of checkpoint 3, the writes' generator.
-fn first_run_dies(void_fails: bool) -> (Fixture, Arc<FaultyStorage>, Model, SmallRng) {
+/// Runs checkpoints 1 to 3: 1 and 3 complete, 2's record puts are held back, and the void
+/// record put under its name fails when `void_fails`. The fixture, the faulty storage holding
+/// the late puts, the backend, the model of checkpoint 3, the writes' generator.
+fn checkpoint_2_abandoned(
+    void_fails: bool,
+) -> (Fixture, Arc<FaultyStorage>, KeyedBackend, Model, SmallRng) {
     let fx = Fixture::new();
     let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
     let a = KeyedBackend::builder(fx.path("a"))
@@ -85,12 +89,20 @@ fn first_run_dies(void_fails: bool) -> (Fixture, Arc<FaultyStorage>, Model, Smal
             nth: puts + 2,
         });
     }
+    // Completed; a failed pass is the backend's error.
     let pass = a.notify_checkpoint_complete(3);
     faulty.clear_faults();
     assert_eq!(a.last_completed_checkpoint(), Some(3));
     assert_eq!(pass.is_err(), void_fails, "{pass:?}");
+    assert_eq!(faulty.injected(), 2 + u64::from(void_fails));
     // Checkpoint 3's pass deletes checkpoint 2's files once its name is fenced, and only then.
     assert_eq!(has_manifest(&fx, 2), void_fails);
+    (fx, faulty, a, model, r)
+}
+
+/// [`checkpoint_2_abandoned`], then the process dies.
+fn first_run_dies(void_fails: bool) -> (Fixture, Arc<FaultyStorage>, Model, SmallRng) {
+    let (fx, faulty, a, model, r) = checkpoint_2_abandoned(void_fails);
     drop(a);
     (fx, faulty, model, r)
 }
@@ -126,6 +138,29 @@ fn next_run_goes_on(fx: &Fixture, b: KeyedBackend, mut model: Model, r: &mut Sma
 }
 
 #[test]
+fn an_unfenced_record_landing_in_its_owners_run_is_deleted_by_the_next_pass() {
+    let (fx, faulty, a, mut model, mut r) = checkpoint_2_abandoned(true);
+    let landed = faulty.land_late_puts();
+    assert_eq!(landed.len(), 2, "{landed:?}");
+    assert!(landed[0].1.is_ok(), "{landed:?}");
+
+    random_writes(&a, &mut model, &mut r, 2000);
+    a.checkpoint(4).unwrap();
+    a.notify_checkpoint_complete(4).unwrap();
+    assert_eq!(a.job_owner().unwrap().retained(), vec![3, 4]);
+    assert!(is_void(&fx, 2), "job/chk-2 holds no void record");
+    assert!(!has_manifest(&fx, 2));
+    assert_verified(fx.storage.as_ref());
+    drop(a);
+    assert!(matches!(
+        fx.restore("r2", RestoreFrom::Checkpoint(2)),
+        Err(Error::CheckpointNotFound(_))
+    ));
+    let restored = fx.restore("r", RestoreFrom::Latest).unwrap();
+    assert!(read_all(&restored) == model, "restored other state");
+}
+
+#[test]
 fn a_record_landing_after_its_owner_died_is_refused_by_the_void_under_its_name() {
     let (fx, faulty, model, mut r) = first_run_dies(false);
     let landed = faulty.land_late_puts();
@@ -158,14 +193,7 @@ fn an_unfenced_record_landing_after_the_next_run_opened_is_deleted_by_it() {
     let landed = faulty.land_late_puts();
     assert!(landed[0].1.is_ok(), "{landed:?}");
     next_run_goes_on(&fx, b, model, &mut r);
-    let stored = fx.storage.get_bytes("job/chk-2").unwrap();
-    assert!(
-        matches!(
-            sst_format::decode_job_record(&stored),
-            Ok(sst_format::JobRecord::Void(_))
-        ),
-        "job/chk-2 holds no void record"
-    );
+    assert!(is_void(&fx, 2), "job/chk-2 holds no void record");
 }
 
 #[test]
@@ -188,4 +216,13 @@ fn has_manifest(fx: &Fixture, id: u64) -> bool {
     fx.objects()
         .keys()
         .any(|n| n.starts_with(&format!("chk-{id}/")) && n.ends_with("/_metadata"))
+}
+
+/// Whether checkpoint `id`'s job record name holds a void record.
+fn is_void(fx: &Fixture, id: u64) -> bool {
+    let stored = fx.storage.get_bytes(&format!("job/chk-{id}")).unwrap();
+    matches!(
+        sst_format::decode_job_record(&stored),
+        Ok(sst_format::JobRecord::Void(_))
+    )
 }
