@@ -5,7 +5,10 @@
 //! refused, never filled from that id's manifests; storage verifies; a sweep keeps the void
 //! record until it is `min_age` old by the time its owner wrote it, then deletes it. And a
 //! storage whose only job record is void has no checkpoint to restore: the latest restore is
-//! refused, never filled from the abandoned attempt's manifests.
+//! refused, never filled from the abandoned attempt's manifests. A damaged void record at the
+//! newest name is a corruption error for the latest restore (it cannot tell a void record
+//! from a completed checkpoint's record), never a restore of an older checkpoint, and
+//! `verify_checkpoints` names it.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -117,4 +120,55 @@ fn a_storage_whose_only_record_is_void_has_no_latest_checkpoint() {
         "{:?}",
         latest.map(|b| read_all(&b).len())
     );
+}
+
+#[test]
+fn a_damaged_void_record_at_the_newest_name_is_a_corruption_error() {
+    let fx = Fixture::new();
+    let a = fx.open("a", CheckpointOptions::default());
+    let mut model = Model::new();
+    random_writes(&a, &mut model, &mut rng(43), 1500);
+    a.checkpoint(1).unwrap();
+    a.notify_checkpoint_complete(1).unwrap();
+    drop(a);
+    let void = sst_format::encode_void_record(&sst_format::VoidRecord {
+        checkpoint_id: 2,
+        voided_at_ms: 1_000_000,
+    });
+    let damages: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        ("cut by one byte", void[..void.len() - 1].to_vec()),
+        ("one byte more", [void.as_slice(), &[0]].concat()),
+        ("id flipped", {
+            let mut d = void.clone();
+            d[6] ^= 1;
+            d
+        }),
+        ("crc flipped", {
+            let mut d = void.clone();
+            d[25] ^= 0x80;
+            d
+        }),
+        ("magic flipped", {
+            let mut d = void.clone();
+            d[3] ^= 1;
+            d
+        }),
+    ];
+    for (i, (what, bytes)) in damages.into_iter().enumerate() {
+        let _ = fx.storage.delete("job/chk-2");
+        fx.storage.put_bytes("job/chk-2", &bytes).unwrap();
+        let latest = fx.restore(&format!("r{i}"), RestoreFrom::Latest);
+        assert!(
+            matches!(&latest, Err(e) if e.kind() == rockstate::ErrorKind::Corruption),
+            "{what}: {:?}",
+            latest.map(|b| read_all(&b).len())
+        );
+        let report = rockstate::verify_checkpoints(fx.storage.as_ref()).unwrap();
+        assert!(
+            report.problems.iter().any(|(file, _)| file == "job/chk-2"),
+            "{what}: {:?}",
+            report.problems
+        );
+    }
 }
