@@ -1,6 +1,7 @@
 //! What a checkpoint storage holds, read and classified without opening any backend: the
 //! committed task checkpoints (decoded manifests), uncommitted checkpoint directories, shared
-//! files with their reference counts, job records, and anything else. The operator commands
+//! files with their reference counts, job records, the void records of abandoned checkpoints
+//! (`docs/job-record-format.md` §5), and anything else. The operator commands
 //! (`rockstate inspect | verify | gc`) are built on it:
 //!
 //! * [`verify`] reads every referenced file and checks size, CRC-32 and, for SSTs, the footer,
