@@ -1,6 +1,6 @@
 //! `docs/checkpoint-format.md` §1: `<id>` is "decimal, no padding", and "objects of any other
 //! name ... are not rockstate's: listed as other objects by `rockstate inspect`, never deleted
-//! by a sweep or `rockstate gc`" (`ownership.md` §4 rule 5: "only names the layout makes are
+//! by a sweep or `rockstate gc`" (`ownership.md` §4 rule 6: "only names the layout makes are
 //! ever garbage"). A system that keeps zero-padded checkpoint directories (`chk-0001/…`) beside
 //! rockstate's must keep them through `gc --apply`: rockstate never makes such a name
 //! (`layout::metadata_name(1, b)` is `chk-1/b/_metadata`).
