@@ -17,8 +17,10 @@
 //! * the same, with the late puts landing before that owner's first pass: every file the
 //!   record names is there, so it is adopted as an older completed checkpoint.
 //!
-//! Invariant checked: the job retains only completed checkpoints, storage verifies, the latest
-//! restore is the last completed checkpoint, and a restore of checkpoint 2 is refused.
+//! Invariant checked, on local storage and on the S3 test server (whose create-if-absent put
+//! is a conditional `If-None-Match: *` request): the job retains only completed checkpoints,
+//! storage verifies, the latest restore is the last completed checkpoint, and a restore of
+//! checkpoint 2 is refused.
 
 #[path = "checkpoint_common/mod.rs"]
 mod common;
@@ -44,9 +46,9 @@ fn retaining_two() -> CheckpointOptions {
 /// record put under its name fails when `void_fails`. The fixture, the faulty storage holding
 /// the late puts, the backend, the model of checkpoint 3, the writes' generator.
 fn checkpoint_2_abandoned(
+    fx: Fixture,
     void_fails: bool,
 ) -> (Fixture, Arc<FaultyStorage>, KeyedBackend, Model, SmallRng) {
-    let fx = Fixture::new();
     let faulty = Arc::new(FaultyStorage::new(fx.storage_dyn()));
     let a = KeyedBackend::builder(fx.path("a"))
         .options(small_options())
@@ -101,8 +103,8 @@ fn checkpoint_2_abandoned(
 }
 
 /// [`checkpoint_2_abandoned`], then the process dies.
-fn first_run_dies(void_fails: bool) -> (Fixture, Arc<FaultyStorage>, Model, SmallRng) {
-    let (fx, faulty, a, model, r) = checkpoint_2_abandoned(void_fails);
+fn first_run_dies(fx: Fixture, void_fails: bool) -> (Fixture, Arc<FaultyStorage>, Model, SmallRng) {
+    let (fx, faulty, a, model, r) = checkpoint_2_abandoned(fx, void_fails);
     drop(a);
     (fx, faulty, model, r)
 }
@@ -137,9 +139,15 @@ fn next_run_goes_on(fx: &Fixture, b: KeyedBackend, mut model: Model, r: &mut Sma
     ));
 }
 
-#[test]
-fn an_unfenced_record_landing_in_its_owners_run_is_deleted_by_the_next_pass() {
-    let (fx, faulty, a, mut model, mut r) = checkpoint_2_abandoned(true);
+on_every_storage!(
+    an_unfenced_record_landing_in_its_owners_run_is_deleted_by_the_next_pass,
+    a_record_landing_after_its_owner_died_is_refused_by_the_void_under_its_name,
+    an_unfenced_record_landing_after_the_next_run_opened_is_deleted_by_it,
+    an_unfenced_whole_record_landing_before_the_next_runs_first_pass_is_adopted,
+);
+
+fn an_unfenced_record_landing_in_its_owners_run_is_deleted_by_the_next_pass(fx: Fixture) {
+    let (fx, faulty, a, mut model, mut r) = checkpoint_2_abandoned(fx, true);
     let landed = faulty.land_late_puts();
     assert_eq!(landed.len(), 2, "{landed:?}");
     assert!(landed[0].1.is_ok(), "{landed:?}");
@@ -160,9 +168,8 @@ fn an_unfenced_record_landing_in_its_owners_run_is_deleted_by_the_next_pass() {
     assert!(read_all(&restored) == model, "restored other state");
 }
 
-#[test]
-fn a_record_landing_after_its_owner_died_is_refused_by_the_void_under_its_name() {
-    let (fx, faulty, model, mut r) = first_run_dies(false);
+fn a_record_landing_after_its_owner_died_is_refused_by_the_void_under_its_name(fx: Fixture) {
+    let (fx, faulty, model, mut r) = first_run_dies(fx, false);
     let landed = faulty.land_late_puts();
     assert_eq!(landed.len(), 2, "{landed:?}");
     for (name, outcome) in &landed {
@@ -179,9 +186,8 @@ fn a_record_landing_after_its_owner_died_is_refused_by_the_void_under_its_name()
     next_run_goes_on(&fx, b, model, &mut r);
 }
 
-#[test]
-fn an_unfenced_record_landing_after_the_next_run_opened_is_deleted_by_it() {
-    let (fx, faulty, model, mut r) = first_run_dies(true);
+fn an_unfenced_record_landing_after_the_next_run_opened_is_deleted_by_it(fx: Fixture) {
+    let (fx, faulty, model, mut r) = first_run_dies(fx, true);
     let b = next_run(&fx);
     assert!(read_all(&b) == model, "restored other state");
     let owner = b.job_owner().unwrap();
@@ -196,9 +202,8 @@ fn an_unfenced_record_landing_after_the_next_run_opened_is_deleted_by_it() {
     assert!(is_void(&fx, 2), "job/chk-2 holds no void record");
 }
 
-#[test]
-fn an_unfenced_whole_record_landing_before_the_next_runs_first_pass_is_adopted() {
-    let (fx, faulty, _model, _r) = first_run_dies(true);
+fn an_unfenced_whole_record_landing_before_the_next_runs_first_pass_is_adopted(fx: Fixture) {
+    let (fx, faulty, _model, _r) = first_run_dies(fx, true);
     let owner = JobOwner::open(fx.storage_dyn(), 2, Arc::new(ManualClock::new(0))).unwrap();
     assert_eq!(owner.retained(), vec![1, 3]);
     let landed = faulty.land_late_puts();
