@@ -4,9 +4,10 @@
 //! reported aborted (subsumed by the newer completion), so its late record must not stop the
 //! job: it is this owner's own put, not another owner's record (no `StorageConflict` for every
 //! later commit), it is never a retained checkpoint, and a pass deletes it and fences its
-//! name with a void record. The scenarios: the void record's put fails, so the late puts land
-//! (a pass between the landing and the next commit, and none); and it succeeds, so they are
-//! refused.
+//! name with a void record. The scenarios: both void record puts fail (the pass's after the
+//! newer commit, and the one `resolve` makes before it reports the old checkpoint aborted), so
+//! the late puts land (a pass between the landing and the next commit, and none); the pass's
+//! succeeds, or only `resolve`'s does, and the late puts are refused.
 //!
 //! Invariant checked: after the late puts, the job keeps completing checkpoints, and storage
 //! holds records exactly for the retained completed ones.
@@ -18,9 +19,10 @@ use rockstate::coordinator::list_job_checkpoints;
 use rockstate::{CheckpointStorage, Fault, OpKind};
 
 /// A job retaining two checkpoints, two at once, after checkpoint `a`'s record puts all
-/// failed (held back to land later), checkpoint `b` completed (its pass's void record put
-/// under `a`'s name failing when `void_fails`), and `a`'s puts were made: `(job, a, b)`.
-fn a_abandoned_then_b_completed(void_fails: bool) -> (FaultyJob, u64, u64) {
+/// failed (held back to land later), checkpoint `b` completed (the first `void_fails` of the
+/// void record puts under `a`'s name failing: the pass's, then `resolve`'s), and `a`'s puts
+/// were made: `(job, a, b)`.
+fn a_abandoned_then_b_completed(void_fails: u64) -> (FaultyJob, u64, u64) {
     let mut job = faulty_job("late-old-record", |config| {
         config.retained = 2;
         config.max_concurrent = 2;
@@ -44,20 +46,18 @@ fn a_abandoned_then_b_completed(void_fails: bool) -> (FaultyJob, u64, u64) {
     // Checkpoint b completes; a, still absent, is subsumed.
     let b = run_checkpoint(c, eps);
     let faults = st.injected();
-    if void_fails {
-        // b's record goes through; the void record puts after it fail (its pass's, and the
-        // one resolving a, in doubt below b, makes).
-        let puts = st.ops(OpKind::PutBytes);
-        for k in 2..=3 {
-            st.add_fault(Fault::FailNth {
-                op: OpKind::PutBytes,
-                nth: puts + k,
-            });
-        }
+    // b's record goes through; void record puts follow (its pass's, then, if that failed, the
+    // one resolving a, in doubt below b, makes).
+    let puts = st.ops(OpKind::PutBytes);
+    for k in 0..void_fails {
+        st.add_fault(Fault::FailNth {
+            op: OpKind::PutBytes,
+            nth: puts + 2 + k,
+        });
     }
     let outcomes = c.poll().unwrap();
     st.clear_faults();
-    assert_eq!(st.injected() - faults, 2 * u64::from(void_fails));
+    assert_eq!(st.injected() - faults, void_fails);
     assert!(completed(&outcomes, b), "{outcomes:?}");
     assert!(!completed(&outcomes, a), "{outcomes:?}");
 
@@ -65,7 +65,7 @@ fn a_abandoned_then_b_completed(void_fails: bool) -> (FaultyJob, u64, u64) {
     // find it there; with it, all find the name taken.
     let landed = st.land_late_puts();
     assert_eq!(landed.len(), 3, "{landed:?}");
-    assert_eq!(landed[0].1.is_ok(), void_fails, "{landed:?}");
+    assert_eq!(landed[0].1.is_ok(), void_fails == 2, "{landed:?}");
     assert!(landed[1..].iter().all(|(_, r)| r.is_err()), "{landed:?}");
     assert!(st.exists(&format!("job/chk-{a}")).unwrap());
     (job, a, b)
@@ -73,7 +73,7 @@ fn a_abandoned_then_b_completed(void_fails: bool) -> (FaultyJob, u64, u64) {
 
 #[test]
 fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
-    let (mut job, a, b) = a_abandoned_then_b_completed(true);
+    let (mut job, a, b) = a_abandoned_then_b_completed(2);
     let FaultyJob { st, c, eps, .. } = &mut job;
 
     // The owner's next pass deletes it: a was reported aborted, so it is never retained.
@@ -94,7 +94,7 @@ fn a_record_landing_after_a_newer_completion_is_deleted_and_the_job_goes_on() {
 
 #[test]
 fn a_record_landing_after_a_newer_completion_does_not_stop_the_next_commit() {
-    let (mut job, a, b) = a_abandoned_then_b_completed(true);
+    let (mut job, a, b) = a_abandoned_then_b_completed(2);
     let FaultyJob { st, c, eps, .. } = &mut job;
 
     // No pass between the landing and the next commit: the commit itself meets the record.
@@ -108,7 +108,18 @@ fn a_record_landing_after_a_newer_completion_does_not_stop_the_next_commit() {
 
 #[test]
 fn a_record_put_after_a_newer_completion_is_refused_by_the_void_record() {
-    let (mut job, a, b) = a_abandoned_then_b_completed(false);
+    refused_by_the_void_record(0);
+}
+
+#[test]
+fn a_record_put_after_a_newer_completion_is_refused_by_the_void_record_resolve_puts() {
+    refused_by_the_void_record(1);
+}
+
+/// After [`a_abandoned_then_b_completed`] with `void_fails` below 2: the void record holds a's
+/// name, the job goes on, and a sweep once no put can be in flight removes the void record.
+fn refused_by_the_void_record(void_fails: u64) {
+    let (mut job, a, b) = a_abandoned_then_b_completed(void_fails);
     let FaultyJob { st, c, eps, .. } = &mut job;
     let stored = st.get_bytes(&format!("job/chk-{a}")).unwrap();
     assert!(
