@@ -154,14 +154,10 @@ impl Catalog {
                     .map_err(|e| e.to_string())
                     // A record must describe the checkpoint its name says.
                     .and_then(|r| {
-                        let described = match &r {
-                            JobRecord::Checkpoint(c) => c.checkpoint_id,
-                            JobRecord::Void(v) => v.checkpoint_id,
-                        };
-                        if described == id {
+                        if r.checkpoint_id() == id {
                             Ok(r)
                         } else {
-                            Err(format!("record describes checkpoint {described}"))
+                            Err(format!("record describes checkpoint {}", r.checkpoint_id()))
                         }
                     });
                 let record = match record {
@@ -365,11 +361,9 @@ pub struct Footprint {
     pub garbage_bytes: u64,
     /// The checkpoint ids that garbage belongs to (0 for objects whose name has none).
     pub garbage_ids: BTreeSet<u64>,
-    /// Job records in storage (void records apart).
+    /// Job records in storage (void records apart: they are neither retained nor garbage
+    /// until a sweep finds them older than its minimum age; 26 bytes each).
     pub records: usize,
-    /// Void records in storage: names of abandoned checkpoints' records, kept until a sweep
-    /// finds them older than its minimum age (26 bytes each; not garbage before).
-    pub voids: usize,
 }
 
 impl Footprint {
@@ -409,7 +403,6 @@ impl Catalog {
         }
         let mut f = Footprint {
             records: ids.len(),
-            voids: self.void_records.len(),
             ..Footprint::default()
         };
         f.total_bytes += self.void_records.iter().map(|v| v.info.size).sum::<u64>();

@@ -47,10 +47,7 @@ fn readers_skip_a_void_record_and_a_sweep_ages_it_out() {
     random_writes(&a, &mut after, &mut r, 1500);
     a.checkpoint(3).unwrap();
     drop(a);
-    let void = sst_format::encode_void_record(&sst_format::VoidRecord {
-        checkpoint_id: 3,
-        voided_at_ms: 1_000_000,
-    });
+    let void = void_record(3);
     fx.storage.put_bytes("job/chk-3", &void).unwrap();
 
     assert_eq!(
@@ -106,10 +103,7 @@ fn a_storage_whose_only_record_is_void_has_no_latest_checkpoint() {
     random_writes(&a, &mut model, &mut rng(41), 1500);
     a.checkpoint(1).unwrap();
     drop(a);
-    let void = sst_format::encode_void_record(&sst_format::VoidRecord {
-        checkpoint_id: 1,
-        voided_at_ms: 1_000_000,
-    });
+    let void = void_record(1);
     fx.storage.put_bytes("job/chk-1", &void).unwrap();
     assert!(list_job_checkpoints(fx.storage.as_ref())
         .unwrap()
@@ -131,10 +125,7 @@ fn a_damaged_void_record_at_the_newest_name_is_a_corruption_error() {
     a.checkpoint(1).unwrap();
     a.notify_checkpoint_complete(1).unwrap();
     drop(a);
-    let void = sst_format::encode_void_record(&sst_format::VoidRecord {
-        checkpoint_id: 2,
-        voided_at_ms: 1_000_000,
-    });
+    let void = void_record(2);
     let damages: Vec<(&str, Vec<u8>)> = vec![
         ("empty", Vec::new()),
         ("cut by one byte", void[..void.len() - 1].to_vec()),
@@ -171,4 +162,12 @@ fn a_damaged_void_record_at_the_newest_name_is_a_corruption_error() {
             report.problems
         );
     }
+}
+
+/// The void record of checkpoint `id`, voided at 1,000 s (the tests' clock starts there).
+fn void_record(id: u64) -> Vec<u8> {
+    sst_format::encode_void_record(&sst_format::VoidRecord {
+        checkpoint_id: id,
+        voided_at_ms: 1_000_000,
+    })
 }

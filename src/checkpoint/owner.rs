@@ -105,8 +105,6 @@ enum Unknown {
     Landed,
     /// An abandoned record that landed: to be deleted.
     Abandoned,
-    /// The void record of an abandoned record, whose put failed but landed: fenced.
-    Fenced,
 }
 
 impl State {
@@ -270,7 +268,6 @@ impl JobOwner {
     fn reload(&self, at_open: bool) -> Result<()> {
         let ids = record_ids(self.storage.as_ref())?;
         let mut landed = Vec::new();
-        let mut fenced = Vec::new();
         let mut abandoned = BTreeSet::new();
         if !at_open {
             for (id, unknown) in self.unknown_records(&ids)? {
@@ -279,7 +276,6 @@ impl JobOwner {
                     Unknown::Abandoned => {
                         abandoned.insert(id);
                     }
-                    Unknown::Fenced => fenced.push(id),
                 }
             }
         }
@@ -320,9 +316,6 @@ impl JobOwner {
         }
         for id in landed {
             s.settle(id);
-        }
-        for id in fenced {
-            s.fenced(id);
         }
         s.records = records;
         Ok(())
@@ -372,7 +365,7 @@ impl JobOwner {
             // this run or a later one. A failed fence leaves the commit in doubt (`Err`); a
             // later call fences it or finds the record stored after all.
             self.state.lock().abandon(record.clone());
-            self.fence_one(record, &mut 0)?;
+            self.fence_one(record)?;
             self.state.lock().fenced(id);
         }
         self.reload(false)?;
@@ -575,7 +568,8 @@ impl JobOwner {
 
     /// The job records among `ids` (in storage) this owner does not know committed, and
     /// what each is: a put of its own that landed, in doubt or abandoned
-    /// ([`State::unknown`]), or its void record. A record under an id up to the highest in
+    /// ([`State::unknown`]); a void record of its own (a fence whose put failed but landed)
+    /// marks that name fenced. A record under an id up to the highest in
     /// storage when this owner opened is a put of an earlier run of the job that landed
     /// since (that run is gone): adopted, as at open, while every file it names is in
     /// storage; otherwise (this owner's passes deleted what it names) abandoned here, so the
@@ -629,9 +623,9 @@ impl JobOwner {
             }
             let stored = match read_stored(self.storage.as_ref(), id) {
                 Ok(JobRecord::Checkpoint(r)) => r,
-                // Only abandoned names are voided.
+                // Only abandoned names are voided: this one's fence put failed but landed.
                 Ok(JobRecord::Void(_)) if self.state.lock().abandoned.contains_key(&id) => {
-                    out.push((id, Unknown::Fenced));
+                    self.state.lock().fenced(id);
                     continue;
                 }
                 Ok(JobRecord::Void(_)) => return Err(foreign_record(id)),
@@ -848,8 +842,6 @@ impl JobOwner {
                     // A record in doubt that landed: the caller reloaded before the plan
                     // (`reload_if_unsure`), so it landed since; the next pass adopts it.
                     Some(Unknown::Landed) => {}
-                    // Void records are not among the catalog's job records.
-                    Some(Unknown::Fenced) => {}
                     None => return Err(foreign_record(j.id)),
                 }
             }
@@ -967,8 +959,11 @@ impl JobOwner {
         let mut deleted = 0;
         let mut first_error = None;
         for record in pending {
-            match self.fence_one(&record, &mut deleted) {
-                Ok(()) => self.state.lock().fenced(record.checkpoint_id),
+            match self.fence_one(&record) {
+                Ok(landed) => {
+                    deleted += landed;
+                    self.state.lock().fenced(record.checkpoint_id);
+                }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
@@ -980,8 +975,9 @@ impl JobOwner {
         }
     }
 
-    /// [`JobOwner::fence`] for one record: `Ok` once a void record holds its name.
-    fn fence_one(&self, record: &JobCheckpoint, deleted: &mut usize) -> Result<()> {
+    /// [`JobOwner::fence`] for one record: `Ok` once a void record holds its name, with how
+    /// many landed puts of the record it deleted first.
+    fn fence_one(&self, record: &JobCheckpoint) -> Result<usize> {
         let id = record.checkpoint_id;
         let name = layout::job_record_name(id);
         let void = sst_format::encode_void_record(&VoidRecord {
@@ -990,16 +986,17 @@ impl JobOwner {
         });
         // Each round stores the void record or deletes one landed put of the record, which
         // has at most three (the commit's, the one settling it, `resolve`'s).
+        let mut deleted = 0;
         for _ in 0..4 {
             let Err(e) = self.storage.put_bytes(&name, &void) else {
-                return Ok(());
+                return Ok(deleted);
             };
             // The put may have stored the void record and failed after; or the name is taken.
             match read_stored(self.storage.as_ref(), id) {
-                Ok(JobRecord::Void(_)) => return Ok(()),
+                Ok(JobRecord::Void(_)) => return Ok(deleted),
                 Ok(JobRecord::Checkpoint(stored)) if same_manifests(&stored, record) => {
                     self.storage.delete(&name)?;
-                    *deleted += 1;
+                    deleted += 1;
                 }
                 Ok(JobRecord::Checkpoint(_)) => return Err(foreign_record(id)),
                 Err(Error::ObjectNotFound { .. }) => return Err(e),
@@ -1104,14 +1101,10 @@ pub(crate) fn read_stored(storage: &dyn CheckpointStorage, id: u64) -> Result<Jo
         file: name.clone(),
         detail: e.to_string(),
     })?;
-    let described = match &r {
-        JobRecord::Checkpoint(c) => c.checkpoint_id,
-        JobRecord::Void(v) => v.checkpoint_id,
-    };
-    if described != id {
+    if r.checkpoint_id() != id {
         return Err(Error::CheckpointCorrupt {
             file: name,
-            detail: format!("record describes checkpoint {described}"),
+            detail: format!("record describes checkpoint {}", r.checkpoint_id()),
         });
     }
     Ok(r)

@@ -118,6 +118,16 @@ pub enum JobRecord {
     Void(VoidRecord),
 }
 
+impl JobRecord {
+    /// The checkpoint id the record describes (its object name must say the same).
+    pub fn checkpoint_id(&self) -> u64 {
+        match self {
+            JobRecord::Checkpoint(c) => c.checkpoint_id,
+            JobRecord::Void(v) => v.checkpoint_id,
+        }
+    }
+}
+
 /// Encodes `record` as a complete job record file (version [`JOB_RECORD_VERSION`]).
 /// Deterministic.
 pub fn encode_job_checkpoint(record: &JobCheckpoint) -> Result<Vec<u8>> {
