@@ -8,6 +8,9 @@
 #   bash scripts/flink-bench.sh --matrix [--rounds R] [--only SUBSTRING]
 #   bash scripts/flink-bench.sh --states [--rounds R] [--keys N] [--ops M] [--list-len L]
 #                               [--map-len E] [--ttl] [--budget-bytes BYTES] [--only SUBSTRING]
+#   bash scripts/flink-bench.sh --rescale [--rounds R] [--keys N] [--key-bytes K]
+#                               [--value-bytes B] [--repeat P] [--budget-bytes BYTES]
+#                               [--storage-dir DIR] [--case 'P->Q' ...]
 #
 # `--matrix` runs the cells of `rockstate-bench matrix` with its defaults (state 0.5x and 4x a
 # 128 MiB budget, uniform and Zipf 0.99 keys, 100 B and 1 KiB values, plain and a week's TTL,
@@ -21,6 +24,18 @@
 # after the fills, phases list_fill ... map_remove), on the Flink side through
 # benches/flink/FlinkStates.java; one summary line per phase, under cell `states`. `--only`
 # there keeps the phases whose name contains it (the fills always run).
+#
+# `--rescale` runs `rockstate-bench rescale` and benches/flink/FlinkRescale.java (Flink's
+# incremental checkpoints and restores; defaults: flink-benchmarks' rescaling shape, 10M keys of
+# 96 bytes with 128-byte values, 512 MiB per backend, `--repeat 1` timed restore per round)
+# and prints the median seconds of a plain restore, of 1 -> 2 and of 2 -> 1 per system, and
+# Flink's time over rockstate's (`speedup`). Flink runs with its defaults and, as
+# `flink_ingest_db`, with its ingest-DB restore mode. Both restore from local files: by default
+# rockstate's LocalStorage hard-links SSTs (reading each once for its CRC) where Flink's file
+# system checkpoint storage copies them; `--storage-dir DIR` puts both systems' checkpoints in
+# DIR (e.g. /dev/shm, another file system than the backends'), where both copy every file.
+# `--case 'P->Q'` (repeatable) adds a rescale of a job that ran at parallelism P to Q on both
+# sides, every new instance restored one after the other (`bench rescale --case`).
 #
 # Flink comes from PyPI's apache-flink-libraries wheel (its flink-dist jar bundles the RocksDB
 # state backend and FRocksDB's JNI library); the wheel and the compiled class are cached under
@@ -37,6 +52,11 @@ cd "$(dirname "$0")/.."
 rounds=3
 matrix=0
 states=0
+rescale=0
+key_bytes=96
+repeat=1
+storage_dir=""
+cases=()
 only=""
 keys="-" # `-`: the mode's default (1000000 for `bench ops`, 100000 for `--states`)
 value_bytes=100
@@ -57,6 +77,11 @@ while [ $# -gt 0 ]; do
     --budget-bytes) budget="$2"; shift 2 ;;
     --matrix) matrix=1; shift ;;
     --states) states=1; shift ;;
+    --rescale) rescale=1; shift ;;
+    --key-bytes) key_bytes="$2"; shift 2 ;;
+    --repeat) repeat="$2"; shift 2 ;;
+    --storage-dir) storage_dir="$2"; shift 2 ;;
+    --case) cases+=("$2"); shift 2 ;;
     --list-len) list_len="$2"; shift 2 ;;
     --map-len) map_len="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
@@ -64,11 +89,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$rounds" -ge 1 ] || { echo "flink-bench: --rounds must be at least 1" >&2; exit 2; }
-[ "$matrix" = 0 ] || [ "$states" = 0 ] || {
-  echo "flink-bench: --matrix and --states are separate modes" >&2
+[ $((matrix + states + rescale)) -le 1 ] || {
+  echo "flink-bench: --matrix, --states and --rescale are separate modes" >&2
   exit 2
 }
-if [ "$states" = 1 ]; then
+if [ "$rescale" = 1 ]; then
+  # flink-benchmarks' RocksdbStateBackendRescalingBenchmarkExecutor: 10M keys, 128-byte values.
+  [ "$keys" != - ] || keys=10000000
+  [ "$value_bytes" != 100 ] || value_bytes=128
+elif [ "$states" = 1 ]; then
   # `bench states`'s defaults, given explicitly so both sides surely run the same workload.
   [ "$keys" != - ] || keys=100000
   [ "$ops" != - ] || ops=200000
@@ -99,7 +128,7 @@ fi
 cp_jars=$(ls "$cache"/pyflink/lib/*.jar | paste -sd: -)
 mkdir -p "$cache/classes"
 javac -nowarn -cp "$cp_jars" -d "$cache/classes" benches/flink/FlinkOps.java \
-  benches/flink/FlinkStates.java
+  benches/flink/FlinkStates.java benches/flink/FlinkRescale.java
 
 bench="${ROCKSTATE_BENCH:-}"
 if [ -z "$bench" ]; then
@@ -111,6 +140,74 @@ out="$cache/last-run.txt"
 log="$cache/flink-stderr.log"
 : > "$out"
 : > "$log"
+
+if [ "$rescale" = 1 ]; then
+  args=(--keys "$keys" --key-bytes "$key_bytes" --value-bytes "$value_bytes" --repeat "$repeat")
+  for c in "${cases[@]}"; do args+=(--case "$c"); done
+  rockstate_storage=() flink_storage=()
+  if [ -n "$storage_dir" ]; then
+    storage_dir=$(realpath "$storage_dir")
+    rockstate_storage=(--storage "file://$storage_dir/rockstate-bench")
+    flink_storage=(--checkpoint-dir "$storage_dir")
+  fi
+  rescale_rockstate() {
+    # Without local copies, as Flink's side (and flink-benchmarks) runs: every restore reads
+    # the checkpoint's files from storage.
+    "$bench" rescale "${args[@]}" "${rockstate_storage[@]}" --budget-mib $((budget >> 20)) \
+      --no-local-recovery \
+      | sed 's|^|rockstate |' | tee -a "$out"
+    [ -z "$storage_dir" ] || rm -rf "$storage_dir/rockstate-bench"
+  }
+  rescale_flink() { # rescale_flink <label> [FlinkRescale flags...]
+    local label="$1"
+    shift
+    if ! java -Xmx2g -cp "$cache/classes:$cp_jars" org.apache.flink.state.rocksdb.FlinkRescale \
+      "$@" "${args[@]}" "${flink_storage[@]}" --budget-bytes "$budget" 2>>"$log" \
+      >"$cache/flink-out.txt"; then
+      echo "flink-bench: FlinkRescale failed; the end of $log:" >&2
+      tail -20 "$log" >&2
+      exit 1
+    fi
+    sed "s|^|$label |" "$cache/flink-out.txt" | tee -a "$out"
+  }
+  runs=(rescale_rockstate "rescale_flink flink" "rescale_flink flink_ingest_db --ingest-db")
+  for r in $(seq 1 "$rounds"); do
+    echo "flink-bench: rescale round $r of $rounds" >&2
+    for i in 0 1 2; do
+      ${runs[$(( (i + r - 1) % 3 ))]}
+      sleep 10
+    done
+  done
+  python3 - "$out" <<'EOF'
+import re, statistics, sys
+secs, order = {}, []
+for line in open(sys.argv[1]):
+    # rockstate: `rescale=1->2 secs=.. plain_restore_secs=..` (and `rescale=2->1 ...`);
+    # Flink: `flink_rescale=1->2 secs=.. plain_restore_secs=..`.
+    m = re.match(r"(rockstate|flink|flink_ingest_db) (?:flink_)?rescale=(\d+->\d+) "
+                 r"secs=([\d.]+) plain_restore_secs=([\d.]+)", line)
+    if m:
+        system, case = m.group(1), m.group(2)
+        secs.setdefault((system, case), []).append(float(m.group(3)))
+        plain = "plain_restore" if case == "1->2" else case + "-plain"
+        for c in [plain, case]:
+            if c not in order:
+                order.append(c)
+        secs.setdefault((system, plain), []).append(float(m.group(4)))
+print("# medians over the rounds, seconds; speedup = Flink's time / rockstate's. rockstate's "
+      "1->2 restores both halves at once, Flink's subtask 0 alone (as flink-benchmarks times "
+      "it); P->Q-plain: the P instances' state restored one after the other into their own "
+      "ranges; other P->Q cases restore their Q instances one after the other on both sides")
+for case in order:
+    ours = statistics.median(secs[("rockstate", case)])
+    row = f"case={case} rockstate_secs={ours:.3f}"
+    for system in ["flink", "flink_ingest_db"]:
+        theirs = statistics.median(secs[(system, case)])
+        row += f" {system}_secs={theirs:.3f} speedup_vs_{system}={theirs / max(ours, 1e-6):.1f}"
+    print(row)
+EOF
+  exit 0
+fi
 
 # The cell being run: its name, the flags each side gets, and what each side runs: FlinkOps and
 # `bench ops --solo-only` by default, FlinkStates and `bench states` with `--states`.

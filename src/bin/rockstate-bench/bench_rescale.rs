@@ -28,9 +28,15 @@
 //! - `rescale=2->1`: the same for two halves loaded separately, as a job that ran at
 //!   parallelism 2 has them (no shared SSTs; Flink's rescale benchmarks build their state this
 //!   way): the other half's SSTs are linked as they are.
-//!
+//! - `rescale=P->Q` for each `--case 'P->Q'`: a job of P instances loaded the same way,
+//!   restored at parallelism Q, instance after instance; baseline: the P manifests restored
+//!   plainly into their own ranges, one after the other.
 //! - `--savepoint-gets N` runs only a savepoint write, its restores and N uniform gets of
 //!   each restored backend in three passes (cold, warm, device: [`savepoint_gets`]).
+//!
+//! Before each timed run the file systems' dirty pages are written back (`sync`), untimed.
+//! `--no-local-recovery` keeps no local copies, so every restore reads from storage (Flink's
+//! benchmarks run that way; `scripts/flink-bench.sh --rescale` passes it).
 //!
 //! `ratio` = throughput of the rescale / throughput of the plain restore of the same bytes
 //! = `plain_restore_secs / secs` (target ≥ 0.5). For 1 -> 2 each new instance needs the
@@ -106,6 +112,18 @@ pub struct RescaleArgs {
     /// Memory budget of every backend, MiB (default: the default budget, 512 MiB).
     #[arg(long)]
     budget_mib: Option<usize>,
+    /// Keep no local copies of checkpoints (`CheckpointOptions::local_recovery = false`), so
+    /// every restore downloads from storage. By default the copies are kept, and restores in
+    /// the same directory take their files from the source's copy, as a job restarting in
+    /// place does (`of_which_local_bytes`); Flink's benchmarks run without local recovery.
+    #[arg(long)]
+    no_local_recovery: bool,
+    /// More rescales to time, as `P->Q` (repeatable, e.g. `--case '3->4' --case '4->3'`): a job
+    /// of P instances, each loaded with the keys of its own key groups, restored at
+    /// parallelism Q, every new instance one after the other, against the P manifests
+    /// restored plainly one after the other (`rescale=P->Q`, after the other cases).
+    #[arg(long = "case", value_parser = parse_case)]
+    cases: Vec<(u32, u32)>,
     /// Checkpoint storage URL (`s3://bucket/prefix`, with the endpoint and credentials in
     /// `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`); the run uses
     /// `<url>/rescale-<process id>`. Default: a LocalStorage directory, from which restores
@@ -134,6 +152,7 @@ impl Env<'_> {
             .checkpoint_storage(Arc::clone(&self.storage))
             .checkpoint_options(CheckpointOptions {
                 transfer_threads: self.args.threads,
+                local_recovery: !self.args.no_local_recovery,
                 ..CheckpointOptions::default()
             })
     }
@@ -153,7 +172,9 @@ impl Env<'_> {
     }
 
     /// Median over `repeat` runs of `f(run index)`, which returns the backends to drop and
-    /// remove after the clock stopped.
+    /// remove after the clock stopped. Before each run, untimed, the file systems' dirty
+    /// pages are written back (`sync`), so a restore's fsyncs do not wait for what the load
+    /// or an earlier run left to write.
     fn timed(
         &self,
         label: &str,
@@ -161,6 +182,7 @@ impl Env<'_> {
     ) -> rockstate::Result<Duration> {
         let mut times = Vec::new();
         for i in 0..self.args.repeat.max(1) {
+            sync_file_systems()?;
             let t = Instant::now();
             let made = f(i)?;
             times.push(t.elapsed());
@@ -171,6 +193,18 @@ impl Env<'_> {
         }
         let _ = label;
         Ok(median(times))
+    }
+}
+
+/// Writes every file system's dirty pages back (`sync(1)`).
+fn sync_file_systems() -> rockstate::Result<()> {
+    let status = std::process::Command::new("sync")
+        .status()
+        .map_err(io(Path::new("sync")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error::Internal(format!("sync exited with {status}")))
     }
 }
 
@@ -220,12 +254,14 @@ fn half(i: u32) -> rockstate::Result<KeyGroupRange> {
     KeyGroupRange::for_operator(M, 2, i)
 }
 
-/// What the restores of one rescale fetched: `(bytes, files)` downloaded (or taken from a
-/// local copy), SST files skipped, and SST files linked from another restore's copy instead
-/// of fetched (`SharedFetches`), summed over the new instances.
+/// What the restores of one rescale fetched: `(bytes, files)` downloaded or taken from a
+/// local copy, of which `local_bytes` from a local copy (local recovery), SST files skipped,
+/// and SST files linked from another restore's copy instead of fetched (`SharedFetches`),
+/// summed over the new instances.
 #[derive(Clone, Copy, Default)]
 struct Fetched {
     bytes: u64,
+    local_bytes: u64,
     files: usize,
     skipped: usize,
     shared: usize,
@@ -234,6 +270,7 @@ struct Fetched {
 impl Fetched {
     fn add(&mut self, r: &RestoreReport) {
         self.bytes += r.bytes_downloaded + r.bytes_local;
+        self.local_bytes += r.bytes_local;
         self.files += r.files_downloaded + r.files_local;
         self.skipped += r.files_skipped;
         self.shared += r.files_shared;
@@ -252,6 +289,7 @@ fn print_ratio(what: &str, secs: Duration, plain: Duration, bytes: u64, fetched:
         .num("ratio", p / s, 3)
         .int("bytes", bytes)
         .int("downloaded_bytes", downloaded)
+        .int("of_which_local_bytes", fetched.local_bytes)
         .int("files_downloaded", fetched.files as u64)
         .int("files_skipped", fetched.skipped as u64)
         .int("files_shared", fetched.shared as u64)
@@ -331,6 +369,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         .int("value_bytes", args.value_bytes as u64)
         .int("threads", args.threads as u64)
         .int("repeat", args.repeat as u64)
+        .text("local_recovery", (!args.no_local_recovery).to_string())
         .text(
             "storage",
             match &args.storage {
@@ -479,37 +518,7 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
 
     // 2 -> 1 of two halves that never shared SSTs (each loaded with its own keys): the other
     // half's SSTs are linked as they are, not rewritten.
-    let owner = job_owner(&env)?;
-    let halves = (0..2u32)
-        .map(|i| {
-            env.builder(&format!("own-{i}"), half(i)?)
-                .job_owner(Arc::clone(&owner))
-                .open()
-        })
-        .collect::<rockstate::Result<Vec<_>>>()?;
-    let states = halves
-        .iter()
-        .map(|b| b.raw_value_state("bench", CodecId::new("bytes", 1)))
-        .collect::<rockstate::Result<Vec<_>>>()?;
-    let mut rng = SmallRng::seed_from_u64(args.seed);
-    for k in 0..args.keys {
-        rng.fill_bytes(&mut value);
-        let key = key_of(k, args.key_bytes, &mut key);
-        let i = usize::from(
-            !halves[0]
-                .key_groups()
-                .contains(rockstate::keygroup::key_group_of(key, M)),
-        );
-        states[i].put(key, &[], &value)?;
-    }
-    drop(states);
-    let own_bytes = checkpoint_job(&owner, &halves, 10)?
-        .iter()
-        .map(|s| s.state_bytes)
-        .sum();
-    let ids: Vec<String> = halves.iter().map(|b| b.backend_id().to_string()).collect();
-    drop(halves);
-    drop(owner);
+    let (ids, own_bytes) = job_of_own_parts(&env, "own", 2, 10)?;
     let from = two_to_one(&env, "2->1", 10, &ids, own_bytes)?;
     let (merged, report) = env.builder("merged-own", all).restore_with_report(from)?;
     let after = merged.checkpoint(11)?;
@@ -523,7 +532,119 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
         .int("entries_rewritten", report.entries_rewritten)
         .int("sst_files_dropped", report.sst_files_dropped as u64)
         .print();
+    drop(merged);
+
+    for (i, &(p, q)) in args.cases.iter().enumerate() {
+        rescale_case(&env, p, q, 20 + i as u64)?;
+    }
     Ok(())
+}
+
+/// Checkpoint `id` of a job of `p` instances (`<prefix>-<i>`), each loaded with the keys of
+/// its own key groups, as a job that ran at parallelism `p` has its state. Returns the
+/// instances' backend ids and their state bytes in total.
+fn job_of_own_parts(
+    env: &Env<'_>,
+    prefix: &str,
+    p: u32,
+    id: u64,
+) -> rockstate::Result<(Vec<String>, u64)> {
+    let owner = job_owner(env)?;
+    let parts = (0..p)
+        .map(|i| {
+            env.builder(
+                &format!("{prefix}-{i}"),
+                KeyGroupRange::for_operator(M, p, i)?,
+            )
+            .job_owner(Arc::clone(&owner))
+            .open()
+        })
+        .collect::<rockstate::Result<Vec<_>>>()?;
+    let states = parts
+        .iter()
+        .map(|b| b.raw_value_state("bench", CodecId::new("bytes", 1)))
+        .collect::<rockstate::Result<Vec<_>>>()?;
+    let mut rng = SmallRng::seed_from_u64(env.args.seed);
+    let mut value = vec![0u8; env.args.value_bytes];
+    let mut key = Vec::new();
+    for k in 0..env.args.keys {
+        rng.fill_bytes(&mut value);
+        let key = key_of(k, env.args.key_bytes, &mut key);
+        let group = rockstate::keygroup::key_group_of(key, M);
+        let i = parts
+            .iter()
+            .position(|b| b.key_groups().contains(group))
+            .ok_or_else(|| Error::Internal(format!("no instance owns key group {group}")))?;
+        states[i].put(key, &[], &value)?;
+    }
+    drop(states);
+    let bytes = checkpoint_job(&owner, &parts, id)?
+        .iter()
+        .map(|s| s.state_bytes)
+        .sum();
+    Ok((
+        parts.iter().map(|b| b.backend_id().to_string()).collect(),
+        bytes,
+    ))
+}
+
+/// `--case P->Q`: a job of `p` instances with state of their own (checkpoint `id`), restored
+/// at parallelism `q`, every new instance one after the other, against the `p` manifests
+/// restored plainly into their own ranges one after the other (the same bytes, no clip or
+/// merge). Each new instance restores `RestoreFrom::Checkpoint(id)` for its range, as an
+/// engine's tasks do.
+fn rescale_case(env: &Env<'_>, p: u32, q: u32, id: u64) -> rockstate::Result<()> {
+    let prefix = format!("case-{p}");
+    let (ids, bytes) = job_of_own_parts(env, &prefix, p, id)?;
+    let plain = env.timed("plain case", |r| {
+        (0..p)
+            .zip(&ids)
+            .map(|(i, backend)| {
+                let name = format!("plain-{p}-{r}-{i}");
+                let b = env.restore(
+                    &name,
+                    KeyGroupRange::for_operator(M, p, i)?,
+                    RestoreFrom::Exact {
+                        checkpoint_id: id,
+                        backend_id: backend.clone(),
+                    },
+                )?;
+                Ok((name, b))
+            })
+            .collect()
+    })?;
+    let label = format!("{p}->{q}");
+    let mut fetched = Fetched::default();
+    let rescale = env.timed(&label, |r| {
+        fetched = Fetched::default();
+        (0..q)
+            .map(|i| {
+                let name = format!("case-{p}-{q}-{r}-{i}");
+                let (b, report) = env
+                    .builder(&name, KeyGroupRange::for_operator(M, q, i)?)
+                    .restore_with_report(RestoreFrom::Checkpoint(id))?;
+                fetched.add(&report);
+                Ok((name, b))
+            })
+            .collect()
+    })?;
+    print_ratio(&label, rescale, plain, bytes, fetched);
+    for i in 0..p {
+        env.remove(&format!("{prefix}-{i}"))?;
+    }
+    Ok(())
+}
+
+/// `P->Q` of `--case`: two parallelisms of at least 1 and at most the max parallelism.
+fn parse_case(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("`{s}` is not P->Q with 1 <= P, Q <= {M}");
+    let (p, q) = s.split_once("->").ok_or_else(bad)?;
+    let p: u32 = p.trim().parse().map_err(|_| bad())?;
+    let q: u32 = q.trim().parse().map_err(|_| bad())?;
+    if !(1..=M).contains(&p) || !(1..=M).contains(&q) {
+        return Err(bad());
+    }
+    Ok((p, q))
 }
 
 /// Key `k` of `key_bytes` bytes into `buf`: `k` big-endian, then bytes of a SplitMix64
