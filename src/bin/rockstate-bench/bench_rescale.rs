@@ -256,8 +256,8 @@ fn half(i: u32) -> rockstate::Result<KeyGroupRange> {
 
 /// What the restores of one rescale fetched: `(bytes, files)` downloaded or taken from a
 /// local copy, of which `local_bytes` from a local copy (local recovery), SST files skipped,
-/// and SST files linked from another restore's copy instead of fetched (`SharedFetches`),
-/// summed over the new instances.
+/// SST files linked from another restore's copy instead of fetched (`SharedFetches`), and
+/// entries the merges rewrote (their fallback), summed over the new instances.
 #[derive(Clone, Copy, Default)]
 struct Fetched {
     bytes: u64,
@@ -265,6 +265,7 @@ struct Fetched {
     files: usize,
     skipped: usize,
     shared: usize,
+    rewritten: u64,
 }
 
 impl Fetched {
@@ -274,6 +275,7 @@ impl Fetched {
         self.files += r.files_downloaded + r.files_local;
         self.skipped += r.files_skipped;
         self.shared += r.files_shared;
+        self.rewritten += r.entries_rewritten;
     }
 }
 
@@ -293,6 +295,7 @@ fn print_ratio(what: &str, secs: Duration, plain: Duration, bytes: u64, fetched:
         .int("files_downloaded", fetched.files as u64)
         .int("files_skipped", fetched.skipped as u64)
         .int("files_shared", fetched.shared as u64)
+        .int("entries_rewritten", fetched.rewritten)
         .num(
             "ratio_per_downloaded_byte",
             (downloaded as f64 / s) / (bytes as f64 / p),
