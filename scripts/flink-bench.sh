@@ -141,6 +141,16 @@ log="$cache/flink-stderr.log"
 : > "$out"
 : > "$log"
 
+# run_rotated <round>: the three entries of `runs`, 10 s apart, starting one further each
+# round, so load from elsewhere on a shared machine lands on all three alike.
+run_rotated() {
+  local r="$1" i
+  for i in 0 1 2; do
+    ${runs[$(( (i + r - 1) % 3 ))]}
+    sleep 10
+  done
+}
+
 if [ "$rescale" = 1 ]; then
   args=(--keys "$keys" --key-bytes "$key_bytes" --value-bytes "$value_bytes" --repeat "$repeat")
   for c in "${cases[@]}"; do args+=(--case "$c"); done
@@ -173,10 +183,7 @@ if [ "$rescale" = 1 ]; then
   runs=(rescale_rockstate "rescale_flink flink" "rescale_flink flink_ingest_db --ingest-db")
   for r in $(seq 1 "$rounds"); do
     echo "flink-bench: rescale round $r of $rounds" >&2
-    for i in 0 1 2; do
-      ${runs[$(( (i + r - 1) % 3 ))]}
-      sleep 10
-    done
+    run_rotated "$r"
   done
   python3 - "$out" <<'EOF'
 import re, statistics, sys
@@ -282,10 +289,7 @@ for r in $(seq 1 "$rounds"); do
     # shellcheck disable=SC2086 # the cell's fields are words by design
     $setter $c
     echo "flink-bench: round $r of $rounds, cell $cell" >&2
-    for i in 0 1 2; do
-      ${runs[$(( (i + r - 1) % 3 ))]}
-      sleep 10
-    done
+    run_rotated "$r"
   done
 done
 

@@ -35,6 +35,7 @@ package org.apache.flink.state.rocksdb;
 import java.io.File;
 import java.time.Duration;
 import java.nio.file.Files;
+import java.util.Collection;
 import java.util.Collections;
 import java.util.List;
 import java.util.SplittableRandom;
@@ -43,6 +44,7 @@ import org.apache.flink.api.common.ExecutionConfig;
 import org.apache.flink.api.common.state.StateTtlConfig;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.common.typeutils.base.LongSerializer;
 import org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer;
 import org.apache.flink.configuration.Configuration;
@@ -51,6 +53,7 @@ import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
 import org.apache.flink.runtime.memory.OpaqueMemoryResource;
 import org.apache.flink.runtime.state.AbstractStateBackend;
 import org.apache.flink.runtime.state.KeyGroupRange;
+import org.apache.flink.runtime.state.KeyedStateHandle;
 import org.apache.flink.runtime.state.LocalRecoveryConfig;
 import org.apache.flink.runtime.state.VoidNamespace;
 import org.apache.flink.runtime.state.VoidNamespaceSerializer;
@@ -244,6 +247,28 @@ public final class FlinkOps {
      * builds its backend here too, so both compare against the same configuration.
      */
     static Opened open(File base, long budget, boolean bloom) throws Exception {
+        Builder<Long> b = builder(base, budget, bloom, LongSerializer.INSTANCE,
+                new KeyGroupRange(0, KEY_GROUPS - 1), Collections.emptyList());
+        return new Opened(b.builder().build(), b.resources());
+    }
+
+    /** A backend builder and the resources the backend's close releases. */
+    record Builder<K>(RocksDBKeyedStateBackendBuilder<K> builder, RocksDBResourceContainer resources) {}
+
+    /**
+     * The builder of a backend in `base` as a TaskManager configures it with
+     * `state.backend.rocksdb.memory.managed: true` (`budget` bytes of managed memory, bloom
+     * filters as `bloom` says): `keys` serialized by `keySerializer`, the key groups `range`
+     * of {@link #KEY_GROUPS}, restored from `handles` (none: empty). FlinkRescale builds its
+     * backends here too.
+     */
+    static <K> Builder<K> builder(
+            File base,
+            long budget,
+            boolean bloom,
+            TypeSerializer<K> keySerializer,
+            KeyGroupRange range,
+            Collection<KeyedStateHandle> handles) {
         Configuration config = new Configuration();
         config.setString("state.backend.rocksdb.use-bloom-filter", Boolean.toString(bloom));
         RocksDBSharedResources shared = RocksDBMemoryControllerUtils.allocateRocksDBSharedResources(
@@ -253,30 +278,29 @@ public final class FlinkOps {
         RocksDBResourceContainer resources = new RocksDBResourceContainer(
                 config, PredefinedOptions.DEFAULT, null, memory, base, false);
         ExecutionConfig executionConfig = new ExecutionConfig();
-        RocksDBKeyedStateBackend<Long> backend = new RocksDBKeyedStateBackendBuilder<>(
-                        "bench",
-                        FlinkOps.class.getClassLoader(),
-                        base,
-                        resources,
-                        name -> resources.getColumnOptions(),
-                        null,
-                        LongSerializer.INSTANCE,
-                        KEY_GROUPS,
-                        new KeyGroupRange(0, KEY_GROUPS - 1),
-                        executionConfig,
-                        LocalRecoveryConfig.BACKUP_AND_RECOVERY_DISABLED,
-                        RocksDBPriorityQueueConfig.buildWithPriorityQueueType(
-                                EmbeddedRocksDBStateBackend.PriorityQueueStateType.ROCKSDB),
-                        TtlTimeProvider.DEFAULT,
-                        LatencyTrackingStateConfig.disabled(),
-                        SizeTrackingStateConfig.disabled(),
-                        new UnregisteredMetricsGroup(),
-                        (name, value) -> {},
-                        Collections.emptyList(),
-                        AbstractStateBackend.getCompressionDecorator(executionConfig),
-                        new CloseableRegistry())
-                .build();
-        return new Opened(backend, resources);
+        RocksDBKeyedStateBackendBuilder<K> builder = new RocksDBKeyedStateBackendBuilder<>(
+                "bench",
+                FlinkOps.class.getClassLoader(),
+                base,
+                resources,
+                name -> resources.getColumnOptions(),
+                null,
+                keySerializer,
+                KEY_GROUPS,
+                range,
+                executionConfig,
+                LocalRecoveryConfig.BACKUP_AND_RECOVERY_DISABLED,
+                RocksDBPriorityQueueConfig.buildWithPriorityQueueType(
+                        EmbeddedRocksDBStateBackend.PriorityQueueStateType.ROCKSDB),
+                TtlTimeProvider.DEFAULT,
+                LatencyTrackingStateConfig.disabled(),
+                SizeTrackingStateConfig.disabled(),
+                new UnregisteredMetricsGroup(),
+                (name, value) -> {},
+                handles,
+                AbstractStateBackend.getCompressionDecorator(executionConfig),
+                new CloseableRegistry());
+        return new Builder<>(builder, resources);
     }
 
     /** The keys of phase `p`, slice by slice as `bench ops` cuts and seeds it. */

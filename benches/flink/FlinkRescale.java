@@ -51,29 +51,19 @@ import java.util.List;
 import java.util.SplittableRandom;
 import java.util.concurrent.RunnableFuture;
 
-import org.apache.flink.api.common.ExecutionConfig;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer;
-import org.apache.flink.configuration.Configuration;
-import org.apache.flink.core.fs.CloseableRegistry;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.fs.Path;
-import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
 import org.apache.flink.runtime.checkpoint.CheckpointOptions;
-import org.apache.flink.runtime.memory.OpaqueMemoryResource;
-import org.apache.flink.runtime.state.AbstractStateBackend;
 import org.apache.flink.runtime.state.KeyGroupRange;
 import org.apache.flink.runtime.state.KeyGroupRangeAssignment;
 import org.apache.flink.runtime.state.KeyedStateHandle;
-import org.apache.flink.runtime.state.LocalRecoveryConfig;
 import org.apache.flink.runtime.state.SnapshotResult;
 import org.apache.flink.runtime.state.VoidNamespace;
 import org.apache.flink.runtime.state.VoidNamespaceSerializer;
 import org.apache.flink.runtime.state.filesystem.FsCheckpointStreamFactory;
-import org.apache.flink.runtime.state.metrics.LatencyTrackingStateConfig;
-import org.apache.flink.runtime.state.metrics.SizeTrackingStateConfig;
-import org.apache.flink.runtime.state.ttl.TtlTimeProvider;
 
 public final class FlinkRescale {
     private static final int KEY_GROUPS = 128;
@@ -346,42 +336,15 @@ public final class FlinkRescale {
 
     /**
      * A backend for `range` in a fresh directory, restored from `handles` (none: empty), with
-     * incremental checkpoints and `budget` bytes of managed memory as FlinkOps configures it.
+     * incremental checkpoints and `budget` bytes of managed memory (FlinkOps.builder).
      */
     private Opened open(KeyGroupRange range, Collection<KeyedStateHandle> handles)
             throws Exception {
         File base = new File(root, "backend-" + dirs++);
         Files.createDirectories(base.toPath());
-        Configuration config = new Configuration();
-        RocksDBSharedResources shared = RocksDBMemoryControllerUtils.allocateRocksDBSharedResources(
-                budget, 0.5, 0.1, false, RocksDBMemoryControllerUtils.RocksDBMemoryFactory.DEFAULT);
-        OpaqueMemoryResource<RocksDBSharedResources> memory =
-                new OpaqueMemoryResource<>(shared, budget, shared::close);
-        RocksDBResourceContainer resources = new RocksDBResourceContainer(
-                config, PredefinedOptions.DEFAULT, null, memory, base, false);
-        ExecutionConfig executionConfig = new ExecutionConfig();
-        RocksDBKeyedStateBackend<byte[]> backend = new RocksDBKeyedStateBackendBuilder<>(
-                        "bench",
-                        FlinkRescale.class.getClassLoader(),
-                        base,
-                        resources,
-                        name -> resources.getColumnOptions(),
-                        null,
-                        BytePrimitiveArraySerializer.INSTANCE,
-                        KEY_GROUPS,
-                        range,
-                        executionConfig,
-                        LocalRecoveryConfig.BACKUP_AND_RECOVERY_DISABLED,
-                        RocksDBPriorityQueueConfig.buildWithPriorityQueueType(
-                                EmbeddedRocksDBStateBackend.PriorityQueueStateType.ROCKSDB),
-                        TtlTimeProvider.DEFAULT,
-                        LatencyTrackingStateConfig.disabled(),
-                        SizeTrackingStateConfig.disabled(),
-                        new UnregisteredMetricsGroup(),
-                        (name, value) -> {},
-                        handles,
-                        AbstractStateBackend.getCompressionDecorator(executionConfig),
-                        new CloseableRegistry())
+        FlinkOps.Builder<byte[]> b = FlinkOps.builder(
+                base, budget, false, BytePrimitiveArraySerializer.INSTANCE, range, handles);
+        RocksDBKeyedStateBackend<byte[]> backend = b.builder()
                 .setEnableIncrementalCheckpointing(true)
                 .setNumberOfTransferingThreads(TRANSFER_THREADS)
                 .setUseIngestDbRestoreMode(ingestDb
@@ -395,6 +358,6 @@ public final class FlinkRescale {
                         RocksDBConfigurableOptions.USE_DELETE_FILES_IN_RANGE_DURING_RESCALING
                                 .defaultValue())
                 .build();
-        return new Opened(backend, resources, base);
+        return new Opened(backend, b.resources(), base);
     }
 }
