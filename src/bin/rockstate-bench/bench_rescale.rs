@@ -316,23 +316,7 @@ fn two_to_one(
     state_bytes: u64,
 ) -> rockstate::Result<RestoreFrom> {
     let all = KeyGroupRange::all(M)?;
-    let plain = env.timed("plain 2", |r| {
-        (0..2u32)
-            .zip(ids)
-            .map(|(i, backend)| {
-                let name = format!("plain2-{r}-{i}");
-                let b = env.restore(
-                    &name,
-                    half(i)?,
-                    RestoreFrom::Exact {
-                        checkpoint_id: id,
-                        backend_id: backend.clone(),
-                    },
-                )?;
-                Ok((name, b))
-            })
-            .collect()
-    })?;
+    let plain = plain_parts(env, id, ids)?;
     let from = RestoreFrom::Handles {
         checkpoint_id: id,
         backend_ids: ids.to_vec(),
@@ -543,6 +527,31 @@ pub fn run(args: &RescaleArgs) -> rockstate::Result<()> {
     Ok(())
 }
 
+/// Median time of restoring the manifests of checkpoint `id` of the backends `ids` (the
+/// instances of a job at parallelism `ids.len()`, in order) plainly, each into its own key
+/// groups, one after the other: the same bytes as a rescale of them, without clip or merge.
+fn plain_parts(env: &Env<'_>, id: u64, ids: &[String]) -> rockstate::Result<Duration> {
+    let p = u32::try_from(ids.len())
+        .map_err(|_| Error::Internal(format!("{} instances", ids.len())))?;
+    env.timed("plain parts", |r| {
+        (0..p)
+            .zip(ids)
+            .map(|(i, backend)| {
+                let name = format!("plain-{p}-{r}-{i}");
+                let b = env.restore(
+                    &name,
+                    KeyGroupRange::for_operator(M, p, i)?,
+                    RestoreFrom::Exact {
+                        checkpoint_id: id,
+                        backend_id: backend.clone(),
+                    },
+                )?;
+                Ok((name, b))
+            })
+            .collect()
+    })
+}
+
 /// Checkpoint `id` of a job of `p` instances (`<prefix>-<i>`), each loaded with the keys of
 /// its own key groups, as a job that ran at parallelism `p` has its state. Returns the
 /// instances' backend ids and their state bytes in total.
@@ -599,23 +608,7 @@ fn job_of_own_parts(
 fn rescale_case(env: &Env<'_>, p: u32, q: u32, id: u64) -> rockstate::Result<()> {
     let prefix = format!("case-{p}");
     let (ids, bytes) = job_of_own_parts(env, &prefix, p, id)?;
-    let plain = env.timed("plain case", |r| {
-        (0..p)
-            .zip(&ids)
-            .map(|(i, backend)| {
-                let name = format!("plain-{p}-{r}-{i}");
-                let b = env.restore(
-                    &name,
-                    KeyGroupRange::for_operator(M, p, i)?,
-                    RestoreFrom::Exact {
-                        checkpoint_id: id,
-                        backend_id: backend.clone(),
-                    },
-                )?;
-                Ok((name, b))
-            })
-            .collect()
-    })?;
+    let plain = plain_parts(env, id, &ids)?;
     let label = format!("{p}->{q}");
     let mut fetched = Fetched::default();
     let rescale = env.timed(&label, |r| {
