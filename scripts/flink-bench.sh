@@ -28,8 +28,8 @@
 # `--rescale` runs `rockstate-bench rescale` and benches/flink/FlinkRescale.java (Flink's
 # incremental checkpoints and restores; defaults: flink-benchmarks' rescaling shape, 10M keys of
 # 96 bytes with 128-byte values, 512 MiB per backend, `--repeat 1` timed restore per round)
-# and prints the median seconds of a plain restore, of 1 -> 2 and of 2 -> 1 per system, and
-# Flink's time over rockstate's (`speedup`). Flink runs with its defaults and, as
+# and prints the median seconds of a plain restore, of 1 -> 2, of 2 -> 1 and of each `--case`
+# per system, and Flink's time over rockstate's (`speedup`). Flink runs with its defaults and, as
 # `flink_ingest_db`, with its ingest-DB restore mode. Both restore from local files: by default
 # rockstate's LocalStorage hard-links SSTs (reading each once for its CRC) where Flink's file
 # system checkpoint storage copies them; `--storage-dir DIR` puts both systems' checkpoints in
